@@ -1,0 +1,305 @@
+/*
+ * tide.h - the one public header of libtide.
+ *
+ * TIDE: zero-copy, layout-aware all-gather (TIDE-AG) and reduce-scatter (TIDE-RS) for
+ * PyTorch FSDP2.  The all-gather lands every shard at its final address in parameter-major
+ * storage; the reduce-scatter reads per-parameter gradients where autograd left them and
+ * reduces them into fp32 shards.
+ *
+ * Conventions (modelled on nccl.h):
+ *  - every call returns a tide_result_t; outputs are the last arguments and are written only
+ *    on success;
+ *  - a failing call logs its reason once (TIDE_DEBUG=WARN, the default) and keeps it for
+ *    tide_get_last_error() on the calling thread;
+ *  - result codes and struct layouts are never renumbered; structs that callers fill carry a
+ *    size/magic/version header initialised by a macro.
+ */
+#ifndef TIDE_H_
+#define TIDE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TIDE_MAJOR 0
+#define TIDE_MINOR 1
+#define TIDE_PATCH 0
+#define TIDE_VERSION_CODE (TIDE_MAJOR * 10000 + TIDE_MINOR * 100 + TIDE_PATCH)
+
+#if defined(__GNUC__)
+#define TIDE_API __attribute__((visibility("default")))
+#else
+#define TIDE_API
+#endif
+
+/* ---------------------------------------------------------------------------------------- */
+/* Results                                                                                   */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Fixed values: never renumber, only append. */
+typedef enum {
+    TIDE_SUCCESS = 0,
+    TIDE_ERR_INVALID_ARGUMENT = 1, /* a caller-supplied value is out of its documented range */
+    TIDE_ERR_UNSUPPORTED = 2,      /* valid, but outside what TIDE serves: fall back to stock */
+    TIDE_ERR_NO_MEMORY = 3,        /* a host allocation failed */
+    TIDE_ERR_OVERFLOW = 4,         /* a size or offset does not fit in 64 bits */
+    TIDE_ERR_PLAN_REJECTED = 5,    /* the schedule would collide or leave stale blocks */
+    TIDE_ERR_INTERNAL = 6,         /* a TIDE bug: please report */
+    TIDE_ERR_TIMEOUT = 7,          /* a wait missed its deadline (fail-stop) */
+    TIDE_ERR_FABRIC = 8,           /* the fabric (CPU shm, CUDA, NCCL) reported an error */
+    TIDE_ERR_CHECK_FAILED = 9,     /* the static program checker found a violated invariant */
+    TIDE_ERR_DATA_MISMATCH = 10,   /* a data check found wrong elements */
+    TIDE_RESULT_COUNT = 11
+} tide_result_t;
+
+/* Static string for a result code; never NULL. */
+TIDE_API const char *tide_get_error_string(tide_result_t result);
+
+/* Detailed message of the last failing call on this thread ("" if none). */
+TIDE_API const char *tide_get_last_error(void);
+
+/* Library version as TIDE_VERSION_CODE; version_out must be non-NULL. */
+TIDE_API tide_result_t tide_get_version(int *version_out);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Data types, modes, limits                                                                 */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef enum {
+    TIDE_DTYPE_BF16 = 0,
+    TIDE_DTYPE_FP32 = 1,
+    TIDE_DTYPE_FP16 = 2, /* recognised, not served: returns TIDE_ERR_UNSUPPORTED */
+    TIDE_DTYPE_COUNT = 3
+} tide_dtype_t;
+
+/* Item size in bytes, or 0 for an unknown dtype. */
+TIDE_API size_t tide_dtype_size(tide_dtype_t dtype);
+
+/* Where TIDE-RS reads gradients from (paper §5.3). */
+typedef enum {
+    TIDE_RS_IN_PLACE = 0,   /* read autograd's storage; full outbox, n_out = D_rem */
+    TIDE_RS_SLOT_REUSE = 1, /* read a vacated all-gather slot; partial outbox, eq. (9) */
+    TIDE_RS_MODE_COUNT = 2
+} tide_rs_mode_t;
+
+#define TIDE_MAX_PARAMS 256     /* larger groups fall back to stock collectives */
+#define TIDE_MAX_GPUS_PER_NODE 8 /* one NVSwitch domain */
+#define TIDE_MAX_NODES 65536
+#define TIDE_MAX_ROUND_WIDTH 4  /* k_max of the sizing solver (App. G) */
+#define TIDE_MAX_PASSES 4       /* n_part */
+
+/* ---------------------------------------------------------------------------------------- */
+/* Configuration                                                                             */
+/* ---------------------------------------------------------------------------------------- */
+
+#define TIDE_CONFIG_MAGIC 0x54494445u /* "TIDE" */
+
+/*
+ * Topology and tuning of a plan.  Initialise with TIDE_CONFIG_INIT and override fields; zero
+ * in a tuning field means "let the planner choose".
+ */
+typedef struct {
+    size_t size;          /* sizeof(tide_config_t), set by TIDE_CONFIG_INIT */
+    unsigned int magic;   /* TIDE_CONFIG_MAGIC */
+    unsigned int version; /* TIDE_VERSION_CODE the caller compiled against */
+    int nodes;            /* M >= 1 */
+    int gpus_per_node;    /* L in [1, TIDE_MAX_GPUS_PER_NODE] */
+    int wave_width;       /* W_wave in [1, L]; 0 = L */
+    int round_width;      /* k in {1, 2, 4}; 0 = min(2, M-1) doubled as in App. G, else 2 */
+    int passes;           /* n_part in [1, TIDE_MAX_PASSES]; 0 = 1 */
+    int staging_slots;    /* n_stg >= 1; 0 = 2 */
+    tide_rs_mode_t mode;  /* TIDE_RS_IN_PLACE (default) or TIDE_RS_SLOT_REUSE */
+    int sum_ctas;         /* Level-1 sum CTA budget; 0 = solver/default (4) */
+    int landing_ctas;     /* landing CTA budget; 0 = solver/default (4) */
+    int multicast;        /* 1: use NCCL multicast when offered; 0: unicast fallback */
+} tide_config_t;
+
+#define TIDE_CONFIG_INIT                                                                      \
+    {                                                                                         \
+        sizeof(tide_config_t), TIDE_CONFIG_MAGIC, TIDE_VERSION_CODE, 1, 1, 0, 0, 0, 0,        \
+            TIDE_RS_IN_PLACE, 0, 0, 0                                                         \
+    }
+
+/* ---------------------------------------------------------------------------------------- */
+/* Group signature                                                                           */
+/* ---------------------------------------------------------------------------------------- */
+
+/* One parameter logically reshaped as (dim0, inner): D_p rows of K_p elements. */
+typedef struct {
+    uint64_t dim0;  /* D_p >= 1 */
+    uint64_t inner; /* K_p >= 1: product of the trailing dimensions */
+} tide_param_shape_t;
+
+/* An FSDP2 parameter group: shapes plus the all-gather and gradient dtypes. */
+typedef struct {
+    int num_params;                   /* P in [1, TIDE_MAX_PARAMS] */
+    const tide_param_shape_t *shapes; /* num_params entries, in FSDP2 order */
+    tide_dtype_t ag_dtype;            /* all-gather item (bf16 or fp32): b_ag */
+    tide_dtype_t grad_dtype;          /* gradient item (bf16 or fp32): b_grad */
+    tide_dtype_t shard_dtype;         /* sharded (master) dtype; != ag_dtype means a cast */
+} tide_group_desc_t;
+
+/* ---------------------------------------------------------------------------------------- */
+/* Plans                                                                                     */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef struct tide_plan *tide_plan_t;
+
+/*
+ * Build and validate the plan of one group on one topology.  Pure host computation: no
+ * device, no communicator.  Returns TIDE_ERR_INVALID_ARGUMENT for malformed input,
+ * TIDE_ERR_UNSUPPORTED for groups TIDE does not serve (the caller falls back to stock
+ * collectives), TIDE_ERR_OVERFLOW for sizes beyond 64 bits, TIDE_ERR_PLAN_REJECTED when the
+ * reduce-scatter schedule would collide.  *plan_out is set only on success.
+ */
+TIDE_API tide_result_t tide_plan_create(const tide_config_t *config, const tide_group_desc_t *group,
+                                        tide_plan_t *plan_out);
+
+/* Release a plan; NULL is a no-op. */
+TIDE_API void tide_plan_destroy(tide_plan_t plan);
+
+/* Geometry of parameter p (paper §2.1). */
+typedef struct {
+    uint64_t dim0;          /* D_p */
+    uint64_t inner;         /* K_p */
+    uint64_t rows_per_rank; /* R_p = ceil(D_p / N) */
+    uint64_t shard_bytes;   /* s_p = R_p K_p b_ag */
+    uint64_t shard_offset;  /* o_p = sum_{i<p} s_i */
+    uint64_t fp32_offset;   /* byte offset of p's rows in the packed fp32 RS output */
+} tide_param_geometry_t;
+
+TIDE_API tide_result_t tide_plan_get_param(tide_plan_t plan, int p,
+                                           tide_param_geometry_t *geometry_out);
+
+/* Landing(p, r) = o_p N + r s_p (eq. 2): byte offset of rank r's shard of p. */
+TIDE_API tide_result_t tide_plan_landing_offset(tide_plan_t plan, int p, int rank,
+                                                uint64_t *offset_out);
+
+/* Whole-plan figures. */
+typedef struct {
+    int nodes, gpus_per_node, ranks; /* M, L, N */
+    int num_params;                  /* P */
+    uint64_t shard_bytes;            /* S */
+    uint64_t group_bytes;            /* N S: one unsharded group (landing slot) */
+    uint64_t grad_shard_bytes;       /* S_grad */
+    uint64_t fp32_shard_bytes;       /* S_fp32 */
+    uint64_t fsdp2_pack_bytes;       /* B_pack (eq. 3) */
+    int ag_rounds;                   /* R = ceil(log2 M) */
+    uint64_t ag_descriptors_max;     /* most copy descriptors any rank issues per AG call */
+    int rs_wave_width;               /* W_wave */
+    int rs_waves;                    /* W */
+    int rs_inbox_generations;        /* n_par */
+    int rs_round_width;              /* k */
+    int rs_rounds;                   /* network rounds per call, over all passes */
+    int rs_passes;                   /* n_part */
+    int rs_outbox_depth;             /* n_out */
+    uint64_t rs_subslice_elems;      /* E_sub: capacity of one sub-slice row, elements */
+    uint64_t rs_descriptors_flat;    /* (L-1) P M L style flat Level-1 copies per rank */
+    uint64_t rs_descriptors;         /* coalesced Level-1 copies per rank (strided + tails) */
+    uint64_t arena_bytes;            /* total arena per rank */
+} tide_plan_summary_t;
+
+TIDE_API tide_result_t tide_plan_get_summary(tide_plan_t plan, tide_plan_summary_t *summary_out);
+
+/* Regions of the per-rank arena, in layout order. */
+typedef enum {
+    TIDE_REGION_LANDING0 = 0,   /* all-gather ring slot 0 (N S) */
+    TIDE_REGION_LANDING1 = 1,   /* all-gather ring slot 1 (N S) */
+    TIDE_REGION_RECV_STAGE = 2, /* AG receive stage ((M-1) S, M S with a cast) */
+    TIDE_REGION_RESIDENT = 3,   /* resident shards for in-place adoption (S, 0 with a cast) */
+    TIDE_REGION_STAGING = 4,    /* RS Level-1 bf16 staging, n_stg slots */
+    TIDE_REGION_OUTBOX = 5,     /* RS outbox, 2 banks x n_out blocks */
+    TIDE_REGION_SPARE = 6,      /* RS own-node spares, one block per bank */
+    TIDE_REGION_INBOX = 7,      /* RS inbox, n_par generations x L blocks */
+    TIDE_REGION_SIGNALS = 8,    /* counters and signals */
+    TIDE_REGION_COUNT = 9
+} tide_region_t;
+
+typedef struct {
+    uint64_t offset; /* from the arena base, aligned to TIDE_ARENA_ALIGN */
+    uint64_t bytes;
+} tide_region_info_t;
+
+#define TIDE_ARENA_ALIGN 4096u
+
+TIDE_API tide_result_t tide_plan_get_region(tide_plan_t plan, tide_region_t region,
+                                            tide_region_info_t *info_out);
+/* Static name of a region ("landing0", ...), or "unknown". */
+TIDE_API const char *tide_region_name(tide_region_t region);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Memory model (paper §5.4, eqs. 10-12), in units of N S                                    */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef struct {
+    double in_place_staging_ns;   /* eq. (11) */
+    double slot_reuse_staging_ns; /* eq. (12) */
+    double in_place_total_ns;     /* ring slots + receive stage + staging + previous grads */
+    double slot_reuse_total_ns;   /* ring slots + receive stage + staging */
+    double fsdp2_total_ns;        /* stock FSDP2: 4 N S */
+} tide_memory_bounds_t;
+
+/*
+ * Closed-form live-byte bounds for bf16 inputs and n_stg = 2 staging slots.
+ * round_width is k >= 1, inbox_generations n_par in {1, 2}.
+ */
+TIDE_API tide_result_t tide_memory_bounds(int nodes, int gpus_per_node, int round_width,
+                                          int inbox_generations, tide_memory_bounds_t *bounds_out);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Sizing solver (paper App. G, eqs. 13-14)                                                  */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef struct {
+    int nodes, gpus_per_node;   /* M, L */
+    int wave_width;             /* W_wave; 0 = L */
+    int passes;                 /* n_part; 0 = 1 */
+    tide_dtype_t grad_dtype;    /* b_grad */
+    double bw_nic_gbps;         /* sustained per-rail throughput, GB/s */
+    double bw_sum_gbps;         /* Level-1 sum rate per CTA, GB/s (read + write) */
+    double bw_land_gbps;        /* landing rate per CTA, GB/s */
+    double bw_cap_gbps;         /* landing fabric ceiling, GB/s */
+    double t_round_ms;          /* calibrated per-round wait overhead */
+    uint64_t fp32_shard_bytes;  /* S_fp32 of the group */
+} tide_solver_input_t;
+
+typedef struct {
+    int round_width;  /* k */
+    int sum_ctas;     /* C_sum */
+    int landing_ctas; /* C_mc */
+    double t_nic_ms;  /* (M-1) S_fp32 / BW_NIC */
+    int rounds;       /* N_rounds(M-1, k, W_wave) */
+} tide_solver_output_t;
+
+TIDE_API tide_result_t tide_solve(const tide_solver_input_t *input, tide_solver_output_t *output);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Schedule validation (paper App. D)                                                        */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef struct {
+    int accepted;     /* 1: collision-free and stale-block free over two consecutive calls */
+    int wave;         /* first colliding wave (when rejected) */
+    int subslice;     /* s */
+    int gpu;          /* destination local GPU j */
+    int contributor0; /* the two contributors c that map to (s, j) in that wave */
+    int contributor1;
+    uint64_t blocks_checked; /* inbox block landings simulated */
+} tide_validation_t;
+
+/*
+ * Simulate the TIDE-RS inbox for one (M, L, W_wave, k, mode, n_part) schedule.  Returns
+ * TIDE_SUCCESS whenever the arguments are valid; the verdict is in report_out->accepted.
+ */
+TIDE_API tide_result_t tide_validate_schedule(int nodes, int gpus_per_node, int wave_width,
+                                              int round_width, tide_rs_mode_t mode, int passes,
+                                              tide_validation_t *report_out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TIDE_H_ */
