@@ -108,7 +108,7 @@ typedef struct {
     int nodes;            /* M >= 1 */
     int gpus_per_node;    /* L in [1, TIDE_MAX_GPUS_PER_NODE] */
     int wave_width;       /* W_wave in [1, L]; 0 = L */
-    int round_width;      /* k in {1, 2, 4}; 0 = min(2, M-1) doubled as in App. G, else 2 */
+    int round_width;      /* k in [1, TIDE_MAX_ROUND_WIDTH]; 0 = min(2, max(1, M-1)) */
     int passes;           /* n_part in [1, TIDE_MAX_PASSES]; 0 = 1 */
     int staging_slots;    /* n_stg >= 1; 0 = 2 */
     tide_rs_mode_t mode;  /* TIDE_RS_IN_PLACE (default) or TIDE_RS_SLOT_REUSE */

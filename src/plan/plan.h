@@ -153,8 +153,11 @@ typedef struct {
     uint64_t col;
 } tide_rs_piece_t;
 
-/* One wave: contributors c in [first, first + count), all c in [1, M]. */
+/* One wave: contributors c in [first, first + count), all c in [1, M].  The W waves of a pass
+ * repeat in every pass; waves are listed in call order (pass-major), so wave g belongs to pass
+ * g / W and its generation is g mod n_par. */
 typedef struct {
+    int pass;
     int first;
     int count;
     int generation;      /* inbox buffer generation q (0 when n_par = 1) */
@@ -181,15 +184,17 @@ typedef struct {
     tide_rs_mode_t mode;
     int staging_slots;         /* n_stg */
     int inbox_generations;     /* n_par: 1 for a single-wave schedule, else 2 */
-    int num_waves;             /* W = ceil(M / W_wave), per pass */
-    tide_rs_wave_t *waves;     /* W entries (the mapping repeats identically every pass) */
-    int num_rounds;            /* rounds per pass */
+    int waves_per_pass;        /* W = ceil(M / W_wave) */
+    int num_waves;             /* n_part W: waves per call, in call order */
+    tide_rs_wave_t *waves;
+    int num_rounds;            /* network rounds per call, in call order (all passes) */
     tide_rs_round_t *rounds;
     int outbox_depth;          /* n_out per bank */
-    /* Sub-slices (one pass): piece lists per s, capacity E_sub elements (multiple of 4). */
+    /* Sub-slices: piece lists per (pass, s) at index pass * L + s; the row capacity E_sub
+     * (elements, a multiple of 4 for 16-byte fp32 vectors) is the same in every pass. */
     uint64_t subslice_elems;   /* E_sub */
-    int *num_pieces;           /* L entries */
-    tide_rs_piece_t **pieces;  /* L arrays */
+    int *num_pieces;           /* n_part L entries */
+    tide_rs_piece_t **pieces;  /* n_part L arrays */
     /* Level-1 copy descriptors per rank per call. */
     uint64_t descriptors_flat;
     uint64_t descriptors_coalesced;
@@ -212,7 +217,7 @@ static inline int tide_rs_dest_gpu(int nodes, int L, int s, int c) {
  * Build the schedule: waves, rounds, generations, zero masks (computed across two consecutive
  * calls), outbox depth, sub-slices, descriptor counts.  Returns TIDE_ERR_PLAN_REJECTED (with
  * the collision in the message) when some wave maps two contributors to one GPU, and
- * TIDE_ERR_INVALID_ARGUMENT for W_wave outside [1, L], k outside {1, 2, 4}, passes outside
+ * TIDE_ERR_INVALID_ARGUMENT for W_wave outside [1, L], k outside [1, TIDE_MAX_ROUND_WIDTH], passes outside
  * [1, TIDE_MAX_PASSES].  geom may be NULL: then sub-slices and descriptors are left empty
  * (the validator's use).
  */
