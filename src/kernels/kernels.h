@@ -1,0 +1,83 @@
+/*
+ * kernels.h - the arithmetic of TIDE-RS and mixed-precision TIDE-AG.
+ *
+ * Each kernel has a C reference (reference.c, always built, used by the CPU fabric) and a
+ * CUDA launcher (*.cu, built with TIDE_WITH_CUDA).  The two must agree bit for bit, so the
+ * association order below is part of the contract (paper §4.3):
+ *
+ *   Level-1 sum:  acc = staged[0]; acc += staged[1]; ... acc += staged[L-2]; acc += own
+ *                 (staged contributions in local-rank order, then the own one; fp32, each add
+ *                 rounded once, no FMA; bf16 inputs widened exactly).  Elements at or past a
+ *                 segment's `valid` are padding rows: the output is +0.0f.
+ *                 With no staged contributions (L = 1) acc = own.
+ *   Landing:      v = in[0] + in[1] + ... + in[L-1]   (the L inbox blocks, GPU order; v = in[0]
+ *                 for L = 1), then out = init ? (accumulate ? out + alpha*v : alpha*v)
+ *                                         : out + alpha*v
+ *                 (alpha*v rounded, then the add rounded: no FMA).
+ *   Cast:         fp32 -> bf16, round to nearest even; NaN stays NaN (quiet), Inf stays Inf.
+ */
+#ifndef TIDE_KERNELS_KERNELS_H_
+#define TIDE_KERNELS_KERNELS_H_
+
+#include "tide.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One contiguous run of the Level-1 sum: `len` output elements. */
+typedef struct {
+    uint64_t out_off;   /* element offset in the fp32 output block */
+    uint64_t stage_off; /* element offset inside each staged contribution */
+    uint64_t own_off;   /* element offset from own[own_idx] */
+    uint32_t len;       /* elements in this segment */
+    uint32_t valid;     /* elements [0, valid) are real rows; [valid, len) are padding (+0) */
+    int32_t own_idx;    /* index into the own-gradient pointer table */
+    int32_t pad_;
+} tide_sum_seg_t;
+
+typedef struct {
+    const tide_sum_seg_t *segs; /* host pointer (reference) or device pointer (CUDA) */
+    int num_segs;
+    const void *staged;         /* num_staged contributions, stage_stride elements apart */
+    uint64_t stage_stride;
+    int num_staged;             /* L - 1 in [0, TIDE_MAX_GPUS_PER_NODE - 1] */
+    const void *const *own;     /* own gradient base pointers (device pointers for CUDA) */
+    tide_dtype_t dtype;         /* bf16 or fp32 for staged and own */
+    float *out;
+} tide_sum_args_t;
+
+/* One contiguous run of a landing: `len` elements. */
+typedef struct {
+    uint64_t out_off; /* element offset in the fp32 output shard */
+    uint64_t in_off;  /* element offset inside each inbox block */
+    uint32_t len;
+    uint32_t pad_;
+} tide_land_seg_t;
+
+typedef struct {
+    const tide_land_seg_t *segs;
+    int num_segs;
+    const float *in[TIDE_MAX_GPUS_PER_NODE]; /* the L inbox blocks, in GPU order */
+    int num_in;                              /* L */
+    float *out;
+    float alpha;
+    bool init;       /* first landing of this call for these elements */
+    bool accumulate; /* with init: add to the existing output */
+} tide_land_args_t;
+
+/* C references (always available). */
+void tide_ref_sum(const tide_sum_args_t *args);
+void tide_ref_land(const tide_land_args_t *args);
+void tide_ref_cast_bf16(const float *in, uint16_t *out, uint64_t n);
+float tide_bf16_to_float(uint16_t v);
+uint16_t tide_float_to_bf16(float v);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TIDE_KERNELS_KERNELS_H_ */
