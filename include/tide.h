@@ -298,6 +298,93 @@ TIDE_API tide_result_t tide_validate_schedule(int nodes, int gpus_per_node, int 
                                               int round_width, tide_rs_mode_t mode, int passes,
                                               tide_validation_t *report_out);
 
+/* ---------------------------------------------------------------------------------------- */
+/* Communicators, groups and the collectives                                                */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef enum {
+    TIDE_FABRIC_CPU = 0,  /* host memory in POSIX shm; memcpy copy engine; the oracle */
+    TIDE_FABRIC_CUDA = 1, /* one process, ranks placed on the visible GPUs (virtual ranks) */
+    TIDE_FABRIC_NCCL = 2, /* NCCL symmetric windows (not built in this release) */
+    TIDE_FABRIC_COUNT = 3
+} tide_fabric_kind_t;
+
+typedef struct tide_comm *tide_comm_t;
+typedef struct tide_group *tide_group_t;
+
+/*
+ * One process drives all N = M L ranks (like ncclCommInitAll): comms_out receives N handles,
+ * rank r's handle at index r.  Each rank's calls must then be made from its own thread (the
+ * CPU fabric) or may be made from one thread (the CUDA fabric, which enqueues and returns).
+ */
+TIDE_API tide_result_t tide_comm_init_all(tide_fabric_kind_t fabric, int nodes, int gpus_per_node,
+                                          tide_comm_t *comms_out);
+
+/*
+ * One process per rank (CPU fabric): every rank calls this with the same `name` (a short
+ * identifier, [A-Za-z0-9_-], shared by the ranks of one job) and its own rank.
+ */
+TIDE_API tide_result_t tide_comm_init_rank(tide_fabric_kind_t fabric, int nodes, int gpus_per_node,
+                                           int rank, const char *name, tide_comm_t *comm_out);
+
+/* Release a communicator; every group registered on it must be deregistered first. */
+TIDE_API tide_result_t tide_comm_destroy(tide_comm_t comm);
+
+TIDE_API tide_result_t tide_comm_rank(tide_comm_t comm, int *rank_out);
+
+/*
+ * Register a parameter group (collective: every rank of the communicator calls it with the
+ * same config and group).  Plans the group, compiles its programs, allocates and zeroes its
+ * arena.  config->nodes / gpus_per_node must match the communicator.
+ */
+TIDE_API tide_result_t tide_group_register(tide_comm_t comm, const tide_config_t *config,
+                                           const tide_group_desc_t *group, tide_group_t *group_out);
+
+/* Collective; releases the arena. */
+TIDE_API tide_result_t tide_group_deregister(tide_group_t group);
+
+/* The plan the group runs (owned by the group). */
+TIDE_API tide_result_t tide_group_plan(tide_group_t group, tide_plan_t *plan_out);
+
+/*
+ * Landing slot `slot` (0 or 1) of this rank: N S bytes of parameter-major storage where
+ * parameter p's unsharded (padded) tensor starts at o_p N.  Valid until deregistration.
+ */
+TIDE_API tide_result_t tide_group_landing(tide_group_t group, int slot, void **ptr_out);
+
+/*
+ * Resident shard region (S bytes) for in-place shard adoption (§3.1): copy the packed shard
+ * there once; then pass shard = NULL to tide_all_gather.  TIDE_ERR_UNSUPPORTED with a cast.
+ */
+TIDE_API tide_result_t tide_group_resident(tide_group_t group, void **ptr_out);
+
+/*
+ * TIDE-AG.  shard: this rank's packed shard (S bytes of ag_dtype, param p at o_p), or the
+ * packed fp32 master shard when the group casts (shard_dtype fp32, ag_dtype bf16), or NULL
+ * to read the resident region.  On return of the CPU fabric (when the CUDA fabric's stream
+ * reaches the call-complete point) landing slot `slot` holds every rank's shard at
+ * Landing(p, r).  stream: cudaStream_t for the CUDA fabric, NULL otherwise.
+ */
+TIDE_API tide_result_t tide_all_gather(tide_group_t group, const void *shard, int slot,
+                                       void *stream);
+
+/*
+ * TIDE-RS.  grads[p]: this rank's unsharded gradient of parameter p (D_p K_p items of
+ * grad_dtype, row-major), read in place.  out: this rank's fp32 shard (S_fp32 bytes, param p
+ * at 4 x elem_offset_p, rows past D_p written as zero).  Computes
+ *     out = (accumulate ? out : 0) + alpha * sum_u G_p^(u)[rows of this rank]
+ * in fp32 with the association order of §4.3.  mode selects In-Place or Slot-Reuse (same
+ * arithmetic, bitwise identical results).
+ */
+TIDE_API tide_result_t tide_reduce_scatter(tide_group_t group, const void *const *grads, float *out,
+                                           float alpha, int accumulate, tide_rs_mode_t mode,
+                                           void *stream);
+
+/* FSDP2's scaling folded into alpha: AVG = 1/N, PREMUL_SUM = factor, divide factors
+ * (pre, post) = 1 / (pre * post). */
+TIDE_API float tide_alpha_avg(int ranks);
+TIDE_API float tide_alpha_divide(float predivide, float postdivide);
+
 #ifdef __cplusplus
 }
 #endif
