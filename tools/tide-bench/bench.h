@@ -1,0 +1,46 @@
+/*
+ * bench.h - tide-bench: TIDE-AG / TIDE-RS against the stock FSDP2 layout path.
+ *
+ * In the spirit of nccl-tests: for each size, time the collective and the baseline on the
+ * same buffers, print time, algbw, busbw and the ratio, then check the data after timing
+ * (#wrong) and exit non-zero on any wrong element.
+ */
+#ifndef TIDE_BENCH_BENCH_H_
+#define TIDE_BENCH_BENCH_H_
+
+#include "tide.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct {
+    tide_fabric_kind_t fabric;
+    int nodes, gpus_per_node;
+    const char *preset;       /* or NULL with shapes */
+    const char *shapes;       /* --shapes list */
+    tide_dtype_t grad_dtype;  /* gradient dtype (bf16 default) */
+    tide_rs_mode_t mode;
+    int divisors[16];         /* each size divides every dim0 of the group by this */
+    int num_divisors;
+    int iters, warmup;
+    uint64_t seed;
+    bool json, quiet;
+} bench_opts_t;
+
+/* One size of one collective. */
+typedef struct {
+    const char *coll;         /* "all_gather" or "reduce_scatter" */
+    int divisor;
+    int num_params;
+    uint64_t bytes;           /* N S (AG) or N S_grad (RS): the unsharded group */
+    double tide_us, stock_us; /* medians */
+    double algbw, busbw;      /* GB/s of TIDE */
+    double stock_busbw;
+    uint64_t wrong;           /* elements that differ from the stock path after timing */
+} bench_row_t;
+
+/* Run every size for both collectives on the CPU fabric; rows_out has 2 per divisor. */
+tide_result_t bench_run_cpu(const bench_opts_t *opts, const tide_param_shape_t *shapes,
+                            int num_shapes, bench_row_t *rows_out, int *num_rows_out);
+
+#endif /* TIDE_BENCH_BENCH_H_ */

@@ -1,0 +1,198 @@
+/*
+ * tide-bench - time TIDE-AG and TIDE-RS against the stock FSDP2 layout path.
+ *
+ *   tide-bench [--fabric cpu] [--topology MxL] [--preset NAME | --shapes LIST]
+ *              [--divisors 1024,256,64] [--iters N] [--warmup N] [--mode in-place|slot-reuse]
+ *              [--grad-dtype bf16|fp32] [--seed S] [--json] [--quiet]
+ *
+ * Each size divides every parameter's dim 0 by a divisor (the preset's real shapes are too
+ * large for a CPU run).  Exit status: 0 all data correct, 1 a wrong element or a library
+ * error, 2 a usage error.
+ */
+#include "bench.h"
+
+#include "plan/presets.h"
+
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: tide-bench [--fabric cpu] [--topology MxL] [--preset NAME | --shapes LIST]\n"
+            "                  [--divisors D1,D2,...] [--iters N] [--warmup N]\n"
+            "                  [--mode in-place|slot-reuse] [--grad-dtype bf16|fp32]\n"
+            "                  [--seed S] [--json] [--quiet]\n"
+            "presets: %s\n",
+            tide_preset_names());
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || v < lo || v > hi) return 0;
+    *out = (int)v;
+    return 1;
+}
+
+static int parse_divisors(const char *s, bench_opts_t *o) {
+    char buf[256];
+    if (strlen(s) >= sizeof(buf)) return 0;
+    strcpy(buf, s);
+    o->num_divisors = 0;
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (o->num_divisors == 16 || !parse_int(tok, 1, 1 << 20, &o->divisors[o->num_divisors]))
+            return 0;
+        o->num_divisors++;
+    }
+    return o->num_divisors > 0;
+}
+
+static int bad_usage(const char *msg) {
+    fprintf(stderr, "tide-bench: %s\n", msg);
+    usage(stderr);
+    return 2;
+}
+
+static void print_table(const bench_opts_t *o, const bench_row_t *rows, int n) {
+    printf("# tide-bench: fabric %s, topology %dx%d (N = %d), %s, mode %s\n",
+           o->fabric == TIDE_FABRIC_CPU ? "cpu" : "cuda", o->nodes, o->gpus_per_node,
+           o->nodes * o->gpus_per_node, o->preset ? o->preset : "custom shapes",
+           o->mode == TIDE_RS_IN_PLACE ? "in-place" : "slot-reuse");
+    printf("# times are medians of %d iterations; the stock path is FSDP2's layout path on the\n"
+           "# same buffers (AG: rank-major gather + copy-out; RS: _chunk_cat fp32 pack + reduce)\n",
+           o->iters);
+    printf("%-15s %7s %4s %12s %11s %9s %9s %11s %9s %8s %7s\n", "collective", "dim0/", "P",
+           "size(B)", "tide(us)", "algbw", "busbw", "stock(us)", "busbw", "speedup", "#wrong");
+    for (int i = 0; i < n; ++i) {
+        const bench_row_t *r = &rows[i];
+        printf("%-15s %7d %4d %12llu %11.1f %9.2f %9.2f %11.1f %9.2f %7.2fx %7llu\n", r->coll,
+               r->divisor, r->num_params, (unsigned long long)r->bytes, r->tide_us, r->algbw,
+               r->busbw, r->stock_us, r->stock_busbw, r->stock_us / r->tide_us,
+               (unsigned long long)r->wrong);
+    }
+}
+
+static void print_json(const bench_opts_t *o, const bench_row_t *rows, int n) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "fabric", o->fabric == TIDE_FABRIC_CPU ? "cpu" : "cuda");
+    cJSON_AddNumberToObject(root, "nodes", o->nodes);
+    cJSON_AddNumberToObject(root, "gpus_per_node", o->gpus_per_node);
+    cJSON_AddStringToObject(root, "preset", o->preset ? o->preset : "");
+    cJSON_AddStringToObject(root, "mode", o->mode == TIDE_RS_IN_PLACE ? "in-place" : "slot-reuse");
+    cJSON_AddNumberToObject(root, "iters", o->iters);
+    cJSON *arr = cJSON_AddArrayToObject(root, "rows");
+    for (int i = 0; i < n; ++i) {
+        cJSON *r = cJSON_CreateObject();
+        cJSON_AddStringToObject(r, "collective", rows[i].coll);
+        cJSON_AddNumberToObject(r, "divisor", rows[i].divisor);
+        cJSON_AddNumberToObject(r, "params", rows[i].num_params);
+        cJSON_AddNumberToObject(r, "bytes", (double)rows[i].bytes);
+        cJSON_AddNumberToObject(r, "tide_us", rows[i].tide_us);
+        cJSON_AddNumberToObject(r, "stock_us", rows[i].stock_us);
+        cJSON_AddNumberToObject(r, "algbw_gbps", rows[i].algbw);
+        cJSON_AddNumberToObject(r, "busbw_gbps", rows[i].busbw);
+        cJSON_AddNumberToObject(r, "stock_busbw_gbps", rows[i].stock_busbw);
+        cJSON_AddNumberToObject(r, "speedup", rows[i].stock_us / rows[i].tide_us);
+        cJSON_AddNumberToObject(r, "wrong", (double)rows[i].wrong);
+        cJSON_AddItemToArray(arr, r);
+    }
+    char *s = cJSON_Print(root);
+    if (s) puts(s);
+    free(s);
+    cJSON_Delete(root);
+}
+
+int main(int argc, char **argv) {
+    bench_opts_t o = {.fabric = TIDE_FABRIC_CPU, .nodes = 2, .gpus_per_node = 4,
+                      .preset = "llama3-70b-layer", .grad_dtype = TIDE_DTYPE_BF16,
+                      .mode = TIDE_RS_IN_PLACE, .divisors = {1024, 256, 64}, .num_divisors = 3,
+                      .iters = 5, .warmup = 1, .seed = 0x7A1DE};
+    static const struct option longopts[] = {
+        {"fabric", required_argument, 0, 'f'},   {"topology", required_argument, 0, 't'},
+        {"preset", required_argument, 0, 'p'},   {"shapes", required_argument, 0, 's'},
+        {"divisors", required_argument, 0, 'd'}, {"iters", required_argument, 0, 'n'},
+        {"warmup", required_argument, 0, 'w'},   {"mode", required_argument, 0, 'm'},
+        {"grad-dtype", required_argument, 0, 'g'}, {"seed", required_argument, 0, 'S'},
+        {"json", no_argument, 0, 'j'},           {"quiet", no_argument, 0, 'q'},
+        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'f':
+            if (strcmp(optarg, "cpu") == 0) o.fabric = TIDE_FABRIC_CPU;
+            else if (strcmp(optarg, "cuda") == 0) o.fabric = TIDE_FABRIC_CUDA;
+            else return bad_usage("--fabric must be cpu or cuda");
+            break;
+        case 't':
+            if (sscanf(optarg, "%dx%d", &o.nodes, &o.gpus_per_node) != 2 || o.nodes < 1 ||
+                o.gpus_per_node < 1 || o.gpus_per_node > TIDE_MAX_GPUS_PER_NODE ||
+                o.nodes > 64)
+                return bad_usage("--topology must be MxL with 1 <= M <= 64, 1 <= L <= 8");
+            break;
+        case 'p': o.preset = optarg, o.shapes = NULL; break;
+        case 's': o.shapes = optarg, o.preset = NULL; break;
+        case 'd':
+            if (!parse_divisors(optarg, &o)) return bad_usage("--divisors: up to 16 integers >= 1");
+            break;
+        case 'n':
+            if (!parse_int(optarg, 1, 100000, &o.iters)) return bad_usage("--iters must be >= 1");
+            break;
+        case 'w':
+            if (!parse_int(optarg, 0, 100000, &o.warmup)) return bad_usage("--warmup must be >= 0");
+            break;
+        case 'm':
+            if (strcmp(optarg, "in-place") == 0) o.mode = TIDE_RS_IN_PLACE;
+            else if (strcmp(optarg, "slot-reuse") == 0) o.mode = TIDE_RS_SLOT_REUSE;
+            else return bad_usage("--mode must be in-place or slot-reuse");
+            break;
+        case 'g':
+            if (strcmp(optarg, "bf16") == 0) o.grad_dtype = TIDE_DTYPE_BF16;
+            else if (strcmp(optarg, "fp32") == 0) o.grad_dtype = TIDE_DTYPE_FP32;
+            else return bad_usage("--grad-dtype must be bf16 or fp32");
+            break;
+        case 'S': o.seed = strtoull(optarg, NULL, 0); break;
+        case 'j': o.json = true; break;
+        case 'q': o.quiet = true; break;
+        case 'h': usage(stdout); return 0;
+        default: return bad_usage("unknown option");
+        }
+    }
+    if (optind < argc) return bad_usage("unexpected argument");
+    if (o.fabric != TIDE_FABRIC_CPU)
+        return bad_usage("this build runs --fabric cpu; the CUDA runs use tests/gpu/run.sh");
+    if (o.grad_dtype != TIDE_DTYPE_BF16)
+        return bad_usage("the stock baseline here packs bf16 gradients: --grad-dtype bf16");
+
+    const tide_param_shape_t *shapes;
+    tide_param_shape_t *parsed = NULL;
+    int P;
+    if (o.preset) {
+        const tide_preset_t *pr = tide_preset_find(o.preset);
+        if (!pr) return bad_usage("unknown preset");
+        shapes = pr->shapes, P = pr->num_params;
+    } else {
+        if (tide_shapes_parse(o.shapes, &parsed, &P) != TIDE_SUCCESS)
+            return bad_usage(tide_get_last_error());
+        shapes = parsed;
+    }
+    bench_row_t rows[32];
+    int n = 0;
+    tide_result_t r = bench_run_cpu(&o, shapes, P, rows, &n);
+    free(parsed);
+    if (o.json) print_json(&o, rows, n);
+    else print_table(&o, rows, n);
+    if (r != TIDE_SUCCESS) {
+        fprintf(stderr, "tide-bench: %s: %s\n", tide_get_error_string(r), tide_get_last_error());
+        return 1;
+    }
+    uint64_t wrong = 0;
+    for (int i = 0; i < n; ++i) wrong += rows[i].wrong;
+    if (wrong) {
+        fprintf(stderr, "tide-bench: %llu wrong elements\n", (unsigned long long)wrong);
+        return 1;
+    }
+    return 0;
+}
