@@ -249,6 +249,9 @@ typedef struct {
     uint64_t total_bytes;
 } tide_arena_layout_t;
 
+/* 8-byte counters reserved in TIDE_REGION_SIGNALS for the program's signals. */
+#define TIDE_ARENA_SIGNAL_SLOTS 4096
+
 /* Exact arena of a plan: every region's offset and size, aligned to TIDE_ARENA_ALIGN. */
 tide_result_t tide_arena_layout(const tide_topo_t *topo, const tide_geom_t *geom,
                                 const tide_rs_schedule_t *rs, tide_arena_layout_t *layout_out);
