@@ -10,5 +10,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
 fi
 if [ -f python/requirements-test.txt ]; then
-  python3 -m pip install -q -r python/requirements-test.txt
+  # A Debian system Python refuses user installs (PEP 668); the pins are test-only.
+  python3 -m pip install -q -r python/requirements-test.txt 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages -r python/requirements-test.txt
 fi

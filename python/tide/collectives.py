@@ -1,0 +1,338 @@
+"""TIDE-AG and TIDE-RS over numpy arrays on the CPU fabric.
+
+One process drives all N = M L ranks (tide_comm_init_all).  Every collective call -- group
+registration, all-gather, reduce-scatter, deregistration -- must be made by all N ranks at
+once, each from its own thread; World.run(fn) runs fn(rank) on N threads.  ctypes releases
+the GIL for the duration of each foreign call, so the ranks really run concurrently.
+
+Inputs are checked here before they reach C (dtype, shape, contiguity, sizes, overlap), so a
+malformed argument raises ValueError on the calling rank instead of corrupting memory.  Views
+returned by Group.landing / unsharded / resident alias the group's arena: they are valid until
+the group is deregistered (World.close deregisters every group it registered).
+"""
+
+import ctypes
+import threading
+
+import ml_dtypes
+import numpy as np
+
+from . import _lib
+from .plan import Config, Plan, _GroupSignature, _check_config, _int
+
+_NUMPY_DTYPES = {_lib.DTYPE_BF16: np.dtype(ml_dtypes.bfloat16),
+                 _lib.DTYPE_FP32: np.dtype(np.float32),
+                 _lib.DTYPE_FP16: np.dtype(np.float16)}
+
+
+def numpy_dtype(dtype):
+    """numpy dtype of a TIDE dtype ("bf16" -> ml_dtypes.bfloat16, "fp32" -> float32)."""
+    return _NUMPY_DTYPES[_lib.parse_dtype(dtype)]
+
+
+def alpha_avg(ranks):
+    """FSDP2's AVG folded into alpha: 1 / ranks (tide_alpha_avg)."""
+    return float(_lib.require("tide_alpha_avg")(_int(ranks, "ranks", 1, 2**31 - 1)))
+
+
+def alpha_divide(predivide, postdivide):
+    """FSDP2's divide factors folded into alpha: 1 / (pre * post) (tide_alpha_divide)."""
+    return float(_lib.require("tide_alpha_divide")(float(predivide), float(postdivide)))
+
+
+def _view(ptr, nbytes, dtype):
+    """A writable numpy view of nbytes at address ptr."""
+    buf = (ctypes.c_char * nbytes).from_address(ptr)
+    return np.frombuffer(buf, dtype=dtype)
+
+
+def _check_array(a, what, dtype, writable=False):
+    if not isinstance(a, np.ndarray):
+        raise ValueError("%s: expected a numpy array, got %s" % (what, type(a).__name__))
+    if a.dtype != dtype:
+        raise ValueError("%s: dtype %s, expected %s" % (what, a.dtype, dtype))
+    if not a.flags.c_contiguous:
+        raise ValueError("%s: array is not C-contiguous (use np.ascontiguousarray)" % what)
+    if writable and not a.flags.writeable:
+        raise ValueError("%s: array is read-only" % what)
+
+
+def _check_slot(slot):
+    slot = _int(slot, "slot")
+    if slot not in (0, 1):
+        raise ValueError("slot = %d: a group has landing slots 0 and 1" % slot)
+    return slot
+
+
+class World:
+    """N = nodes x gpus_per_node ranks of one process on the CPU fabric.
+
+    world.register(config, shapes, ag_dtype="bf16", grad_dtype="bf16", shard_dtype=None)
+    registers a group on every rank and returns the N per-rank Group objects; world.run(fn)
+    runs fn(rank) on N threads and returns the N results (re-raising the first exception).
+    Use as a context manager or call close().
+    """
+
+    def __init__(self, nodes, gpus_per_node):
+        self._comms = []
+        self._registrations = []
+        self._closed = True
+        i32 = (-2**31, 2**31 - 1)
+        self.nodes = _int(nodes, "nodes", *i32)
+        self.gpus_per_node = _int(gpus_per_node, "gpus_per_node", *i32)
+        ranks = self.nodes * self.gpus_per_node
+        if self.nodes < 1 or self.gpus_per_node < 1 or ranks > 4096:
+            # The library checks its own limits; this only keeps the handle array and the
+            # thread count sane before the call.
+            raise ValueError("World(%d, %d): need nodes >= 1, gpus_per_node >= 1 and at most "
+                             "4096 ranks in one process" % (self.nodes, self.gpus_per_node))
+        comms = (ctypes.c_void_p * ranks)()
+        _lib.call("tide_comm_init_all", _lib.FABRIC_CPU, self.nodes, self.gpus_per_node, comms)
+        self._comms = [comms[r] for r in range(ranks)]
+        self._closed = False
+
+    @property
+    def ranks(self):
+        return self.nodes * self.gpus_per_node
+
+    def _check_open(self):
+        if self._closed:
+            raise ValueError("world is closed")
+
+    # ---------------------------------------------------------------- threads
+
+    def run(self, fn, timeout=None):
+        """Run fn(rank) on one thread per rank; return [fn(0), ..., fn(N-1)].  If any raised,
+        re-raise the first exception (in time) after every thread has finished."""
+        self._check_open()
+        results = [None] * self.ranks
+        errors = []
+        lock = threading.Lock()
+
+        def body(rank):
+            try:
+                results[rank] = fn(rank)
+            except BaseException as exc:  # noqa: B036 - re-raised on the caller's thread
+                with lock:
+                    errors.append(exc)
+
+        threads = [threading.Thread(target=body, args=(r,), name="tide-rank-%d" % r,
+                                    daemon=True) for r in range(self.ranks)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout)
+        if any(t.is_alive() for t in threads):
+            raise TimeoutError("World.run: a rank did not finish within %s s" % timeout)
+        if errors:
+            raise errors[0]
+        return results
+
+    # ---------------------------------------------------------------- groups
+
+    def register(self, config, shapes, ag_dtype="bf16", grad_dtype="bf16", shard_dtype=None):
+        """Register one group on every rank (collective); returns [Group(rank 0), ...]."""
+        self._check_open()
+        config = _check_config(config)
+        if (config.nodes, config.gpus_per_node) != (self.nodes, self.gpus_per_node):
+            raise ValueError("config is %dx%d, the world %dx%d" % (
+                config.nodes, config.gpus_per_node, self.nodes, self.gpus_per_node))
+        sig = _GroupSignature(shapes, ag_dtype, grad_dtype, shard_dtype)
+        # Plan once on this thread first: a group the library refuses raises here, with its
+        # reason, instead of on N threads.
+        with Plan(config, sig.shapes, sig.ag_dtype, sig.grad_dtype, sig.shard_dtype):
+            pass
+        reg = _lib.require("tide_group_register")
+
+        def one(rank):
+            handle = ctypes.c_void_p()
+            _lib.check(reg(self._comms[rank], ctypes.byref(config), ctypes.byref(sig.desc),
+                           ctypes.byref(handle)))
+            return handle.value
+
+        handles = self.run(one)
+        groups = [Group(self, r, h, config, sig) for r, h in enumerate(handles)]
+        self._registrations.append(groups)
+        return groups
+
+    def deregister(self, groups):
+        """Deregister the N groups of one registration (collective)."""
+        self._check_open()
+        groups = list(groups)
+        if len(groups) != self.ranks or any(g.world is not self for g in groups):
+            raise ValueError("deregister: expected the %d groups of one registration of this "
+                             "world" % self.ranks)
+        live = [g for g in groups if not g._closed]
+        if not live:
+            return
+        if len(live) != self.ranks:
+            raise ValueError("deregister: some ranks of this registration are already closed")
+        try:
+            self.run(lambda r: groups[r]._deregister())
+        finally:
+            self._registrations = [gs for gs in self._registrations
+                                   if any(not g._closed for g in gs)]
+
+    def close(self):
+        """Deregister every live group, then release the communicators."""
+        if self._closed:
+            return
+        error = None
+        for groups in list(self._registrations):
+            try:
+                self.deregister(groups)
+            except Exception as exc:  # keep releasing; report the first failure
+                error = error or exc
+        destroy = _lib.require("tide_comm_destroy")
+        for comm in self._comms:
+            res = destroy(comm)
+            if res != _lib.Result.SUCCESS and error is None:
+                error = _lib.TideError(res, _lib.last_error())
+        self._comms = []
+        self._closed = True
+        if error is not None:
+            raise error
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return "<tide.World %dx%d%s>" % (self.nodes, self.gpus_per_node,
+                                         " closed" if self._closed else "")
+
+
+class Group:
+    """One rank's handle of a registered group.  Every collective method must be called by
+    all ranks of the world at once (from World.run)."""
+
+    def __init__(self, world, rank, handle, config, sig):
+        self.world = world
+        self.rank = rank
+        self._handle = handle
+        self._closed = False
+        plan_handle = ctypes.c_void_p()
+        _lib.call("tide_group_plan", handle, ctypes.byref(plan_handle))
+        self.plan = Plan._borrowed(plan_handle.value, config, sig, self)
+        self.ag_dtype = numpy_dtype(sig.ag_dtype)
+        self.grad_dtype = numpy_dtype(sig.grad_dtype)
+        self.shard_dtype = numpy_dtype(sig.shard_dtype)
+        params = self.plan.params
+        self._shard_elems = sum(g.rows_per_rank * g.inner for g in params)
+        summary = self.plan.summary
+        self.shard_bytes = summary["shard_bytes"]
+        self.group_bytes = summary["group_bytes"]
+        self.out_elems = summary["fp32_shard_bytes"] // 4
+
+    def _h(self):
+        if self._closed:
+            raise ValueError("group is deregistered")
+        return self._handle
+
+    def _deregister(self):
+        handle = self._h()
+        _lib.call("tide_group_deregister", handle)
+        self._closed = True
+
+    @property
+    def num_params(self):
+        return self.plan.num_params
+
+    # ---------------------------------------------------------------- arena views
+
+    def landing(self, slot):
+        """Landing slot `slot` as a 1-D array of N S / itemsize items of the ag dtype."""
+        slot = _check_slot(slot)
+        ptr = ctypes.c_void_p()
+        _lib.call("tide_group_landing", self._h(), slot, ctypes.byref(ptr))
+        return _view(ptr.value, self.group_bytes, self.ag_dtype)
+
+    def unsharded(self, slot, p):
+        """The (D_p, K_p) view of parameter p inside landing slot `slot` (starts at o_p N;
+        the padding rows past D_p are left out)."""
+        g = self.plan.param(p)
+        item = self.ag_dtype.itemsize
+        start = g.shard_offset * self.plan.ranks // item
+        return self.landing(slot)[start:start + g.dim0 * g.inner].reshape(g.dim0, g.inner)
+
+    def resident(self):
+        """The resident shard region (S bytes of the ag dtype) for in-place shard adoption:
+        fill it, then call all_gather(None, slot).  TideError UNSUPPORTED with a cast."""
+        ptr = ctypes.c_void_p()
+        _lib.call("tide_group_resident", self._h(), ctypes.byref(ptr))
+        return _view(ptr.value, self.shard_bytes, self.ag_dtype)
+
+    def new_output(self):
+        """A zeroed fp32 reduce-scatter output of the right size."""
+        return np.zeros(self.out_elems, dtype=np.float32)
+
+    # ---------------------------------------------------------------- collectives
+
+    def all_gather(self, shard, slot=0):
+        """TIDE-AG (collective): land every rank's shard in slot `slot`; returns landing(slot).
+        shard: this rank's packed shard, a 1-D C-contiguous array of sum_p R_p K_p items of
+        the shard dtype (bf16, or fp32 masters when the group casts), or None to read the
+        resident region."""
+        slot = _check_slot(slot)
+        h = self._h()
+        if shard is None:
+            ptr = None
+        else:
+            _check_array(shard, "shard", self.shard_dtype)
+            if shard.ndim != 1 or shard.size != self._shard_elems:
+                raise ValueError("shard: shape %s, expected (%d,) (the packed shard)"
+                                 % (shard.shape, self._shard_elems))
+            ptr = shard.ctypes.data
+        _lib.call("tide_all_gather", h, ptr, slot, None)
+        return self.landing(slot)
+
+    def reduce_scatter(self, grads, out, alpha=1.0, accumulate=False, mode="in-place"):
+        """TIDE-RS (collective): out = (accumulate ? out : 0) + alpha sum_u G_p^(u)[my rows],
+        in fp32.  grads: P C-contiguous arrays of the grad dtype, each (D_p, K_p) or any
+        shape (D_p, ...) whose trailing product is K_p (1-D of D_p K_p items also accepted);
+        out: a 1-D C-contiguous writable float32 array of S_fp32 / 4 items.  Returns out."""
+        h = self._h()
+        mode = _lib.parse_mode(mode)
+        try:
+            alpha = float(alpha)
+        except (TypeError, ValueError):
+            raise ValueError("alpha: expected a number, got %r" % (alpha,)) from None
+        _check_array(out, "out", np.dtype(np.float32), writable=True)
+        if out.ndim != 1 or out.size != self.out_elems:
+            raise ValueError("out: shape %s, expected (%d,) (S_fp32 / 4)"
+                             % (out.shape, self.out_elems))
+        if isinstance(grads, np.ndarray) or not hasattr(grads, "__len__"):
+            raise ValueError("grads: expected a list of %d arrays" % self.num_params)
+        if len(grads) != self.num_params:
+            raise ValueError("grads: %d arrays, expected %d" % (len(grads), self.num_params))
+        ptrs = (ctypes.c_void_p * self.num_params)()
+        for p, (g, geo) in enumerate(zip(grads, self.plan.params)):
+            what = "grads[%d]" % p
+            _check_array(g, what, self.grad_dtype)
+            ok = (g.size == geo.dim0 * geo.inner and
+                  (g.ndim == 1 or (g.ndim >= 2 and g.shape[0] == geo.dim0)))
+            if not ok:
+                raise ValueError("%s: shape %s, expected (%d, %d)"
+                                 % (what, g.shape, geo.dim0, geo.inner))
+            if np.may_share_memory(g, out):
+                raise ValueError("%s overlaps out" % what)
+            ptrs[p] = g.ctypes.data
+        out_ptr = ctypes.cast(out.ctypes.data, ctypes.POINTER(ctypes.c_float))
+        _lib.call("tide_reduce_scatter", h, ptrs, out_ptr, alpha, 1 if accumulate else 0, mode,
+                  None)
+        return out
+
+    def __repr__(self):
+        return "<tide.Group rank %d of %d, %d params%s>" % (
+            self.rank, self.plan.ranks, self.num_params, " deregistered" if self._closed else "")
+
+
+__all__ = ["World", "Group", "Config", "numpy_dtype", "alpha_avg", "alpha_divide"]
