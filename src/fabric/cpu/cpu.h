@@ -1,0 +1,128 @@
+/*
+ * cpu.h - the CPU fabric's internal objects (host memory, POSIX shared memory).
+ *
+ * Ranks are threads of one process (tide_comm_init_all) or one process each
+ * (tide_comm_init_rank).  Either way a group's arenas are one POSIX shared-memory object that
+ * holds all N arenas back to back, so every rank reaches every arena with plain loads and
+ * stores; the copy engine is memcpy and signals are lock-free C11 atomics on the 64-bit
+ * counters of each arena's SIGNALS region, which work across processes because they are
+ * address-free.
+ *
+ * Collective handshakes (communicator join, group registration, deregistration) are
+ * cumulative barriers on a control block: heap memory shared by the threads, or a small shm
+ * object named after the job shared by the processes.  Every wait carries the
+ * TIDE_TIMEOUT_MS deadline.
+ */
+#ifndef TIDE_FABRIC_CPU_CPU_H_
+#define TIDE_FABRIC_CPU_CPU_H_
+
+#include "fabric/fabric.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+
+/* Signals are plain uint64 counters in the arena; the CPU fabric accesses them atomically.
+ * Lock-free atomics are address-free, which is what makes them process-shared. */
+typedef _Atomic uint64_t tide_cpu_counter_t;
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
+               "process-shared counters need lock-free 64-bit atomics");
+_Static_assert(sizeof(tide_cpu_counter_t) == sizeof(uint64_t), "counter layout");
+
+static inline tide_cpu_counter_t *tide_cpu_counter(uint64_t *ctr) {
+    return (tide_cpu_counter_t *)ctr;
+}
+
+/* Longest shm object name we build ("/tide." + job + ".g" + 20 digits). */
+#define TIDE_CPU_NAME_MAX 128
+/* Header page in front of the arenas of a group's shm object. */
+#define TIDE_CPU_HEADER_BYTES 4096u
+
+/* ------------------------------------------------------------------ time */
+
+uint64_t tide_cpu_now_ns(void);
+/* Deadline TIDE_TIMEOUT_MS from now. */
+uint64_t tide_cpu_deadline_ns(void);
+/* Back off while nothing progresses: yield first, then sleep a little longer each time, so
+ * that N rank threads on few cores do not starve the rank they wait for. */
+void tide_cpu_backoff(unsigned *idle);
+
+/* ------------------------------------------------------------------ shared memory */
+
+/* Create a fresh object (a stale one of the same name is replaced) of `bytes`, zero-filled,
+ * and map it. */
+tide_result_t tide_cpu_shm_create(const char *name, size_t bytes, void **addr_out);
+/* Open an object another rank creates; waits (until `deadline_ns`) for it to exist and reach
+ * `bytes` (the creator sizes it after creating it). */
+tide_result_t tide_cpu_shm_open(const char *name, size_t bytes, uint64_t deadline_ns,
+                                void **addr_out);
+void tide_cpu_shm_unlink(const char *name);
+
+/* A mapping shared by the rank handles of one process; the last reference unmaps it. */
+typedef struct {
+    void *addr;
+    size_t bytes;
+    atomic_int refs;
+} tide_cpu_map_t;
+
+tide_result_t tide_cpu_map_new(void *addr, size_t bytes, tide_cpu_map_t **map_out);
+void tide_cpu_map_release(tide_cpu_map_t *map);
+
+/* ------------------------------------------------------------------ worlds */
+
+/* Shared by the ranks of a world (heap for threads, shm for processes).  Zero is the initial
+ * state, so a freshly truncated shm object is ready without initialisation. */
+typedef struct {
+    tide_cpu_counter_t topo_key;   /* (M << 8 | L) + 1 once the first rank claimed it */
+    tide_cpu_counter_t barrier;    /* cumulative barrier arrivals */
+    tide_cpu_counter_t reg_failed; /* 1 + sequence of the last registration a rank failed */
+    tide_cpu_counter_t joined[];   /* process mode: bitmap of the ranks that joined */
+} tide_cpu_ctl_t;
+
+/* Process-local state of a world, shared by the rank handles of this process. */
+typedef struct {
+    atomic_int refs;
+    bool processes;              /* one process per rank */
+    char job[TIDE_CPU_NAME_MAX]; /* prefix of every shm name of the world */
+    tide_cpu_ctl_t *ctl;
+    size_t ctl_bytes;
+    /* Threads mode: rank 0 hands each registration's mapping to the other ranks. */
+    pthread_mutex_t lock;
+    uint64_t pending_seq;
+    tide_cpu_map_t *pending;
+} tide_cpu_shared_t;
+
+typedef struct {
+    struct tide_fabric_world base;
+    tide_cpu_shared_t *shared;
+    uint64_t barriers;      /* barriers this rank entered */
+    uint64_t registrations; /* arena_create calls: numbers the shm objects */
+    bool broken;            /* a handshake missed its deadline: barrier counts diverged */
+} tide_cpu_world_t;
+
+/* Collective barrier of the world with the TIDE_TIMEOUT_MS deadline; `what` names it. */
+tide_result_t tide_cpu_barrier(tide_cpu_world_t *w, const char *what);
+
+/* ------------------------------------------------------------------ arenas */
+
+/* Group header at the start of the shm object (its own page). */
+typedef struct {
+    tide_cpu_counter_t signature; /* the group signature rank 0 registered */
+    tide_cpu_counter_t bytes;     /* arena bytes per rank */
+    tide_cpu_counter_t mismatches;
+} tide_cpu_header_t;
+
+typedef struct {
+    struct tide_fabric_arena base;
+    tide_cpu_map_t *map;
+} tide_cpu_arena_t;
+
+tide_result_t tide_cpu_arena_create(struct tide_fabric_world *world, uint64_t bytes,
+                                    uint64_t signature, struct tide_fabric_arena **arena_out);
+tide_result_t tide_cpu_arena_destroy(struct tide_fabric_arena *arena);
+
+/* The interpreter (interp.c). */
+tide_result_t tide_cpu_execute(struct tide_fabric_arena *arena, const tide_program_t *prog,
+                               const tide_binding_t *binding, void *stream);
+
+#endif /* TIDE_FABRIC_CPU_CPU_H_ */

@@ -1,0 +1,175 @@
+/*
+ * interp.c - the CPU fabric's interpreter: run one rank's program of one call to completion
+ * on the calling thread.
+ *
+ * The rank's queues are concurrent in the program's semantics, but one thread per rank is
+ * enough to honour that: queues run cooperatively, round-robin.  A queue advances until it
+ * reaches a WAIT whose counter is below its target, then the next queue gets the thread.  A
+ * round in which no queue advanced backs off (yield, then short sleeps) before polling again.
+ * Since every queue's waits depend only on counters, this schedule can block only where the
+ * program itself deadlocks, and that is caught by the deadline.
+ *
+ * Memory ordering: a SIGNAL (and the fused signal of a COPY) is a release increment after the
+ * op's stores (and loads) have been issued; a WAIT is an acquire load.  So bytes copied before
+ * a signal are visible to the waiter, and a buffer a waiter reuses after a credit is no longer
+ * read by the rank that sent the credit.
+ *
+ * Deadline: a WAIT fails stop when it stays unsatisfied for TIDE_TIMEOUT_MS; the message
+ * names the rank, queue, op index and kind, the counter, its value and the target, and lists
+ * the other blocked queues.
+ */
+#include "core/checks.h"
+#include "fabric/cpu/cpu.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Run state of one call. */
+typedef struct {
+    const tide_binding_t *b;
+    const tide_program_t *prog;
+    int pc[TIDE_Q_COUNT];
+    uint64_t blocked_since[TIDE_Q_COUNT]; /* 0: not blocked */
+    tide_bound_op_t blocked_op[TIDE_Q_COUNT];
+} run_t;
+
+static void signal_add(uint64_t *ctr) {
+    atomic_fetch_add_explicit(tide_cpu_counter(ctr), 1, memory_order_release);
+}
+
+static void copy_2d(const tide_op_t *op, const tide_bound_op_t *bo) {
+    uint8_t *dst = bo->dst;
+    const uint8_t *src = bo->src;
+    for (uint64_t r = 0; r < op->rows; ++r)
+        memcpy(dst + r * op->dst_pitch, src + r * op->src_pitch, op->bytes);
+}
+
+/* Execute op pc[q] of queue q; *ready = false when it is a WAIT that cannot pass yet. */
+static tide_result_t step(run_t *run, tide_queue_t q, bool *ready) {
+    const int index = run->pc[q];
+    const tide_op_t *op = &run->prog->ranks[run->b->rank].queues[q].ops[index];
+    tide_bound_op_t bo;
+    TIDE_CHECK(tide_bind_op(run->b, run->prog, q, index, &bo));
+    *ready = true;
+    switch (op->kind) {
+    case TIDE_OP_WAIT: {
+        uint64_t v = atomic_load_explicit(tide_cpu_counter(bo.wait_ctr), memory_order_acquire);
+        if (bo.wait_target > 0 && v < (uint64_t)bo.wait_target) {
+            *ready = false;
+            run->blocked_op[q] = bo;
+        }
+        return TIDE_SUCCESS;
+    }
+    case TIDE_OP_COPY:
+        if (op->bytes > 0) memcpy(bo.dst, bo.src, op->bytes);
+        break;
+    case TIDE_OP_COPY2D:
+        copy_2d(op, &bo);
+        break;
+    case TIDE_OP_SIGNAL:
+        break; /* the signal below */
+    case TIDE_OP_SUM: {
+        tide_sum_args_t a;
+        TIDE_CHECK(tide_bind_sum(run->b, run->prog, q, index, &a));
+        tide_ref_sum(&a);
+        break;
+    }
+    case TIDE_OP_LAND: {
+        tide_land_args_t a;
+        TIDE_CHECK(tide_bind_land(run->b, run->prog, q, index, &a));
+        tide_ref_land(&a);
+        break;
+    }
+    case TIDE_OP_ZERO:
+        if (op->bytes > 0) memset(bo.dst, 0, op->bytes);
+        break;
+    case TIDE_OP_CAST:
+        tide_ref_cast_bf16(bo.src, bo.dst, op->bytes / 2);
+        break;
+    case TIDE_OP_EVENT:
+        /* The call returns only after every queue finished, which implies both events. */
+        break;
+    default:
+        break; /* tide_bind_op rejected unknown kinds */
+    }
+    if (bo.signal != NULL) signal_add(bo.signal);
+    return TIDE_SUCCESS;
+}
+
+/* The fail-stop message: the queue that missed its deadline, then the others that block. */
+static tide_result_t timeout_error(const run_t *run, tide_queue_t q, uint64_t now) {
+    const tide_rank_program_t *rp = &run->prog->ranks[run->b->rank];
+    char others[256] = "";
+    size_t used = 0;
+    for (int o = 0; o < TIDE_Q_COUNT && used < sizeof(others); ++o) {
+        if (o == (int)q || run->blocked_since[o] == 0) continue;
+        const tide_op_t *op = &rp->queues[o].ops[run->pc[o]];
+        const tide_bound_op_t *bo = &run->blocked_op[o];
+        int k = snprintf(others + used, sizeof(others) - used,
+                         "; also blocked: queue %s op %d counter %d = %" PRIu64 " < %" PRId64,
+                         tide_queue_name((tide_queue_t)o), run->pc[o], op->ctr,
+                         atomic_load(tide_cpu_counter(bo->wait_ctr)), bo->wait_target);
+        if (k < 0) break;
+        used += (size_t)k;
+    }
+    const tide_op_t *op = &rp->queues[q].ops[run->pc[q]];
+    const tide_bound_op_t *bo = &run->blocked_op[q];
+    return TIDE_ERR(TIDE_ERR_TIMEOUT,
+                    "rank %d queue %s op %d (%s) missed its deadline after %" PRIu64
+                    " ms: counter %d = %" PRIu64 ", target %" PRId64 " (epoch %" PRIu64
+                    ", TIDE_TIMEOUT_MS = %" PRId64 ")%s",
+                    run->b->rank, tide_queue_name(q), run->pc[q], tide_op_kind_name(op->kind),
+                    (now - run->blocked_since[q]) / 1000000u, op->ctr,
+                    atomic_load(tide_cpu_counter(bo->wait_ctr)), bo->wait_target, run->b->epoch,
+                    tide_fabric_timeout_ms(), others);
+}
+
+tide_result_t tide_cpu_execute(struct tide_fabric_arena *arena, const tide_program_t *prog,
+                               const tide_binding_t *binding, void *stream) {
+    if (stream != NULL)
+        return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
+                        "cpu fabric: stream must be NULL (the call runs on the calling thread)");
+    if (prog->num_ranks != arena->world->ranks || binding->rank != arena->world->rank ||
+        binding->arena != arena)
+        return TIDE_ERR(TIDE_ERR_INTERNAL,
+                        "cpu fabric: program of %d ranks / binding of rank %d does not match "
+                        "rank %d of %d",
+                        prog->num_ranks, binding->rank, arena->world->rank, arena->world->ranks);
+
+    run_t run;
+    memset(&run, 0, sizeof(run));
+    run.b = binding;
+    run.prog = prog;
+    const tide_rank_program_t *rp = &prog->ranks[binding->rank];
+    const uint64_t timeout_ns = (uint64_t)tide_fabric_timeout_ms() * 1000000u;
+    unsigned idle = 0;
+
+    for (;;) {
+        bool progress = false, done = true;
+        for (int q = 0; q < TIDE_Q_COUNT; ++q) {
+            const int num_ops = rp->queues[q].num_ops;
+            while (run.pc[q] < num_ops) {
+                bool ready;
+                TIDE_CHECK(step(&run, (tide_queue_t)q, &ready));
+                if (!ready) {
+                    uint64_t now = tide_cpu_now_ns();
+                    if (run.blocked_since[q] == 0)
+                        run.blocked_since[q] = now;
+                    else if (now - run.blocked_since[q] > timeout_ns)
+                        return timeout_error(&run, (tide_queue_t)q, now);
+                    break;
+                }
+                run.blocked_since[q] = 0;
+                ++run.pc[q];
+                progress = true;
+            }
+            if (run.pc[q] < num_ops) done = false;
+        }
+        if (done) return TIDE_SUCCESS;
+        if (progress)
+            idle = 0;
+        else
+            tide_cpu_backoff(&idle);
+    }
+}

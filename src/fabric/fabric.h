@@ -1,0 +1,162 @@
+/*
+ * fabric.h - the provider interface that runs compiled programs (DESIGN.md §3, fabric/).
+ *
+ * A fabric is a vtable in the style of libfabric's providers: one `struct tide_fabric_ops`
+ * per folder (cpu/, cuda/, nccl/), filled with C11 designated initializers.  core/ talks to a
+ * fabric only through this header, so the communicator and group calls are the same for host
+ * memory and for devices:
+ *
+ *   world_create_all / world_create_rank   the N = M L ranks of a communicator, as N handles
+ *                                          of one process or one handle per process
+ *   arena_create / arena_destroy           (collective) every rank's arena of one group,
+ *                                          zeroed, seen by each rank as N base pointers
+ *   execute                                run one rank's program of one call, bound to the
+ *                                          call's operands (CPU: to completion on the calling
+ *                                          thread; CUDA: enqueued on `stream`)
+ *   world_destroy
+ *
+ * Fabric objects embed the common structs below as their first member (libfabric's fid
+ * pattern): core reads the common part, the fabric casts back to its own type.
+ *
+ * Binding (bind.c, shared by every fabric) turns the program's symbolic references into
+ * addresses for one call: arena of rank r + region offset (+ the RS bank of the epoch), the
+ * call's landing slot, the shard / gradient / output operands.  Every reference is bounds
+ * checked against its region or operand, so a malformed or mutated program fails with a
+ * message naming the rank, queue and op instead of writing out of bounds.
+ */
+#ifndef TIDE_FABRIC_FABRIC_H_
+#define TIDE_FABRIC_FABRIC_H_
+
+#include "program/program.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+/* Wait deadline of every fabric wait and collective handshake (fail-stop, never a hang). */
+#define TIDE_TIMEOUT_MS_DEFAULT 10000
+
+/* TIDE_TIMEOUT_MS from the environment (a positive integer), else the default.  Read at every
+ * call so that a test or a job may change it between calls. */
+static inline int64_t tide_fabric_timeout_ms(void) {
+    const char *env = getenv("TIDE_TIMEOUT_MS");
+    if (env == NULL || *env == '\0') return TIDE_TIMEOUT_MS_DEFAULT;
+    char *end = NULL;
+    long long v = strtoll(env, &end, 10);
+    if (end == env || *end != '\0' || v <= 0) return TIDE_TIMEOUT_MS_DEFAULT;
+    /* Deadlines are formed in nanoseconds: clamp to about 24 days. */
+    return v > INT32_MAX ? (int64_t)INT32_MAX : (int64_t)v;
+}
+
+/* ------------------------------------------------------------------ common objects */
+
+struct tide_fabric_ops;
+
+/* One rank's view of the ranks of a communicator. */
+struct tide_fabric_world {
+    const struct tide_fabric_ops *ops;
+    int rank;
+    int nodes;         /* M */
+    int gpus_per_node; /* L */
+    int ranks;         /* N */
+};
+
+/* One rank's view of the arenas of one registered group. */
+struct tide_fabric_arena {
+    struct tide_fabric_world *world;
+    uint64_t bytes;  /* per rank (the plan's arena total) */
+    uint8_t **bases; /* N base pointers valid for this rank (device pointers on a GPU) */
+};
+
+/* ------------------------------------------------------------------ binding */
+
+/* Everything a call binds: operands, landing slot, epoch.  Filled by core, read by fabrics. */
+typedef struct {
+    const struct tide_plan *plan;
+    const struct tide_fabric_arena *arena;
+    int rank;                 /* the executing rank */
+    int slot;                 /* AG: landing slot 0 or 1 (LANDING0 + slot) */
+    uint64_t epoch;           /* calls of this program before this one */
+    const void *shard;        /* AG: packed shard (S bytes, or fp32 master with a cast) */
+    const void *const *grads; /* RS: P gradient pointers */
+    float *out;               /* RS: fp32 output shard */
+    float alpha;              /* RS */
+    bool accumulate;          /* RS */
+} tide_binding_t;
+
+/* One op with its references resolved.  Unused fields are NULL / 0. */
+typedef struct {
+    void *dst;           /* COPY, COPY2D, ZERO, CAST */
+    const void *src;     /* COPY, COPY2D, CAST */
+    uint64_t *signal;    /* SIGNAL, fused signal of COPY/COPY2D: counter to add 1 to */
+    uint64_t *wait_ctr;  /* WAIT: the executing rank's counter */
+    int64_t wait_target; /* WAIT: epoch * inc + thr; satisfied when the counter >= it */
+} tide_bound_op_t;
+
+/* Shard operand bytes of an AG call: S, or 4 sum R_p K_p with a cast (fp32 master). */
+uint64_t tide_bind_shard_bytes(const struct tide_plan *plan);
+
+/* The shard a call reads: `shard`, or the RESIDENT region of the executing rank when NULL
+ * (TIDE_ERR_UNSUPPORTED with a cast: the fp32 master shard is not resident). */
+tide_result_t tide_bind_shard(const struct tide_plan *plan, const struct tide_fabric_arena *arena,
+                              const void *shard, const void **shard_out);
+
+/* Base of region `region` of rank `rank`'s arena. */
+tide_result_t tide_bind_region(const struct tide_fabric_arena *arena, const struct tide_plan *plan,
+                               int rank, tide_region_t region, void **ptr_out);
+
+/* Resolve op `index` of queue `q` of the binding's rank (messages name rank, queue, op). */
+tide_result_t tide_bind_op(const tide_binding_t *b, const tide_program_t *prog, tide_queue_t q,
+                           int index, tide_bound_op_t *out);
+
+/* Resolve the segment table of a SUM / LAND op into kernel arguments, bounds checked. */
+tide_result_t tide_bind_sum(const tide_binding_t *b, const tide_program_t *prog, tide_queue_t q,
+                            int index, tide_sum_args_t *args_out);
+tide_result_t tide_bind_land(const tide_binding_t *b, const tide_program_t *prog, tide_queue_t q,
+                             int index, tide_land_args_t *args_out);
+
+/* Static name of an op kind ("copy", "wait", ...), or "?". */
+const char *tide_op_kind_name(int kind);
+
+/* ------------------------------------------------------------------ the provider vtable */
+
+struct tide_fabric_ops {
+    tide_fabric_kind_t kind;
+    const char *name;
+
+    /* One process drives all N ranks: worlds_out[r] is rank r's handle (N entries). */
+    tide_result_t (*world_create_all)(int nodes, int gpus_per_node,
+                                      struct tide_fabric_world **worlds_out);
+    /* One process per rank; every rank passes the same job `name`.  Returns when all N ranks
+     * joined (TIDE_ERR_TIMEOUT when some did not within TIDE_TIMEOUT_MS). */
+    tide_result_t (*world_create_rank)(int nodes, int gpus_per_node, int rank, const char *name,
+                                       struct tide_fabric_world **world_out);
+    /* Release one rank's handle (shared state goes with the last handle). */
+    tide_result_t (*world_destroy)(struct tide_fabric_world *world);
+
+    /* Collective over the world: allocate and zero every rank's arena of `bytes`, and make each
+     * reachable from every rank.  `signature` identifies the group; ranks that registered
+     * different groups get TIDE_ERR_INVALID_ARGUMENT. */
+    tide_result_t (*arena_create)(struct tide_fabric_world *world, uint64_t bytes,
+                                  uint64_t signature, struct tide_fabric_arena **arena_out);
+    /* Collective; releases this rank's view (and the memory with the last view). */
+    tide_result_t (*arena_destroy)(struct tide_fabric_arena *arena);
+
+    /* Run (or enqueue on `stream`) the binding rank's part of `prog` for one call. */
+    tide_result_t (*execute)(struct tide_fabric_arena *arena, const tide_program_t *prog,
+                             const tide_binding_t *binding, void *stream);
+};
+
+/* The providers.  A fabric that is not built has no ops; tide_fabric_lookup returns NULL. */
+extern const struct tide_fabric_ops tide_fabric_cpu_ops;
+
+static inline const struct tide_fabric_ops *tide_fabric_lookup(tide_fabric_kind_t kind) {
+    switch (kind) {
+    case TIDE_FABRIC_CPU:
+        return &tide_fabric_cpu_ops;
+    default:
+        return NULL;
+    }
+}
+
+#endif /* TIDE_FABRIC_FABRIC_H_ */
