@@ -23,6 +23,7 @@ typedef struct {
     const tide_param_shape_t *shapes;
     tide_comm_t *comms;
     pthread_barrier_t bar;
+    pthread_barrier_t check_bar; /* the N ranks and the checking thread */
     /* per rank */
     tide_group_t *groups;
     uint8_t **shards;        /* S bytes, packed bf16 */
@@ -116,6 +117,8 @@ static void *rank_main(void *arg) {
     tide_result_t r = tide_group_register(w->comms[rank], &cfg, &desc, &w->groups[rank]);
     if (r != TIDE_SUCCESS) {
         record_error(w, r, rank, "tide_group_register");
+        pthread_barrier_wait(&w->check_bar);
+        pthread_barrier_wait(&w->check_bar);
         return NULL;
     }
     tide_plan_t plan;
@@ -163,6 +166,13 @@ static void *rank_main(void *arg) {
         if (w->err != TIDE_SUCCESS) break;
     }
     free(geo);
+    /* The data check reads every landing while the groups are alive; deregistration is
+     * collective, so each rank deregisters from its own thread afterwards. */
+    pthread_barrier_wait(&w->check_bar);
+    pthread_barrier_wait(&w->check_bar);
+    r = tide_group_deregister(w->groups[rank]);
+    if (r != TIDE_SUCCESS) record_error(w, r, rank, "tide_group_deregister");
+    w->groups[rank] = NULL;
     return NULL;
 }
 
@@ -269,16 +279,20 @@ static tide_result_t run_size(const bench_opts_t *o, const tide_param_shape_t *s
     }
     res = TIDE_SUCCESS;
     pthread_barrier_init(&w.bar, NULL, (unsigned)N);
+    pthread_barrier_init(&w.check_bar, NULL, (unsigned)N + 1);
     for (int r = 0; r < N; ++r) {
         brs[r].w = &w, brs[r].rank = r;
         pthread_create(&th[r], NULL, rank_main, &brs[r]);
     }
+    pthread_barrier_wait(&w.check_bar);
+    uint64_t wrong_ag = 0, wrong_rs = 0;
+    if (w.err == TIDE_SUCCESS) wrong_rs = count_wrong(&w, sum.group_bytes, elems, &wrong_ag);
+    pthread_barrier_wait(&w.check_bar);
     for (int r = 0; r < N; ++r) pthread_join(th[r], NULL);
     pthread_barrier_destroy(&w.bar);
+    pthread_barrier_destroy(&w.check_bar);
     res = w.err;
     if (res == TIDE_SUCCESS) {
-        uint64_t wrong_ag = 0;
-        uint64_t wrong_rs = count_wrong(&w, sum.group_bytes, elems, &wrong_ag);
         double t[4];
         for (int k = 0; k < 4; ++k) t[k] = median(w.times[k], o->iters);
         uint64_t bytes[2] = {sum.group_bytes, sum.grad_shard_bytes * (uint64_t)N};
