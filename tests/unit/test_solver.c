@@ -1,0 +1,375 @@
+/* test_solver.c - the sizing solver (App. G, eqs. 13-14) against its definition. */
+#include "test_util.h"
+
+#include <math.h>
+
+/* The paper's calibration (App. G): 8 nodes, 47.5 GB/s rails, 99 GB/s per sum CTA, 21 GB/s
+ * per landing CTA under a 90 GB/s ceiling, 1.3 ms per round, 32 MiB fp32 shards. */
+static tide_solver_input_t calibration(void) {
+    tide_solver_input_t in;
+    memset(&in, 0, sizeof(in));
+    in.nodes = 8;
+    in.gpus_per_node = 8;
+    in.grad_dtype = TIDE_DTYPE_BF16;
+    in.bw_nic_gbps = 47.5;
+    in.bw_sum_gbps = 99.0;
+    in.bw_land_gbps = 21.0;
+    in.bw_cap_gbps = 90.0;
+    in.t_round_ms = 1.3;
+    in.fp32_shard_bytes = 32ull << 20;
+    return in;
+}
+
+/* Network rounds of one pass by enumeration: contributors 1..M in waves of W_wave, the own
+ * node (c = M) never on the wire, at most k remote contributors per round, rounds never
+ * spanning waves. */
+static int enumerate_rounds(int m, int w, int k) {
+    int rounds = 0;
+    for (int first = 1; first <= m; first += w) {
+        int in_round = 0;
+        for (int c = first; c < first + w && c <= m; ++c) {
+            if (c == m) continue;
+            if (in_round == 0) ++rounds;
+            if (++in_round == k) in_round = 0;
+        }
+    }
+    return rounds;
+}
+
+/* The solver's definition, spelled out with exact integer comparisons where possible. */
+static tide_solver_output_t reference(const tide_solver_input_t *in) {
+    tide_solver_output_t out;
+    int w = in->wave_width ? in->wave_width : in->gpus_per_node;
+    int passes = in->passes ? in->passes : 1;
+    double b = in->grad_dtype == TIDE_DTYPE_FP32 ? 4.0 : 2.0;
+    double t_nic = (in->nodes - 1) * (double)in->fp32_shard_bytes / (in->bw_nic_gbps * 1e9);
+    out.t_nic_ms = t_nic * 1e3;
+    /* C_sum: the smallest count whose rate covers gamma (L b / 4 + 1) BW_NIC. */
+    double need = 1.5 * (in->gpus_per_node * b / 4.0 + 1.0) * in->bw_nic_gbps;
+    out.sum_ctas = 1;
+    while (out.sum_ctas * in->bw_sum_gbps < need * (1 - 1e-12))
+        ++out.sum_ctas;
+    /* C_mc: the largest count within the ceiling (at least 1), capped by the fewest CTAs that
+     * land one pass within 5% of t_NIC. */
+    int cap = 1;
+    while ((cap + 1) * in->bw_land_gbps <= in->bw_cap_gbps * (1 + 1e-12))
+        ++cap;
+    int tail = 1;
+    if (t_nic > 0)
+        while (tail * 0.05 * t_nic * in->bw_land_gbps * 1e9 <
+               (double)in->fp32_shard_bytes / passes * (1 - 1e-12))
+            ++tail;
+    out.landing_ctas = t_nic > 0 && tail < cap ? tail : cap;
+    if (in->nodes == 1) {
+        out.round_width = 1;
+        out.rounds = 0;
+        return out;
+    }
+    int k = in->nodes - 1 < 2 ? in->nodes - 1 : 2;
+    int rounds = enumerate_rounds(in->nodes, w, k);
+    while (k < 4 && rounds * in->t_round_ms > 0.10 * out.t_nic_ms &&
+           enumerate_rounds(in->nodes, w, 2 * k) < rounds) {
+        k *= 2;
+        rounds = enumerate_rounds(in->nodes, w, k);
+    }
+    out.round_width = k;
+    out.rounds = rounds;
+    return out;
+}
+
+static void assert_matches_reference(const tide_solver_input_t *in) {
+    tide_solver_output_t got, want = reference(in);
+    assert_tide(TIDE_SUCCESS, tide_solve(in, &got));
+    if (got.sum_ctas != want.sum_ctas || got.landing_ctas != want.landing_ctas ||
+        got.round_width != want.round_width || got.rounds != want.rounds)
+        print_error("M %d L %d W %d n %d b %d nic %g sum %g land %g cap %g t %g S %llu\n",
+                    in->nodes, in->gpus_per_node, in->wave_width, in->passes, (int)in->grad_dtype,
+                    in->bw_nic_gbps, in->bw_sum_gbps, in->bw_land_gbps, in->bw_cap_gbps,
+                    in->t_round_ms, (unsigned long long)in->fp32_shard_bytes);
+    assert_int_equal(got.sum_ctas, want.sum_ctas);
+    assert_int_equal(got.landing_ctas, want.landing_ctas);
+    assert_int_equal(got.round_width, want.round_width);
+    assert_int_equal(got.rounds, want.rounds);
+    assert_true(fabs(got.t_nic_ms - want.t_nic_ms) <= 1e-9 * fmax(1.0, want.t_nic_ms));
+}
+
+static void test_paper_calibration(void **state) {
+    (void)state;
+    tide_solver_input_t in = calibration();
+    tide_solver_output_t out;
+    assert_tide(TIDE_SUCCESS, tide_solve(&in, &out));
+    /* §6.3: "the solver selects k = 4 and four sum CTAs". */
+    assert_int_equal(out.round_width, 4);
+    assert_int_equal(out.sum_ctas, 4);
+    /* floor(90 / 21) = 4 under the ceiling; the 5% tail alone would allow 7. */
+    assert_int_equal(out.landing_ctas, 4);
+    /* 7 remote contributors in one wave of 8, four per round. */
+    assert_int_equal(out.rounds, 2);
+    assert_true(fabs(out.t_nic_ms - 7.0 * 33554432.0 / 47.5e9 * 1e3) < 1e-9);
+    assert_matches_reference(&in);
+}
+
+/* Eq. (13) at L = 8, bf16: Level 1 processes 5x the NIC rate, times gamma = 1.5. */
+static void test_sum_ctas_eq13(void **state) {
+    (void)state;
+    tide_solver_input_t in = calibration();
+    tide_solver_output_t out;
+    in.bw_nic_gbps = 10.0;
+    in.bw_sum_gbps = 75.0; /* exactly 1.5 * 5 * 10: one CTA, no spurious round-up */
+    assert_tide(TIDE_SUCCESS, tide_solve(&in, &out));
+    assert_int_equal(out.sum_ctas, 1);
+    in.bw_sum_gbps = 74.9;
+    assert_tide(TIDE_SUCCESS, tide_solve(&in, &out));
+    assert_int_equal(out.sum_ctas, 2);
+    in.bw_sum_gbps = 7.5; /* exactly 10 CTAs */
+    assert_tide(TIDE_SUCCESS, tide_solve(&in, &out));
+    assert_int_equal(out.sum_ctas, 10);
+    /* fp32 gradients double the read load: (8 * 4 / 4 + 1) = 9x. */
+    in.grad_dtype = TIDE_DTYPE_FP32;
+    in.bw_sum_gbps = 135.0;
+    assert_tide(TIDE_SUCCESS, tide_solve(&in, &out));
+    assert_int_equal(out.sum_ctas, 1);
+}
+
+/* Eq. (14): the ceiling term is floored; the tail term shrinks with passes. */
+static void test_landing_ctas_eq14(void **state) {
+    (void)state;
+    tide_solver_input_t in = calibration();
+    tide_solver_output_t out;
+    in.bw_cap_gbps = 84.0; /* exactly 4 CTAs of 21 */
+    assert_tide(TIDE_SUCCESS, tide_solve(&in, &out));
+    assert_int_equal(out.landing_ctas, 4);
+    in.bw_cap_gbps = 10.0; /* below one CTA's rate: still one CTA */
+    assert_tide(TIDE_SUCCESS, tide_solve(&in, &out));
+    assert_int_equal(out.landing_ctas, 1);
+    /* A high ceiling leaves the tail term: ceil(S / (0.05 t_NIC BW_land)) = 7 at one pass. */
+    in.bw_cap_gbps = 1000.0;
+    assert_tide(TIDE_SUCCESS, tide_solve(&in, &out));
+    assert_int_equal(out.landing_ctas, 7);
+    in.passes = 4; /* a quarter of the bytes per pass */
+    assert_tide(TIDE_SUCCESS, tide_solve(&in, &out));
+    assert_int_equal(out.landing_ctas, 2);
+}
+
+static void test_single_node(void **state) {
+    (void)state;
+    tide_solver_input_t in = calibration();
+    tide_solver_output_t out;
+    in.nodes = 1;
+    assert_tide(TIDE_SUCCESS, tide_solve(&in, &out));
+    assert_int_equal(out.round_width, 1);
+    assert_int_equal(out.rounds, 0);
+    assert_true(out.t_nic_ms == 0.0);
+    assert_int_equal(out.landing_ctas, 4); /* the ceiling term alone */
+    assert_int_equal(out.sum_ctas, 4);     /* Level 1 still sums the node's L sources */
+    in.bw_cap_gbps = 1000.0;
+    assert_tide(TIDE_SUCCESS, tide_solve(&in, &out));
+    assert_int_equal(out.landing_ctas, 47);
+}
+
+static void test_round_width_rules(void **state) {
+    (void)state;
+    tide_solver_input_t in = calibration();
+    tide_solver_output_t out;
+    /* M = 2: one remote contributor, k starts and stays at 1. */
+    in.nodes = 2;
+    assert_tide(TIDE_SUCCESS, tide_solve(&in, &out));
+    assert_int_equal(out.round_width, 1);
+    assert_int_equal(out.rounds, 1);
+    /* M = 3: k starts at 2; two remotes fit one round, so doubling buys nothing. */
+    in.nodes = 3;
+    assert_tide(TIDE_SUCCESS, tide_solve(&in, &out));
+    assert_int_equal(out.round_width, 2);
+    assert_int_equal(out.rounds, 1);
+    /* No per-round cost: never widened. */
+    in.nodes = 64;
+    in.t_round_ms = 0.0;
+    assert_tide(TIDE_SUCCESS, tide_solve(&in, &out));
+    assert_int_equal(out.round_width, 2);
+    /* W_wave = 1: one contributor per wave, widening never removes a round. */
+    in.t_round_ms = 100.0;
+    in.wave_width = 1;
+    assert_tide(TIDE_SUCCESS, tide_solve(&in, &out));
+    assert_int_equal(out.round_width, 2);
+    assert_int_equal(out.rounds, 63);
+    /* W_wave = 2: rounds hold at most 2, so k = 2 already saturates. */
+    in.wave_width = 2;
+    assert_tide(TIDE_SUCCESS, tide_solve(&in, &out));
+    assert_int_equal(out.round_width, 2);
+    assert_int_equal(out.rounds, 32);
+    /* Huge shards make rounds cheap relative to the wire: k stays 2. */
+    in = calibration();
+    in.fp32_shard_bytes = 1ull << 40;
+    assert_tide(TIDE_SUCCESS, tide_solve(&in, &out));
+    assert_int_equal(out.round_width, 2);
+}
+
+/* The whole model against its definition on a grid of inputs. */
+static void test_against_reference_grid(void **state) {
+    (void)state;
+    static const int nodes[] = {1, 2, 3, 4, 5, 8, 9, 16, 17, 64, 100, 1024, 65536};
+    static const double nic[] = {12.5, 47.5, 400.0};
+    static const double sum[] = {20.0, 99.0, 300.0};
+    static const double t_round[] = {0.0, 0.05, 1.3, 20.0};
+    static const uint64_t bytes[] = {4096, 32ull << 20, 1ull << 34};
+    for (size_t a = 0; a < sizeof(nodes) / sizeof(*nodes); ++a)
+        for (int l = 1; l <= 8; l += 3)
+            for (int w = 0; w <= l; w += (l > 2 ? 3 : 1))
+                for (size_t b = 0; b < 3; ++b)
+                    for (size_t c = 0; c < 3; ++c)
+                        for (size_t d = 0; d < 4; ++d)
+                            for (size_t e = 0; e < 3; ++e) {
+                                tide_solver_input_t in = calibration();
+                                in.nodes = nodes[a];
+                                in.gpus_per_node = l;
+                                in.wave_width = w;
+                                in.passes = (int)(e + b) % 5;
+                                in.grad_dtype = (c & 1) ? TIDE_DTYPE_FP32 : TIDE_DTYPE_BF16;
+                                in.bw_nic_gbps = nic[b];
+                                in.bw_sum_gbps = sum[c];
+                                in.bw_land_gbps = 5.0 + 8.0 * (double)d;
+                                in.bw_cap_gbps = 90.0;
+                                in.t_round_ms = t_round[d];
+                                in.fp32_shard_bytes = bytes[e];
+                                assert_matches_reference(&in);
+                            }
+}
+
+/* Monotone in the direction the model says: more NIC, more L, wider gradients, or slower
+ * CTAs never lower a budget; a larger per-round cost never narrows rounds. */
+static void test_monotonicity(void **state) {
+    (void)state;
+    tide_solver_input_t in = calibration();
+    tide_solver_output_t prev, out;
+    assert_tide(TIDE_SUCCESS, tide_solve(&in, &prev));
+    for (double nic = 1.0; nic <= 800.0; nic *= 1.37) {
+        in.bw_nic_gbps = nic;
+        assert_tide(TIDE_SUCCESS, tide_solve(&in, &out));
+        if (nic > 1.0) assert_true(out.sum_ctas >= prev.sum_ctas);
+        prev = out;
+    }
+    in = calibration();
+    for (int l = 1; l <= 8; ++l) {
+        in.gpus_per_node = l;
+        in.wave_width = 0;
+        assert_tide(TIDE_SUCCESS, tide_solve(&in, &out));
+        if (l > 1) assert_true(out.sum_ctas >= prev.sum_ctas);
+        tide_solver_input_t wide = in;
+        wide.grad_dtype = TIDE_DTYPE_FP32;
+        tide_solver_output_t o32;
+        assert_tide(TIDE_SUCCESS, tide_solve(&wide, &o32));
+        assert_true(o32.sum_ctas >= out.sum_ctas);
+        prev = out;
+    }
+    in = calibration();
+    for (double s = 500.0; s >= 1.0; s /= 1.5) {
+        in.bw_sum_gbps = s;
+        assert_tide(TIDE_SUCCESS, tide_solve(&in, &out));
+        if (s < 500.0) assert_true(out.sum_ctas >= prev.sum_ctas);
+        prev = out;
+    }
+    in = calibration();
+    in.bw_cap_gbps = 1000.0;
+    for (int n = 1; n <= TIDE_MAX_PASSES; ++n) {
+        in.passes = n;
+        assert_tide(TIDE_SUCCESS, tide_solve(&in, &out));
+        if (n > 1) assert_true(out.landing_ctas <= prev.landing_ctas);
+        assert_true(out.landing_ctas <= (int)(in.bw_cap_gbps / in.bw_land_gbps));
+        prev = out;
+    }
+    for (int m = 2; m <= 300; m += 7) {
+        in = calibration();
+        in.nodes = m;
+        for (double t = 0.0; t <= 50.0; t = t * 2 + 0.01) {
+            in.t_round_ms = t;
+            assert_tide(TIDE_SUCCESS, tide_solve(&in, &out));
+            if (t > 0.0) assert_true(out.round_width >= prev.round_width);
+            assert_true(out.round_width >= 1 && out.round_width <= TIDE_MAX_ROUND_WIDTH);
+            assert_true(out.round_width <= m - 1);
+            prev = out;
+        }
+    }
+}
+
+static void expect_invalid(tide_solver_input_t in, tide_result_t code) {
+    tide_solver_output_t out;
+    memset(&out, 0x5a, sizeof(out));
+    tide_solver_output_t before = out;
+    assert_tide(code, tide_solve(&in, &out));
+    assert_memory_equal(&out, &before, sizeof(out)); /* outputs only on success */
+    assert_true(strlen(tide_get_last_error()) > 0);
+}
+
+static void test_invalid_inputs(void **state) {
+    (void)state;
+    tide_solver_output_t out;
+    tide_solver_input_t in = calibration();
+    assert_tide(TIDE_ERR_INVALID_ARGUMENT, tide_solve(NULL, &out));
+    assert_tide(TIDE_ERR_INVALID_ARGUMENT, tide_solve(&in, NULL));
+
+    static const int bad_nodes[] = {0, -1, TIDE_MAX_NODES + 1, 2147483647};
+    for (size_t i = 0; i < 4; ++i) {
+        in = calibration();
+        in.nodes = bad_nodes[i];
+        expect_invalid(in, TIDE_ERR_INVALID_ARGUMENT);
+    }
+    static const int bad_l[] = {0, -3, 9, 1000};
+    for (size_t i = 0; i < 4; ++i) {
+        in = calibration();
+        in.gpus_per_node = bad_l[i];
+        expect_invalid(in, TIDE_ERR_INVALID_ARGUMENT);
+    }
+    in = calibration();
+    in.wave_width = 9;
+    expect_invalid(in, TIDE_ERR_INVALID_ARGUMENT);
+    in.wave_width = -1;
+    expect_invalid(in, TIDE_ERR_INVALID_ARGUMENT);
+    in = calibration();
+    in.passes = TIDE_MAX_PASSES + 1;
+    expect_invalid(in, TIDE_ERR_INVALID_ARGUMENT);
+    in.passes = -1;
+    expect_invalid(in, TIDE_ERR_INVALID_ARGUMENT);
+    in = calibration();
+    in.grad_dtype = TIDE_DTYPE_FP16;
+    expect_invalid(in, TIDE_ERR_UNSUPPORTED);
+    in.grad_dtype = (tide_dtype_t)77;
+    expect_invalid(in, TIDE_ERR_INVALID_ARGUMENT);
+    in = calibration();
+    in.fp32_shard_bytes = 0;
+    expect_invalid(in, TIDE_ERR_INVALID_ARGUMENT);
+
+    const double bad_rates[] = {0.0, -1.0, NAN, INFINITY, -INFINITY};
+    for (size_t i = 0; i < 5; ++i)
+        for (int f = 0; f < 5; ++f) {
+            in = calibration();
+            double *field[] = {&in.bw_nic_gbps, &in.bw_sum_gbps, &in.bw_land_gbps, &in.bw_cap_gbps,
+                               &in.t_round_ms};
+            if (f == 4 && bad_rates[i] == 0.0) continue; /* t_round = 0 is valid */
+            *field[f] = bad_rates[i];
+            expect_invalid(in, TIDE_ERR_INVALID_ARGUMENT);
+        }
+    /* Rates so skewed that the budget exceeds any GPU. */
+    in = calibration();
+    in.bw_sum_gbps = 1e-9;
+    expect_invalid(in, TIDE_ERR_INVALID_ARGUMENT);
+    in = calibration();
+    in.bw_land_gbps = 1e-9;
+    in.bw_cap_gbps = 1e9;
+    in.nodes = 1;
+    expect_invalid(in, TIDE_ERR_INVALID_ARGUMENT);
+
+    /* A later success clears the last error. */
+    in = calibration();
+    assert_tide(TIDE_SUCCESS, tide_solve(&in, &out));
+    assert_string_equal(tide_get_last_error(), "");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_paper_calibration), cmocka_unit_test(test_sum_ctas_eq13),
+        cmocka_unit_test(test_landing_ctas_eq14), cmocka_unit_test(test_single_node),
+        cmocka_unit_test(test_round_width_rules), cmocka_unit_test(test_against_reference_grid),
+        cmocka_unit_test(test_monotonicity),      cmocka_unit_test(test_invalid_inputs),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
