@@ -15,6 +15,9 @@
  *                                         : out + alpha*v
  *                 (alpha*v rounded, then the add rounded: no FMA).
  *   Cast:         fp32 -> bf16, round to nearest even; NaN stays NaN (quiet), Inf stays Inf.
+ *   NaN results:  every NaN a kernel writes is canonical (fp32 0x7fffffff, bf16 0x7fff):
+ *                 x86 keeps NaN payloads and the GPU does not, so only a canonical NaN lets
+ *                 the two agree bit for bit.
  */
 #ifndef TIDE_KERNELS_KERNELS_H_
 #define TIDE_KERNELS_KERNELS_H_

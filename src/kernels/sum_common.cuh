@@ -1,0 +1,206 @@
+/*
+ * sum_common.cuh - what the Level-1 sum variants (sum.cu, sum_tma.cuh, sum_async.cuh) share:
+ * the per-segment view, the order of the adds, and the global-memory paths for heads,
+ * partial groups, padding and unaligned segments.
+ *
+ * Work decomposition.  A segment is cut into a scalar head of h < GE elements (h brings
+ * every source and the output to a 16-byte boundary at once) and then groups of GE elements,
+ * one 16-byte vector of each source (GE = 8 for bf16, 4 for fp32).  Segments whose sources
+ * disagree modulo 16 bytes have no vector path: h = 0 and every group is summed element by
+ * element.  Groups are packed into chunks, and the chunks of all segments, in segment order,
+ * are dealt round-robin to the CTAs: every CTA walks the segment table and takes chunk j when
+ * j mod grid equals its index.  No prefix table and no atomic counter is needed, any grid
+ * size gives the same bits, and a CTA exits when its last chunk is stored: no CTA ever waits
+ * for another.
+ */
+#ifndef TIDE_KERNELS_SUM_COMMON_CUH_
+#define TIDE_KERNELS_SUM_COMMON_CUH_
+
+#include "kernels/device.cuh"
+
+#include <atomic>
+
+namespace tide_sum {
+
+using namespace tide_dev;
+
+/* One segment as every thread of a CTA sees it. */
+template <typename T, int NS> struct seg_view {
+    const T *stage; /* staged[0] at the segment's first element (NS > 0, valid > 0) */
+    const T *own;   /* own contribution at the segment's first element (valid > 0) */
+    float *out;
+    uint64_t stride; /* elements between staged contributions */
+    uint32_t len;
+    uint32_t valid;
+    int vec;         /* the vector path exists */
+    uint32_t head;   /* elements summed one by one before the first group */
+    uint64_t groups; /* groups of GE elements after the head */
+};
+
+template <typename T, int NS>
+__device__ __forceinline__ seg_view<T, NS> load_seg(const tide_sum_args_t &a, int s) {
+    constexpr int GE = vec_traits<T>::GE;
+    const tide_sum_seg_t *sp = a.segs + s;
+    seg_view<T, NS> v;
+    v.len = __ldg(&sp->len);
+    uint32_t valid = __ldg(&sp->valid);
+    v.valid = valid < v.len ? valid : v.len;
+    v.out = a.out + __ldg(&sp->out_off);
+    v.stride = a.stage_stride;
+    v.stage = nullptr;
+    v.own = nullptr;
+    int h;
+    if (v.valid > 0) {
+        /* The pointer table lives in device memory; read it through the read-only path. */
+        const unsigned long long own_base =
+            __ldg((const unsigned long long *)(a.own + __ldg(&sp->own_idx)));
+        v.own = (const T *)own_base + __ldg(&sp->own_off);
+        uintptr_t a0 = (uintptr_t)v.own, mis = 0;
+        if (NS > 0) {
+            v.stage = (const T *)a.staged + __ldg(&sp->stage_off);
+            mis |= (uintptr_t)v.stage ^ a0;
+        }
+        if (NS > 1) mis |= (uintptr_t)(v.stride * sizeof(T));
+        h = vector_head(a0, mis, (int)sizeof(T), (uintptr_t)v.out);
+    } else {
+        /* Only padding: the vector path needs the output aligned alone. */
+        uintptr_t o = (uintptr_t)v.out;
+        h = (o & 3u) ? -1 : (int)(((16u - (o & 15u)) & 15u) / 4u);
+    }
+    v.vec = h >= 0;
+    v.head = h > 0 ? ((uint32_t)h < v.len ? (uint32_t)h : v.len) : 0u;
+    v.groups = v.len > v.head ? (v.len - v.head + GE - 1) / GE : 0;
+    return v;
+}
+
+/* out[e] for one real element, in the contract's order. */
+template <typename T, int NS>
+__device__ __forceinline__ float sum_scalar(const seg_view<T, NS> &v, uint64_t e) {
+    if (NS == 0) return load_scalar(v.own, e);
+    float acc = load_scalar(v.stage, e);
+#pragma unroll
+    for (int k = 1; k < NS; ++k)
+        acc = __fadd_rn(acc, load_scalar(v.stage, (uint64_t)k * v.stride + e));
+    return __fadd_rn(acc, load_scalar(v.own, e));
+}
+
+/* Sum GE elements from L unpacked vectors (staged in order, own last) and store them. */
+template <typename T, int NS>
+__device__ __forceinline__ void sum_store(const uint4 *vin, float *out) {
+    constexpr int GE = vec_traits<T>::GE;
+    float acc[GE], f[GE];
+    unpack<T>(vin[0], acc);
+#pragma unroll
+    for (int k = 1; k <= NS; ++k) {
+        unpack<T>(vin[k], f);
+#pragma unroll
+        for (int j = 0; j < GE; ++j)
+            acc[j] = __fadd_rn(acc[j], f[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < GE; j += 4)
+        st16(out + j, canonical(acc[j]), canonical(acc[j + 1]), canonical(acc[j + 2]),
+             canonical(acc[j + 3]));
+}
+
+/* One element by element: real or padding. */
+template <typename T, int NS>
+__device__ __forceinline__ void do_element(const seg_view<T, NS> &v, uint64_t e) {
+    v.out[e] = e < v.valid ? canonical(sum_scalar(v, e)) : 0.0f;
+}
+
+/* Group g of a segment from global memory, whatever its kind. */
+template <typename T, int NS>
+__device__ __forceinline__ void do_group(const seg_view<T, NS> &v, uint64_t g) {
+    constexpr int GE = vec_traits<T>::GE;
+    const uint64_t e0 = v.head + g * GE;
+    if (v.vec && e0 + GE <= v.valid) {
+        uint4 in[NS + 1];
+#pragma unroll
+        for (int k = 0; k < NS; ++k)
+            in[k] = ldg16(v.stage + (uint64_t)k * v.stride + e0);
+        in[NS] = ldg16(v.own + e0);
+        sum_store<T, NS>(in, v.out + e0);
+    } else if (v.vec && e0 >= v.valid && e0 + GE <= v.len) {
+#pragma unroll
+        for (int j = 0; j < GE; j += 4)
+            st16(v.out + e0 + j, 0.0f, 0.0f, 0.0f, 0.0f);
+    } else {
+        /* Rolled: unrolling would hoist GE * L scalar loads and spill. */
+#pragma unroll 1
+        for (int j = 0; j < GE; ++j)
+            if (e0 + j < v.len) do_element(v, e0 + j);
+    }
+}
+
+/* Chunks of a segment when a chunk holds `per_chunk` groups (at least one: the head). */
+template <typename T, int NS>
+__device__ __forceinline__ uint64_t chunk_count(const seg_view<T, NS> &v, uint32_t per_chunk) {
+    const uint64_t chunks = (v.groups + per_chunk - 1) / per_chunk;
+    return chunks == 0 ? 1 : chunks;
+}
+
+/*
+ * The sequence of (segment, chunk) pairs one CTA owns, walked one step at a time; the
+ * pipelined variants keep two of these, one issuing copies ahead of the one summing.
+ */
+template <typename T, int NS> struct chunk_cursor {
+    seg_view<T, NS> v;
+    int s;           /* current segment */
+    uint64_t c;      /* current chunk inside it */
+    uint64_t chunks; /* chunks of the current segment */
+    uint64_t base;   /* chunks dealt before the current segment */
+    bool done;
+};
+
+template <typename T, int NS>
+__device__ __forceinline__ void cursor_seek(chunk_cursor<T, NS> &k, const tide_sum_args_t &a,
+                                            uint32_t per_chunk) {
+    for (;;) {
+        k.base += k.chunks;
+        k.chunks = 0;
+        if (++k.s >= a.num_segs) {
+            k.done = true;
+            return;
+        }
+        if (__ldg(&a.segs[k.s].len) == 0) continue;
+        k.v = load_seg<T, NS>(a, k.s);
+        k.chunks = chunk_count(k.v, per_chunk);
+        k.c = first_chunk(k.base, blockIdx.x, gridDim.x);
+        if (k.c < k.chunks) return;
+    }
+}
+
+template <typename T, int NS>
+__device__ __forceinline__ void cursor_start(chunk_cursor<T, NS> &k, const tide_sum_args_t &a,
+                                             uint32_t per_chunk) {
+    k.s = -1;
+    k.c = 0;
+    k.chunks = 0;
+    k.base = 0;
+    k.done = false;
+    cursor_seek(k, a, per_chunk);
+}
+
+template <typename T, int NS>
+__device__ __forceinline__ void cursor_next(chunk_cursor<T, NS> &k, const tide_sum_args_t &a,
+                                            uint32_t per_chunk) {
+    k.c += gridDim.x;
+    if (k.c >= k.chunks) cursor_seek(k, a, per_chunk);
+}
+
+/* Raise a kernel's dynamic shared-memory limit to the device's opt-in maximum, once per
+ * device (bit `dev` of `raised`). */
+template <typename K>
+cudaError_t raise_smem_limit(K *kernel, std::atomic<uint64_t> &raised, int dev, int optin) {
+    const uint64_t bit = dev < 64 ? (1ull << dev) : 0ull;
+    if (bit != 0 && (raised.load(std::memory_order_relaxed) & bit)) return cudaSuccess;
+    cudaError_t err =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+    if (err == cudaSuccess) raised.fetch_or(bit, std::memory_order_relaxed);
+    return err;
+}
+
+} // namespace tide_sum
+
+#endif /* TIDE_KERNELS_SUM_COMMON_CUH_ */

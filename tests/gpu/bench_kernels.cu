@@ -1,0 +1,320 @@
+/*
+ * bench_kernels.cu - throughput of the Level-1 sum, the landing and the cast per CTA budget.
+ *
+ * Metric (paper §4.1): logical bytes read plus bytes written per second.  For the L = 8 bf16
+ * sum that is 7 staged + 1 own bf16 reads (16 B) and one fp32 write (4 B) per output element.
+ * The ceiling is a large device-to-device cudaMemcpy measured in the same run, counted the
+ * same way (bytes read + bytes written).
+ *
+ * Method: inputs are random (never zeros), every launch reads >= 512 MiB (far above the
+ * 60 MB L2) and consecutive launches alternate between two input sets; each configuration
+ * is warmed up, then timed launch by launch with CUDA events, and the median of the reps is
+ * reported.  Usage: bench_kernels [reps] (default 20).
+ */
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "kernels/launch.h"
+
+#define CUDA_OK(call)                                                                              \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            std::fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #call,                   \
+                         cudaGetErrorString(e_));                                                  \
+            std::exit(2);                                                                          \
+        }                                                                                          \
+    } while (0)
+
+/* Random-ish values from an integer hash: roughly N(0,1) via the sum of 4 uniforms. */
+__device__ float hash_value(uint64_t i, uint32_t seed) {
+    float s = 0.0f;
+    for (int k = 0; k < 4; ++k) {
+        uint64_t z = i * 4 + k + ((uint64_t)seed << 40) + 0x9e3779b97f4a7c15ull;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        s += (float)((z ^ (z >> 31)) >> 40) * 0x1p-24f;
+    }
+    return (s - 2.0f) * 1.7320508f;
+}
+__global__ void fill_bf16(uint16_t *p, uint64_t n, uint32_t seed) {
+    for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
+         i += (uint64_t)gridDim.x * blockDim.x)
+        p[i] = (uint16_t)(__float_as_uint(hash_value(i, seed)) >> 16);
+}
+__global__ void fill_f32(float *p, uint64_t n, uint32_t seed) {
+    for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
+         i += (uint64_t)gridDim.x * blockDim.x)
+        p[i] = hash_value(i, seed);
+}
+
+static int g_reps = 20;
+
+/* Median milliseconds of `launch(rep)` over g_reps timed launches after 3 warm-ups. */
+static double median_ms(const std::function<void(int)> &launch) {
+    cudaEvent_t a, b;
+    CUDA_OK(cudaEventCreate(&a));
+    CUDA_OK(cudaEventCreate(&b));
+    for (int i = 0; i < 3; ++i)
+        launch(i);
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<float> t(g_reps);
+    for (int i = 0; i < g_reps; ++i) {
+        CUDA_OK(cudaEventRecord(a));
+        launch(i);
+        CUDA_OK(cudaEventRecord(b));
+        CUDA_OK(cudaEventSynchronize(b));
+        CUDA_OK(cudaEventElapsedTime(&t[i], a, b));
+    }
+    CUDA_OK(cudaEventDestroy(a));
+    CUDA_OK(cudaEventDestroy(b));
+    std::sort(t.begin(), t.end());
+    return g_reps % 2 ? t[g_reps / 2] : 0.5 * (t[g_reps / 2 - 1] + t[g_reps / 2]);
+}
+
+struct row {
+    char kernel[40];
+    int ctas, threads;
+    double gbs;
+};
+static std::vector<row> g_rows;
+static double g_copy_gbs = 0;
+
+static void record(const char *kernel, int ctas, int threads, double bytes, double ms) {
+    row r;
+    std::snprintf(r.kernel, sizeof r.kernel, "%s", kernel);
+    r.ctas = ctas;
+    r.threads = threads;
+    r.gbs = bytes / (ms * 1e-3) / 1e9;
+    g_rows.push_back(r);
+    std::printf("  %-28s ctas %4d threads %4d  %8.3f ms  %9.1f GB/s  %7.1f GB/s/CTA\n", kernel,
+                ctas, threads, ms, r.gbs, r.gbs / ctas);
+    std::fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1) g_reps = std::max(5, std::atoi(argv[1]));
+    std::setvbuf(stdout, nullptr, _IOLBF, 0); /* progress survives a timeout */
+    cudaDeviceProp prop;
+    CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+    const int sms = prop.multiProcessorCount;
+    std::printf("device %s, %d SMs, L2 %d MB, reps %d (median)\n", prop.name, sms,
+                prop.l2CacheSize >> 20, g_reps);
+
+    /* ---- copy ceiling: 1 GiB device-to-device, bytes read + written */
+    {
+        const size_t bytes = 1ull << 30;
+        void *src, *dst;
+        CUDA_OK(cudaMalloc(&src, bytes));
+        CUDA_OK(cudaMalloc(&dst, bytes));
+        fill_f32<<<4 * sms, 512>>>((float *)src, bytes / 4, 1);
+        CUDA_OK(cudaGetLastError());
+        double ms = median_ms(
+            [&](int) { CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice)); });
+        g_copy_gbs = 2.0 * bytes / (ms * 1e-3) / 1e9;
+        std::printf("copy: cudaMemcpy D2D 1 GiB: %.3f ms, %.1f GB/s (read + write)\n", ms,
+                    g_copy_gbs);
+        CUDA_OK(cudaFree(src));
+        CUDA_OK(cudaFree(dst));
+    }
+
+    /* ---- Level-1 sum, L = 8, bf16: 32 Mi output elements, 512 MiB of inputs per launch */
+    const int NS = 7;
+    const uint64_t E = 32ull << 20;
+    const int nsets = 2, nown = 4;
+    uint16_t *staged[nsets], *own[nsets][nown];
+    const void **d_table[nsets];
+    float *out[nsets];
+    for (int s = 0; s < nsets; ++s) {
+        CUDA_OK(cudaMalloc(&staged[s], (size_t)NS * E * 2));
+        fill_bf16<<<4 * sms, 512>>>(staged[s], (uint64_t)NS * E, 10 + s);
+        const void *tbl[nown];
+        for (int k = 0; k < nown; ++k) {
+            CUDA_OK(cudaMalloc(&own[s][k], E / nown * 2));
+            fill_bf16<<<4 * sms, 512>>>(own[s][k], E / nown, 20 + 4 * s + k);
+            tbl[k] = own[s][k];
+        }
+        CUDA_OK(cudaMalloc(&d_table[s], sizeof tbl));
+        CUDA_OK(cudaMemcpy(d_table[s], tbl, sizeof tbl, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMalloc(&out[s], E * 4));
+    }
+    CUDA_OK(cudaGetLastError());
+    /* Segment tables: one per segment length; own rows spread over nown tensors. */
+    auto make_segs = [&](uint32_t seg_len, int *count) {
+        const int n = (int)(E / seg_len);
+        std::vector<tide_sum_seg_t> h(n);
+        for (int i = 0; i < n; ++i)
+            h[i] = {(uint64_t)i * seg_len,
+                    (uint64_t)i * seg_len,
+                    (uint64_t)(i / nown) * seg_len,
+                    seg_len,
+                    seg_len,
+                    (int32_t)(i % nown),
+                    0};
+        tide_sum_seg_t *d;
+        CUDA_OK(cudaMalloc(&d, n * sizeof *d));
+        CUDA_OK(cudaMemcpy(d, h.data(), n * sizeof *d, cudaMemcpyHostToDevice));
+        *count = n;
+        return d;
+    };
+    int nseg_big, nseg_small;
+    tide_sum_seg_t *segs_big = make_segs(1u << 20, &nseg_big);
+    tide_sum_seg_t *segs_small = make_segs(1u << 14, &nseg_small);
+    const double sum_bytes = (double)E * ((NS + 1) * 2 + 4);
+    auto sum_args = [&](int set, tide_sum_seg_t *segs, int n) {
+        tide_sum_args_t a = {segs, n, staged[set], E, NS, d_table[set], TIDE_DTYPE_BF16, out[set]};
+        return a;
+    };
+
+    auto run_sum = [&](const char *name, tide_sum_launch_t cfg, tide_sum_seg_t *segs, int n) {
+        double ms = median_ms([&](int i) {
+            tide_sum_args_t a = sum_args(i % nsets, segs, n);
+            CUDA_OK(tide_cuda_sum_launch(&a, &cfg, 0));
+        });
+        record(name, cfg.ctas, cfg.threads, sum_bytes, ms);
+    };
+
+    /* The variants agree bit for bit on the bench data (the GPU test covers the rest). */
+    {
+        const size_t n = 1 << 20;
+        std::vector<float> ref(n), h(n);
+        const tide_sum_launch_t cfgs[] = {{TIDE_SUM_PLAIN, sms, 1024, 0, 0, 0},
+                                          {TIDE_SUM_TMA, sms, 288, 0, 0, 0},
+                                          {TIDE_SUM_ASYNC, sms, 0, 0, 0, 0}};
+        int differ = 0;
+        for (int i = 0; i < 3; ++i) {
+            tide_sum_args_t a = sum_args(0, segs_big, nseg_big);
+            CUDA_OK(tide_cuda_sum_launch(&a, &cfgs[i], 0));
+            CUDA_OK(cudaMemcpy(i ? h.data() : ref.data(), out[0] + (E >> 1), n * 4,
+                               cudaMemcpyDeviceToHost));
+            differ += i > 0 && std::memcmp(ref.data(), h.data(), n * 4) != 0;
+        }
+        std::printf("sum: plain, TMA and ASYNC outputs %s\n", differ ? "DIFFER" : "identical");
+    }
+
+    std::printf("sum L=8 bf16, 32 Mi elements, 1 Mi-element segments:\n");
+    const int cta_list[] = {1, 2, 4, 8, 16, 32, 64, sms};
+    struct variant {
+        const char *name;
+        tide_sum_launch_t cfg;
+    };
+    const variant variants[] = {
+        {"sum plain", {TIDE_SUM_PLAIN, 0, 1024, 0, 0, 0}},
+        {"sum async", {TIDE_SUM_ASYNC, 0, 448, 0, 0, 0}},
+        {"sum tma st16K ring128K", {TIDE_SUM_TMA, 0, 288, 128 * 1024, 16384, 0}},
+        {"sum tma st64K ring200K", {TIDE_SUM_TMA, 0, 288, 200 * 1024, 65536, 0}},
+        {"sum tma st64K ring200K", {TIDE_SUM_TMA, 0, 512, 200 * 1024, 65536, 0}},
+        {"sum tma st72K ring216K", {TIDE_SUM_TMA, 0, 288, 227 * 1024, 73728, 0}},
+        {"sum tma st112K ring224K", {TIDE_SUM_TMA, 0, 288, 227 * 1024, 114688, 0}},
+        {"sum tma st112K ring224K", {TIDE_SUM_TMA, 0, 512, 227 * 1024, 114688, 0}},
+        {"sum tma st64K 2prod", {TIDE_SUM_TMA, 0, 320, 200 * 1024, 65536, 2}},
+        {"sum tma st112K 2prod", {TIDE_SUM_TMA, 0, 512, 227 * 1024, 114688, 2}}};
+    for (const variant &v : variants)
+        for (int c : cta_list) {
+            tide_sum_launch_t cfg = v.cfg;
+            cfg.ctas = c;
+            run_sum(v.name, cfg, segs_big, nseg_big);
+        }
+    std::printf("sum L=8 bf16, TIDE_SUM_AUTO with its defaults:\n");
+    for (int c : {4, 16})
+        run_sum("sum auto (defaults)", {TIDE_SUM_AUTO, c, 0, 0, 0, 0}, segs_big, nseg_big);
+    std::printf("sum L=8 bf16, 16 Ki-element segments:\n");
+    for (int c : {4, 16}) {
+        run_sum("sum plain seg16K", {TIDE_SUM_PLAIN, c, 1024, 0, 0, 0}, segs_small, nseg_small);
+        run_sum("sum async seg16K", {TIDE_SUM_ASYNC, c, 448, 0, 0, 0}, segs_small, nseg_small);
+        run_sum("sum tma st16K seg16K", {TIDE_SUM_TMA, c, 288, 128 * 1024, 16384, 0}, segs_small,
+                nseg_small);
+        run_sum("sum tma st64K seg16K", {TIDE_SUM_TMA, c, 288, 200 * 1024, 65536, 0}, segs_small,
+                nseg_small);
+        run_sum("sum tma st112K seg16K", {TIDE_SUM_TMA, c, 288, 227 * 1024, 114688, 0}, segs_small,
+                nseg_small);
+    }
+    for (int s = 0; s < nsets; ++s) {
+        CUDA_OK(cudaFree(staged[s]));
+        for (int k = 0; k < nown; ++k)
+            CUDA_OK(cudaFree(own[s][k]));
+        CUDA_OK(cudaFree(d_table[s]));
+        CUDA_OK(cudaFree(out[s]));
+    }
+    CUDA_OK(cudaFree(segs_big));
+    CUDA_OK(cudaFree(segs_small));
+
+    /* ---- landing, L = 8 fp32 inbox blocks, accumulate: 32 B + 4 B read, 4 B written */
+    {
+        const uint64_t N = 16ull << 20, seg = 1u << 20;
+        float *in[nsets][8], *lout;
+        for (int s = 0; s < nsets; ++s)
+            for (int k = 0; k < 8; ++k) {
+                CUDA_OK(cudaMalloc(&in[s][k], N * 4));
+                fill_f32<<<4 * sms, 512>>>(in[s][k], N, 100 + 8 * s + k);
+            }
+        CUDA_OK(cudaMalloc(&lout, N * 4));
+        fill_f32<<<4 * sms, 512>>>(lout, N, 99);
+        std::vector<tide_land_seg_t> h(N / seg);
+        for (size_t i = 0; i < h.size(); ++i)
+            h[i] = {i * seg, i * seg, (uint32_t)seg, 0};
+        tide_land_seg_t *d;
+        CUDA_OK(cudaMalloc(&d, h.size() * sizeof *d));
+        CUDA_OK(cudaMemcpy(d, h.data(), h.size() * sizeof *d, cudaMemcpyHostToDevice));
+        std::printf("landing L=8 fp32, accumulate, 16 Mi elements:\n");
+        for (int threads : {512, 1024})
+            for (int c : {1, 2, 4, 8, 16, sms}) {
+                double ms = median_ms([&](int i) {
+                    tide_land_args_t a = {};
+                    a.segs = d;
+                    a.num_segs = (int)h.size();
+                    for (int k = 0; k < 8; ++k)
+                        a.in[k] = in[i % nsets][k];
+                    a.num_in = 8;
+                    a.out = lout;
+                    a.alpha = 0.125f;
+                    a.init = false;
+                    CUDA_OK(tide_cuda_land(&a, c, threads, 0));
+                });
+                record("land L=8 acc", c, threads, (double)N * 40, ms);
+            }
+        for (int s = 0; s < nsets; ++s)
+            for (int k = 0; k < 8; ++k)
+                CUDA_OK(cudaFree(in[s][k]));
+        CUDA_OK(cudaFree(lout));
+        CUDA_OK(cudaFree(d));
+    }
+
+    /* ---- cast fp32 -> bf16: 4 B read, 2 B written */
+    {
+        const uint64_t N = 128ull << 20;
+        float *cin[nsets];
+        uint16_t *cout;
+        for (int s = 0; s < nsets; ++s) {
+            CUDA_OK(cudaMalloc(&cin[s], N * 4));
+            fill_f32<<<4 * sms, 512>>>(cin[s], N, 200 + s);
+        }
+        CUDA_OK(cudaMalloc(&cout, N * 2));
+        std::printf("cast fp32->bf16, 128 Mi elements:\n");
+        for (int threads : {512, 1024})
+            for (int c : {1, 4, 16, sms}) {
+                double ms = median_ms([&](int i) {
+                    CUDA_OK(tide_cuda_cast_bf16(cin[i % nsets], cout, N, c, threads, 0));
+                });
+                record("cast", c, threads, (double)N * 6, ms);
+            }
+        for (int s = 0; s < nsets; ++s)
+            CUDA_OK(cudaFree(cin[s]));
+        CUDA_OK(cudaFree(cout));
+    }
+
+    std::printf("\n%-28s %5s %7s %11s %11s %9s\n", "kernel", "ctas", "threads", "GB/s total",
+                "GB/s / CTA", "vs copy");
+    for (const row &r : g_rows)
+        std::printf("%-28s %5d %7d %11.1f %11.1f %8.3f\n", r.kernel, r.ctas, r.threads, r.gbs,
+                    r.gbs / r.ctas, r.gbs / g_copy_gbs);
+    std::printf("copy ceiling (cudaMemcpy D2D, read + write): %.1f GB/s\n", g_copy_gbs);
+    return 0;
+}
