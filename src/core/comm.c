@@ -35,7 +35,7 @@ tide_result_t tide_comm_init_all(tide_fabric_kind_t fabric, int nodes, int gpus_
                                  tide_comm_t *comms_out) {
     tide_error_clear();
     TIDE_ARG_CHECK(comms_out != NULL, "comm_init_all: comms_out is NULL");
-    const struct tide_fabric_ops *ops;
+    const struct tide_fabric_ops *ops = NULL;
     tide_topo_t topo;
     TIDE_CHECK(fabric_of(fabric, &ops));
     TIDE_CHECK(tide_topo_init(nodes, gpus_per_node, &topo));
@@ -90,7 +90,7 @@ tide_result_t tide_comm_init_rank(tide_fabric_kind_t fabric, int nodes, int gpus
                                   const char *name, tide_comm_t *comm_out) {
     tide_error_clear();
     TIDE_ARG_CHECK(comm_out != NULL, "comm_init_rank: comm_out is NULL");
-    const struct tide_fabric_ops *ops;
+    const struct tide_fabric_ops *ops = NULL;
     tide_topo_t topo;
     TIDE_CHECK(fabric_of(fabric, &ops));
     TIDE_CHECK(tide_topo_init(nodes, gpus_per_node, &topo));

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# run.sh OUTDIR - on the GPU machine: build there, run every GPU test and benchmark, write the
+# results under OUTDIR (at most a few files: logs are concatenated).
+#
+#   tests/gpu/run.sh "$OUT"           everything
+#   TIDE_GPU_QUICK=1 tests/gpu/run.sh  skip compute-sanitizer and the benchmarks
+#
+# Safety: NVLink multicast never runs here.  These are exported for every process this
+# script starts, and nothing in TIDE calls cuMulticast* or issues multimem instructions.
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export CUDA_DEVICE_MAX_CONNECTIONS=32
+out=${1:?usage: tests/gpu/run.sh OUTDIR}
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+mkdir -p "$out"
+work=${TIDE_GPU_WORK:-/tmp/tide-gpu}
+log="$out/gpu.log"
+summary="$out/summary.txt"
+: >"$log"
+: >"$summary"
+status=0
+
+step() { # step NAME CMD... : run, append output to the log, record PASS/FAIL in the summary
+    local name=$1; shift
+    echo "== $name: $*" | tee -a "$log"
+    local t0=$SECONDS
+    "$@" >>"$log" 2>&1
+    local rc=$?
+    printf '%-28s %s (%ds)\n' "$name" "$([ $rc -eq 0 ] && echo PASS || echo "FAIL rc=$rc")" \
+        $((SECONDS - t0)) | tee -a "$summary"
+    [ $rc -eq 0 ] || status=1
+    return $rc
+}
+
+{ nvidia-smi; nvcc --version; } >"$out/machine.txt" 2>&1
+
+step build-kernels "$root/tests/gpu/build.sh" "$work/k"
+step build-library cmake -S "$root" -B "$work/lib" -DTIDE_WITH_CUDA=ON -DTIDE_BUILD_TESTS=OFF \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo
+step build-library-make cmake --build "$work/lib" -j"$(nproc)" --target tide_static tide
+if [ -x "$root/tests/gpu/build_fabric.sh" ]; then
+    step build-fabric "$root/tests/gpu/build_fabric.sh" "$work/lib" "$work/f"
+fi
+
+step test-kernels "$work/k/test_kernels"
+[ -x "$work/f/test_fabric_cuda" ] && step test-fabric-cuda "$work/f/test_fabric_cuda"
+
+if [ "${TIDE_GPU_QUICK:-0}" != 1 ]; then
+    if command -v compute-sanitizer >/dev/null; then
+        step memcheck-kernels compute-sanitizer --tool memcheck --error-exitcode 3 \
+            "$work/k/test_kernels" --small
+        step racecheck-kernels compute-sanitizer --tool racecheck --error-exitcode 3 \
+            "$work/k/test_kernels" --small
+        [ -x "$work/f/test_fabric_cuda" ] && step memcheck-fabric compute-sanitizer \
+            --tool memcheck --error-exitcode 3 "$work/f/test_fabric_cuda" --small
+    fi
+    step bench-kernels bash -c "'$work/k/bench_kernels' | tee '$out/bench_kernels.txt'"
+    [ -x "$work/f/bench_fabric_cuda" ] &&
+        step bench-fabric bash -c "'$work/f/bench_fabric_cuda' --divisor ${TIDE_BENCH_DIVISOR:-2} --iters 10 | tee '$out/bench_fabric.txt'"
+fi
+cat "$summary"
+exit $status
