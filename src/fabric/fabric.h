@@ -149,11 +149,18 @@ struct tide_fabric_ops {
 
 /* The providers.  A fabric that is not built has no ops; tide_fabric_lookup returns NULL. */
 extern const struct tide_fabric_ops tide_fabric_cpu_ops;
+#ifdef TIDE_HAVE_CUDA
+extern const struct tide_fabric_ops tide_fabric_cuda_ops;
+#endif
 
 static inline const struct tide_fabric_ops *tide_fabric_lookup(tide_fabric_kind_t kind) {
     switch (kind) {
     case TIDE_FABRIC_CPU:
         return &tide_fabric_cpu_ops;
+#ifdef TIDE_HAVE_CUDA
+    case TIDE_FABRIC_CUDA:
+        return &tide_fabric_cuda_ops;
+#endif
     default:
         return NULL;
     }

@@ -1,0 +1,287 @@
+/*
+ * cuda.h - the CUDA fabric's internal objects (docs/cuda-fabric.md).
+ *
+ * One process drives all N = M L ranks; rank r lives on visible device r mod D (several
+ * virtual ranks per GPU are allowed).  Arenas are plain cudaMalloc allocations reached from
+ * every device through UVA and peer access.
+ *
+ * Signals and waits never poll on the device.  A program's counters are resolved on the host
+ * when its schedule is built (schedule.c): an abstract execution of two consecutive calls of
+ * all ranks gives a global order of every op and, for every WAIT, the SIGNAL instances that
+ * satisfy it.  At run time each (rank, queue) is a CUDA stream, a signalling op records an
+ * event, a WAIT becomes cudaStreamWaitEvent on the events of its signals (commands.c), and
+ * the host enqueues a whole call of all ranks in the global order once the last rank called
+ * execute (execute.c).  Every dependency then points backwards in enqueue order, which is why
+ * no aliasing of streams onto hardware queues can deadlock.
+ *
+ * The schedule part (tide_cuda_schedule_t and its builder) is plain C without CUDA types.
+ */
+#ifndef TIDE_FABRIC_CUDA_CUDA_H_
+#define TIDE_FABRIC_CUDA_CUDA_H_
+
+/* The launchers in kernels/launch.h are declared for builds with CUDA. */
+#ifndef TIDE_HAVE_CUDA
+#define TIDE_HAVE_CUDA 1
+#endif
+
+#include "fabric/fabric.h"
+#include "kernels/launch.h"
+
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define TIDE_CUDA_Q TIDE_Q_COUNT
+/* Streams per device unless TIDE_CUDA_STREAMS says otherwise: (rank, queue) pairs beyond it
+ * share streams round-robin (correct, see the deadlock argument; only less concurrent). */
+#define TIDE_CUDA_STREAMS_DEFAULT 64
+
+/* ------------------------------------------------------------------ schedules (host only) */
+
+typedef enum {
+    TIDE_CUDA_CMD_FORK = 0,        /* the thread's stream waits on its rank's call-start event */
+    TIDE_CUDA_CMD_OP = 1,          /* run op `arg` (global id) on the thread's stream */
+    TIDE_CUDA_CMD_RECORD = 2,      /* record signal event `arg` of this call's parity */
+    TIDE_CUDA_CMD_WAIT = 3,        /* wait on signal event `arg` of this call */
+    TIDE_CUDA_CMD_WAIT_PREV = 4,   /* wait on signal event `arg` of the previous call */
+    TIDE_CUDA_CMD_UPLOAD = 5,      /* upload the rank's gradient pointer table */
+    TIDE_CUDA_CMD_UPLOAD_WAIT = 6, /* wait for the rank's upload (made on another stream) */
+    TIDE_CUDA_CMD_JOIN = 7,        /* the caller's stream waits for the thread's end */
+    TIDE_CUDA_CMD_KIND_COUNT = 8
+} tide_cuda_cmd_kind_t;
+
+typedef struct {
+    uint8_t kind;   /* tide_cuda_cmd_kind_t */
+    int32_t thread; /* rank * TIDE_CUDA_Q + queue */
+    int32_t arg;    /* OP: op id; RECORD / WAIT / WAIT_PREV: event slot; else unused */
+} tide_cuda_cmd_t;
+
+/* A call is FRESH when nothing of its program is in flight (epoch 0, or the previous call of
+ * its counters ran another program, e.g. the other RS mode) and STEADY otherwise. */
+typedef enum { TIDE_CUDA_FRESH = 0, TIDE_CUDA_STEADY = 1, TIDE_CUDA_FORMS = 2 } tide_cuda_form_t;
+
+typedef struct {
+    int num_ranks;
+    int num_threads;    /* num_ranks * TIDE_CUDA_Q */
+    int num_ops;        /* all ranks and queues; op ids are [0, num_ops) */
+    int *op_base;       /* [num_threads + 1]: first op id of each thread */
+    int num_slots;      /* signal events per call parity */
+    int *slot_thread;   /* [num_slots]: the thread that records the slot (its rank's device) */
+    int num_counters;   /* counter indices per rank used by the program */
+    int32_t *incs;      /* [num_ranks * num_counters]: signals per call on each counter */
+    tide_cuda_cmd_t *cmds[TIDE_CUDA_FORMS];
+    int num_cmds[TIDE_CUDA_FORMS];
+    bool has_sum;       /* some op is a SUM: gradient pointer tables are uploaded per call */
+    uint64_t *rank_hash; /* [num_ranks]: tide_cuda_rank_hash of the program it was built from */
+} tide_cuda_schedule_t;
+
+/* Hash of what a schedule depends on in rank r's part of a program: queue lengths, op kinds,
+ * counters, thresholds, tables.  Every rank's group compiles its own copy of the program; a
+ * rank whose copy hashes differently cannot run the shared schedule. */
+uint64_t tide_cuda_rank_hash(const tide_program_t *prog, int rank);
+
+/* Build the schedule of `prog` (all ranks): abstract execution, dependency sets, commands.
+ * TIDE_ERR_INTERNAL names the op when the program deadlocks or a count is ambiguous. */
+tide_result_t tide_cuda_schedule_build(const tide_program_t *prog, tide_cuda_schedule_t *out);
+void tide_cuda_schedule_free(tide_cuda_schedule_t *s);
+
+/* Whether the counters of two schedules get the same signals per call, so that the calls of
+ * one may follow the calls of the other (the RS modes share the RS counters). */
+bool tide_cuda_schedule_incs_match(const tide_cuda_schedule_t *a, const tide_cuda_schedule_t *b);
+
+/* The abstract execution (schedule.c) for the command builder (commands.c). */
+typedef struct {
+    int32_t op;   /* op id of the signalling op */
+    int32_t call; /* 0 or 1 */
+} tide_cuda_sig_t;
+
+typedef struct {
+    const tide_program_t *prog;
+    tide_cuda_schedule_t *s;
+    int32_t *op_thread;           /* [num_ops] */
+    int32_t *order[TIDE_CUDA_FORMS]; /* op ids of call 0 (FRESH) and call 1 (STEADY), in order */
+    int32_t *target[TIDE_CUDA_FORMS]; /* WAIT op id -> signals it needs (0: none) */
+    int32_t *log_base;            /* [counters + 1] into log */
+    tide_cuda_sig_t *log;         /* signals of both calls, per counter, in abstract order */
+} tide_cuda_run_t;
+
+tide_result_t tide_cuda_commands_build(tide_cuda_run_t *run);
+
+static inline const tide_op_t *tide_cuda_op(const tide_program_t *prog,
+                                            const tide_cuda_schedule_t *s, int id, int thread) {
+    return &prog->ranks[thread / TIDE_CUDA_Q].queues[thread % TIDE_CUDA_Q].ops[id - s->op_base[thread]];
+}
+
+static inline bool tide_cuda_op_signals(const tide_op_t *op) {
+    return op->kind == TIDE_OP_SIGNAL ||
+           ((op->kind == TIDE_OP_COPY || op->kind == TIDE_OP_COPY2D) && op->sig_rank >= 0);
+}
+
+/* ------------------------------------------------------------------ worlds */
+
+typedef struct tide_cuda_group tide_cuda_group_t;
+
+/* Shared by the N rank handles of one world. */
+typedef struct {
+    int refs;
+    int ranks;
+    int num_devices;         /* devices used: min(visible, N) */
+    int *sm_count;           /* [num_devices] */
+    size_t *max_pitch;       /* [num_devices] */
+    cudaStream_t *pool;      /* every stream created, pool_size entries */
+    int pool_size;
+    cudaStream_t *stream;    /* [N * TIDE_CUDA_Q]: the stream of each (rank, queue) */
+    cudaStream_t *util;      /* [num_devices]: allocation zeroing and table uploads */
+    cudaStream_t agg;        /* device 0: joins all ranks' ends into the fence of a call */
+    cudaEvent_t *start;      /* [N]: the call's start on the caller's stream */
+    cudaEvent_t *done;       /* [N]: the call's end on the caller's stream */
+    cudaEvent_t *end;        /* [N * TIDE_CUDA_Q]: a thread's end, joined by the caller */
+    pthread_mutex_t lock;    /* registrations, pending calls, enqueues */
+    pthread_cond_t cond;     /* a pending call was enqueued */
+    tide_cuda_group_t *registering; /* groups not every rank registered yet */
+} tide_cuda_shared_t;
+
+typedef struct {
+    struct tide_fabric_world base;
+    tide_cuda_shared_t *shared;
+    uint64_t registrations; /* arena_create calls of this rank: pairs them across ranks */
+} tide_cuda_world_t;
+
+static inline int tide_cuda_device_of(const tide_cuda_shared_t *sh, int rank) {
+    return rank % sh->num_devices;
+}
+
+/* Report a failed CUDA call once (TIDE_ERR_FABRIC with the CUDA error string) and clear the
+ * runtime's last error, so that a later call does not see it again. */
+tide_result_t tide_cuda_error(cudaError_t err, const char *file, int line, const char *what);
+
+#define TIDE_CUDA_CALL(call, what)                                                              \
+    do {                                                                                        \
+        cudaError_t tide_cuda_e_ = (call);                                                      \
+        if (tide_cuda_e_ != cudaSuccess)                                                        \
+            return tide_cuda_error(tide_cuda_e_, __FILE__, __LINE__, (what));                   \
+    } while (0)
+
+#define TIDE_CUDA_CALL_GOTO(call, what, res, label)                                             \
+    do {                                                                                        \
+        cudaError_t tide_cuda_e_ = (call);                                                      \
+        if (tide_cuda_e_ != cudaSuccess) {                                                      \
+            (res) = tide_cuda_error(tide_cuda_e_, __FILE__, __LINE__, (what));                  \
+            goto label;                                                                         \
+        }                                                                                       \
+    } while (0)
+
+/* ------------------------------------------------------------------ groups and calls */
+
+/* One op of the pending call, bound to this call's addresses. */
+typedef union {
+    tide_bound_op_t op;
+    tide_sum_args_t sum; /* segs and own point to device copies */
+    tide_land_args_t land;
+} tide_cuda_bound_t;
+
+/* A program's device-side state: its schedule, events, and segment tables. */
+typedef struct {
+    bool ready;
+    tide_cuda_schedule_t sched;
+    cudaEvent_t *events[2];         /* [parity][slot] */
+    void **table_mem;               /* [N]: one device allocation per rank */
+    const void ***table_dev;        /* [N][table]: device copy of each segment table */
+    const tide_program_t **checked; /* [N]: the program each rank's ops were compared with */
+    tide_cuda_bound_t *bound;       /* [num_ops]: the pending call's ops */
+} tide_cuda_prepared_t;
+
+/* Counts of the last enqueued call (host enqueue figures). */
+typedef struct {
+    uint64_t calls;        /* calls enqueued so far */
+    int form;              /* tide_cuda_form_t of the last call */
+    uint64_t descriptors;  /* copies, memsets and kernel launches */
+    uint64_t waits;        /* cudaStreamWaitEvent, including forks and joins */
+    uint64_t records;      /* cudaEventRecord */
+    uint64_t uploads;      /* gradient pointer tables uploaded */
+    uint64_t enqueue_ns;   /* host time of the last rank's execute (the whole enqueue) */
+} tide_cuda_stats_t;
+
+/* The calls of one collective on one group: AG, or RS (both modes share the RS counters). */
+typedef struct {
+    tide_collective_t coll;
+    tide_cuda_prepared_t prep[TIDE_RS_MODE_COUNT]; /* AG uses prep[0] */
+    cudaEvent_t fence[2];      /* every rank finished call e: parity e % 2 */
+    int64_t fence_epoch[2];    /* the call each fence was last recorded for; -1: none */
+    int64_t last_epoch;        /* last enqueued call; -1: none */
+    int last_prep;
+    cudaEvent_t *user;         /* [N * TIDE_EVENT_COUNT]: EVENT ops (read-done, call-done) */
+    /* The pending call: bindings recorded, enqueued when the last rank arrives. */
+    int pending;
+    uint64_t pending_epoch;
+    int pending_prep;
+    bool *present;             /* [N] */
+    cudaStream_t *caller;      /* [N] */
+    int sum_ctas, landing_ctas;
+    int num_params;
+    const void **grads;        /* [N * P]: the call's gradient pointers */
+    /* RS: gradient pointer tables, double-buffered by call parity. */
+    void **own_dev[2];         /* [parity][N] device tables of P pointers */
+    const void **own_host[2];  /* [parity] pinned N * P */
+    const void **own_last[2];  /* [parity] N * P: what each device table holds */
+    bool *own_valid[2];        /* [parity][N] */
+    bool *own_inflight[2];     /* [parity][N]: own_done recorded after a copy from own_host */
+    cudaEvent_t *own_done[2];  /* [parity][N] */
+    /* Fail-stop: a call that failed after ranks recorded leaves the family unusable. */
+    tide_result_t broken;
+    char broken_msg[384];
+    tide_cuda_stats_t stats;
+} tide_cuda_family_t;
+
+/* The arenas of one registration, shared by the N rank views. */
+struct tide_cuda_group {
+    tide_cuda_shared_t *shared;
+    tide_cuda_group_t *next;   /* in shared->registering */
+    uint64_t seq;
+    uint64_t signature;
+    uint64_t bytes;
+    int arrived;               /* ranks that called arena_create */
+    int refs;                  /* views alive */
+    tide_result_t failed;      /* the registration failed for some rank */
+    uint8_t **bases;           /* [N] device pointers */
+    tide_cuda_family_t fam[2]; /* [0]: AG, [1]: RS */
+};
+
+typedef struct {
+    struct tide_fabric_arena base;
+    tide_cuda_group_t *group;
+} tide_cuda_arena_t;
+
+tide_result_t tide_cuda_arena_create(struct tide_fabric_world *world, uint64_t bytes,
+                                     uint64_t signature, struct tide_fabric_arena **arena_out);
+tide_result_t tide_cuda_arena_destroy(struct tide_fabric_arena *arena);
+
+/* Build a program's schedule and upload its tables (first call of the program). */
+tide_result_t tide_cuda_prepare(tide_cuda_group_t *g, tide_cuda_family_t *fam,
+                                tide_cuda_prepared_t *pp, const tide_program_t *prog);
+void tide_cuda_prepared_free(tide_cuda_prepared_t *pp, int ranks);
+void tide_cuda_family_free(tide_cuda_family_t *fam, int ranks);
+void tide_cuda_own_tables_free(tide_cuda_family_t *fam, int ranks);
+
+tide_result_t tide_cuda_execute(struct tide_fabric_arena *arena, const tide_program_t *prog,
+                                const tide_binding_t *binding, void *stream);
+
+/* Enqueue the pending call of `fam` (all N bindings present). */
+tide_result_t tide_cuda_enqueue(tide_cuda_group_t *g, tide_cuda_family_t *fam);
+
+/* ------------------------------------------------------------------ queries (tests, tools) */
+
+/* Device of a rank of the world. */
+int tide_cuda_world_device(const struct tide_fabric_world *world);
+
+/* Stats of the last enqueued call of a collective on a group. */
+tide_result_t tide_cuda_arena_stats(const struct tide_fabric_arena *arena, tide_collective_t coll,
+                                    tide_cuda_stats_t *stats_out);
+
+/* The event an EVENT op of the last enqueued call records (cudaEvent_t), for rank `rank`:
+ * read-done (sources may be released) or call-done. */
+tide_result_t tide_cuda_arena_event(const struct tide_fabric_arena *arena, tide_collective_t coll,
+                                    int rank, tide_event_t which, cudaEvent_t *event_out);
+
+#endif /* TIDE_FABRIC_CUDA_CUDA_H_ */

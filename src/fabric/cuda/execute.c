@@ -1,0 +1,458 @@
+/*
+ * execute.c - a call on the CUDA fabric: every rank's execute binds its ops; the last rank's
+ * execute enqueues the call of all ranks.
+ *
+ * The commands of a program's schedule (commands.c) span all ranks, so a call can only be
+ * enqueued once all N bindings are known.  execute for rank r therefore validates and binds
+ * rank r's ops into the pending call and returns; the N-th execute replays the command list
+ * of the call's form on the streams and returns.  One thread may drive all ranks (rank 0 to
+ * N-1, call after call); with a thread per rank, a rank that runs one call ahead waits until
+ * the pending call is enqueued (TIDE_TIMEOUT_MS deadline).
+ *
+ * The caller's stream of rank r (NULL: the legacy default stream of r's device; else a stream
+ * of r's device) orders the call like a kernel launched on it:
+ *
+ *   caller_r : [wait fence(e - 2)] record start_r ......................... wait ends, record done_r
+ *   (r, q)   :                          wait start_r, ops, records, waits ... record end
+ *   agg      :                                                               wait done_*, record fence(e)
+ *
+ * So rank r's call starts after the caller's earlier work and its previous call, and the
+ * caller's later work starts after rank r's call: a rank's calls are serialised, as in the
+ * abstract execution.  The fence of call e - 2 (all ranks finished it) bounds what a STEADY
+ * call may depend on to the current and the previous call: its waits count
+ * (e - 1) inc + |deps of call e-1| + |deps of call e| = e inc + thr signals, the first (e - 1) inc of
+ * which the fence covers.  A FRESH call after another program (the other RS mode) waits on
+ * the fence of call e - 1 instead and uses the epoch-0 dependencies.
+ *
+ * No deadlock.  Every wait names an event recorded earlier in host enqueue order: this
+ * call's signals precede their waits in the global order of the abstract execution, the
+ * previous call's and the fences were enqueued by earlier calls, the start events by this
+ * call's prologue.  Take the op enqueued first among those not yet complete: everything
+ * it waits for was enqueued before it, hence is complete; every op ahead of it in its stream,
+ * and in whatever hardware queue the driver maps that stream to, was enqueued before it as
+ * well, hence is complete.  So it can run, and by induction every op completes, whatever the
+ * number of streams, hardware queues or virtual ranks per GPU.
+ */
+#include "core/checks.h"
+#include "fabric/cuda/cuda.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------------ enqueue */
+
+typedef struct {
+    tide_cuda_shared_t *sh;
+    tide_cuda_family_t *fam;
+    tide_cuda_prepared_t *pp;
+    int parity;
+    int cur_dev;
+    tide_cuda_stats_t st;
+} issue_t;
+
+static tide_result_t on_device_of(issue_t *is, int rank) {
+    const int d = tide_cuda_device_of(is->sh, rank);
+    if (d == is->cur_dev) return TIDE_SUCCESS;
+    TIDE_CUDA_CALL(cudaSetDevice(d), "cudaSetDevice");
+    is->cur_dev = d;
+    return TIDE_SUCCESS;
+}
+
+static cudaStream_t caller_of(const issue_t *is, int rank) {
+    cudaStream_t s = is->fam->caller[rank];
+    return s != NULL ? s : cudaStreamLegacy;
+}
+
+static tide_result_t wait_on(issue_t *is, cudaStream_t s, cudaEvent_t ev) {
+    ++is->st.waits;
+    TIDE_CUDA_CALL(cudaStreamWaitEvent(s, ev, 0), "cudaStreamWaitEvent");
+    return TIDE_SUCCESS;
+}
+
+static tide_result_t record_on(issue_t *is, cudaEvent_t ev, cudaStream_t s) {
+    ++is->st.records;
+    TIDE_CUDA_CALL(cudaEventRecord(ev, s), "cudaEventRecord");
+    return TIDE_SUCCESS;
+}
+
+/* A failed launch names the op. */
+static tide_result_t op_failed(cudaError_t err, int t, int index, const tide_op_t *op,
+                               const char *call) {
+    char what[160];
+    snprintf(what, sizeof(what), "rank %d queue %s op %d (%s): %s", t / TIDE_CUDA_Q,
+             tide_queue_name((tide_queue_t)(t % TIDE_CUDA_Q)), index, tide_op_kind_name(op->kind),
+             call);
+    return tide_cuda_error(err, __FILE__, __LINE__, what);
+}
+
+static tide_result_t copy_2d(issue_t *is, const tide_op_t *op, const tide_bound_op_t *b,
+                             cudaStream_t s, int t, int index) {
+    const size_t max_pitch = is->sh->max_pitch[is->cur_dev];
+    cudaError_t e;
+    if (op->src_pitch <= max_pitch && op->dst_pitch <= max_pitch) {
+        ++is->st.descriptors;
+        e = cudaMemcpy2DAsync(b->dst, (size_t)op->dst_pitch, b->src, (size_t)op->src_pitch,
+                              (size_t)op->bytes, (size_t)op->rows, cudaMemcpyDefault, s);
+        return e == cudaSuccess ? TIDE_SUCCESS : op_failed(e, t, index, op, "cudaMemcpy2DAsync");
+    }
+    /* Pitches past the device limit: one flat copy per row. */
+    for (uint64_t r = 0; r < op->rows; ++r) {
+        ++is->st.descriptors;
+        e = cudaMemcpyAsync((uint8_t *)b->dst + r * op->dst_pitch,
+                            (const uint8_t *)b->src + r * op->src_pitch, (size_t)op->bytes,
+                            cudaMemcpyDefault, s);
+        if (e != cudaSuccess) return op_failed(e, t, index, op, "cudaMemcpyAsync (2D row)");
+    }
+    return TIDE_SUCCESS;
+}
+
+static int cast_ctas(const issue_t *is, uint64_t n) {
+    const uint64_t per_cta = (uint64_t)TIDE_CAST_THREADS * 8u;
+    uint64_t ctas = (n + per_cta - 1) / per_cta;
+    const uint64_t cap = (uint64_t)is->sh->sm_count[is->cur_dev];
+    return (int)(ctas < 1 ? 1 : ctas > cap ? cap : ctas);
+}
+
+static tide_result_t issue_op(issue_t *is, int id, int t) {
+    const int rank = t / TIDE_CUDA_Q, index = id - is->pp->sched.op_base[t];
+    const tide_op_t *op =
+        &is->pp->checked[rank]->ranks[rank].queues[t % TIDE_CUDA_Q].ops[index];
+    const tide_cuda_bound_t *b = &is->pp->bound[id];
+    const cudaStream_t s = is->sh->stream[t];
+    cudaError_t e = cudaSuccess;
+    const char *call = "";
+    switch (op->kind) {
+    case TIDE_OP_COPY:
+        if (op->bytes == 0) return TIDE_SUCCESS;
+        ++is->st.descriptors;
+        call = "cudaMemcpyAsync";
+        e = cudaMemcpyAsync(b->op.dst, b->op.src, (size_t)op->bytes, cudaMemcpyDefault, s);
+        break;
+    case TIDE_OP_COPY2D:
+        if (op->bytes == 0 || op->rows == 0) return TIDE_SUCCESS;
+        return copy_2d(is, op, &b->op, s, t, index);
+    case TIDE_OP_ZERO:
+        if (op->bytes == 0) return TIDE_SUCCESS;
+        ++is->st.descriptors;
+        call = "cudaMemsetAsync";
+        e = cudaMemsetAsync(b->op.dst, 0, (size_t)op->bytes, s);
+        break;
+    case TIDE_OP_CAST:
+        if (op->bytes == 0) return TIDE_SUCCESS;
+        ++is->st.descriptors;
+        call = "tide_cuda_cast_bf16";
+        e = tide_cuda_cast_bf16(b->op.src, b->op.dst, op->bytes / 2, cast_ctas(is, op->bytes / 2), 0,
+                                s);
+        break;
+    case TIDE_OP_SUM:
+        ++is->st.descriptors;
+        call = "tide_cuda_sum";
+        e = tide_cuda_sum(&b->sum, is->fam->sum_ctas, 0, s);
+        break;
+    case TIDE_OP_LAND:
+        ++is->st.descriptors;
+        call = "tide_cuda_land";
+        e = tide_cuda_land(&b->land, is->fam->landing_ctas, 0, s);
+        break;
+    case TIDE_OP_EVENT:
+        return record_on(is, is->fam->user[rank * TIDE_EVENT_COUNT + op->event], s);
+    default:
+        return TIDE_SUCCESS; /* SIGNAL: its record follows as a command */
+    }
+    return e == cudaSuccess ? TIDE_SUCCESS : op_failed(e, t, index, op, call);
+}
+
+/* Refresh rank r's gradient pointer table of this parity (skipped when unchanged). */
+static tide_result_t issue_upload(issue_t *is, int t) {
+    tide_cuda_family_t *fam = is->fam;
+    const int r = t / TIDE_CUDA_Q, p = is->parity, np = fam->num_params;
+    const size_t row = (size_t)np * sizeof(void *);
+    const void **want = &fam->grads[(size_t)r * (size_t)np];
+    const void **last = &fam->own_last[p][(size_t)r * (size_t)np];
+    if (fam->own_valid[p][r] && memcmp(last, want, row) == 0) return TIDE_SUCCESS;
+    /* The pinned row may still feed the copy of call e - 2. */
+    if (fam->own_inflight[p][r])
+        TIDE_CUDA_CALL(cudaEventSynchronize(fam->own_done[p][r]), "cudaEventSynchronize(upload)");
+    const void **pinned = &fam->own_host[p][(size_t)r * (size_t)np];
+    memcpy(pinned, want, row);
+    fam->own_valid[p][r] = false;
+    ++is->st.descriptors;
+    ++is->st.uploads;
+    TIDE_CUDA_CALL(cudaMemcpyAsync(fam->own_dev[p][r], pinned, row, cudaMemcpyHostToDevice,
+                                   is->sh->stream[t]),
+                   "cudaMemcpyAsync(gradient pointers)");
+    TIDE_CHECK(record_on(is, fam->own_done[p][r], is->sh->stream[t]));
+    fam->own_inflight[p][r] = true;
+    memcpy(last, want, row);
+    fam->own_valid[p][r] = true;
+    return TIDE_SUCCESS;
+}
+
+static tide_result_t issue_cmd(issue_t *is, const tide_cuda_cmd_t *c) {
+    const int t = c->thread, r = t / TIDE_CUDA_Q;
+    const cudaStream_t s = is->sh->stream[t];
+    TIDE_CHECK(on_device_of(is, r));
+    switch (c->kind) {
+    case TIDE_CUDA_CMD_FORK:
+        return wait_on(is, s, is->sh->start[r]);
+    case TIDE_CUDA_CMD_OP:
+        return issue_op(is, c->arg, t);
+    case TIDE_CUDA_CMD_RECORD:
+        return record_on(is, is->pp->events[is->parity][c->arg], s);
+    case TIDE_CUDA_CMD_WAIT:
+        return wait_on(is, s, is->pp->events[is->parity][c->arg]);
+    case TIDE_CUDA_CMD_WAIT_PREV:
+        return wait_on(is, s, is->pp->events[is->parity ^ 1][c->arg]);
+    case TIDE_CUDA_CMD_UPLOAD:
+        return issue_upload(is, t);
+    case TIDE_CUDA_CMD_UPLOAD_WAIT:
+        return wait_on(is, s, is->fam->own_done[is->parity][r]);
+    case TIDE_CUDA_CMD_JOIN:
+        TIDE_CHECK(record_on(is, is->sh->end[t], s));
+        return wait_on(is, caller_of(is, r), is->sh->end[t]);
+    default:
+        return TIDE_ERR(TIDE_ERR_INTERNAL, "cuda fabric: command kind %d", c->kind);
+    }
+}
+
+static tide_result_t enqueue_commands(issue_t *is, int form, uint64_t epoch, int64_t fence) {
+    tide_cuda_shared_t *sh = is->sh;
+    tide_cuda_family_t *fam = is->fam;
+    const int n = sh->ranks;
+    for (int r = 0; r < n; ++r) {
+        TIDE_CHECK(on_device_of(is, r));
+        if (fence >= 0) TIDE_CHECK(wait_on(is, caller_of(is, r), fam->fence[fence % 2]));
+        TIDE_CHECK(record_on(is, sh->start[r], caller_of(is, r)));
+    }
+    const tide_cuda_cmd_t *cmds = is->pp->sched.cmds[form];
+    for (int i = 0; i < is->pp->sched.num_cmds[form]; ++i) TIDE_CHECK(issue_cmd(is, &cmds[i]));
+    for (int r = 0; r < n; ++r) {
+        TIDE_CHECK(on_device_of(is, r));
+        TIDE_CHECK(record_on(is, sh->done[r], caller_of(is, r)));
+    }
+    TIDE_CHECK(on_device_of(is, 0));
+    for (int r = 0; r < n; ++r) TIDE_CHECK(wait_on(is, sh->agg, sh->done[r]));
+    TIDE_CHECK(record_on(is, fam->fence[is->parity], sh->agg));
+    fam->fence_epoch[is->parity] = (int64_t)epoch;
+    return TIDE_SUCCESS;
+}
+
+tide_result_t tide_cuda_enqueue(tide_cuda_group_t *g, tide_cuda_family_t *fam) {
+    const int pi = fam->pending_prep;
+    const uint64_t e = fam->pending_epoch;
+    const uint64_t t0 = now_ns();
+    const bool steady = e >= 1 && fam->last_epoch == (int64_t)e - 1 && fam->last_prep == pi;
+    const int form = steady ? TIDE_CUDA_STEADY : TIDE_CUDA_FRESH;
+    /* STEADY waits reach back one call: the fence covers the one before.  FRESH waits reach
+     * nothing of earlier calls: the fence covers all of them. */
+    const int64_t fence = steady ? (int64_t)e - 2 : (int64_t)e - 1;
+    if (fence >= 0 && fam->fence_epoch[fence % 2] != fence)
+        return TIDE_ERR(TIDE_ERR_INTERNAL, "cuda fabric: call %llu: the fence of call %lld is "
+                        "missing (last call %lld)", (unsigned long long)e, (long long)fence,
+                        (long long)fam->last_epoch);
+    if (!steady && fam->last_epoch >= 0 && fam->last_prep != pi &&
+        !tide_cuda_schedule_incs_match(&fam->prep[pi].sched, &fam->prep[fam->last_prep].sched))
+        return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "cuda fabric: call %llu switches programs whose "
+                        "counters count differently per call", (unsigned long long)e);
+
+    issue_t is;
+    memset(&is, 0, sizeof(is));
+    is.sh = g->shared;
+    is.fam = fam;
+    is.pp = &fam->prep[pi];
+    is.parity = (int)(e % 2);
+    is.cur_dev = -1;
+    is.st = fam->stats;
+    is.st.form = form;
+    is.st.descriptors = is.st.waits = is.st.records = is.st.uploads = 0;
+    tide_result_t res = enqueue_commands(&is, form, e, fence);
+    if (res != TIDE_SUCCESS) return res;
+    fam->last_epoch = (int64_t)e;
+    fam->last_prep = pi;
+    ++is.st.calls;
+    is.st.enqueue_ns = now_ns() - t0;
+    fam->stats = is.st;
+    return TIDE_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ recording a rank's call */
+
+static tide_result_t bind_rank(tide_cuda_family_t *fam, tide_cuda_prepared_t *pp,
+                               const tide_program_t *prog, const tide_binding_t *b) {
+    const int r = b->rank, parity = (int)(b->epoch % 2);
+    for (int q = 0; q < TIDE_CUDA_Q; ++q) {
+        const tide_queue_ops_t *qo = &prog->ranks[r].queues[q];
+        const int base = pp->sched.op_base[r * TIDE_CUDA_Q + q];
+        for (int i = 0; i < qo->num_ops; ++i) {
+            tide_cuda_bound_t *out = &pp->bound[base + i];
+            const tide_op_t *op = &qo->ops[i];
+            switch (op->kind) {
+            case TIDE_OP_WAIT:
+            case TIDE_OP_SIGNAL:
+                break; /* resolved into events by the schedule */
+            case TIDE_OP_SUM:
+                TIDE_CHECK(tide_bind_sum(b, prog, (tide_queue_t)q, i, &out->sum));
+                out->sum.segs = pp->table_dev[r][op->table];
+                out->sum.own = (const void *const *)fam->own_dev[parity][r];
+                break;
+            case TIDE_OP_LAND:
+                TIDE_CHECK(tide_bind_land(b, prog, (tide_queue_t)q, i, &out->land));
+                out->land.segs = pp->table_dev[r][op->table];
+                break;
+            default:
+                TIDE_CHECK(tide_bind_op(b, prog, (tide_queue_t)q, i, &out->op));
+                break;
+            }
+        }
+    }
+    return TIDE_SUCCESS;
+}
+
+/* Fail-stop: ranks that recorded this call already returned; all later calls fail. */
+static tide_result_t family_break(tide_cuda_shared_t *sh, tide_cuda_family_t *fam,
+                                  tide_result_t res) {
+    if (fam->broken == TIDE_SUCCESS) {
+        fam->broken = res;
+        snprintf(fam->broken_msg, sizeof(fam->broken_msg), "%s", tide_get_last_error());
+    }
+    pthread_cond_broadcast(&sh->cond);
+    return res;
+}
+
+/* A rank one call ahead waits (with the deadline) until the pending call is enqueued. */
+static tide_result_t wait_turn(tide_cuda_shared_t *sh, tide_cuda_family_t *fam,
+                               const tide_binding_t *b) {
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    const int64_t ms = tide_fabric_timeout_ms();
+    deadline.tv_sec += (time_t)(ms / 1000);
+    deadline.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec += 1;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    while (fam->broken == TIDE_SUCCESS && fam->pending > 0 && fam->pending_epoch != b->epoch) {
+        if (b->epoch != fam->pending_epoch + 1 || !fam->present[b->rank])
+            return TIDE_ERR(TIDE_ERR_INTERNAL, "cuda fabric: rank %d calls call %llu while call "
+                            "%llu is pending", b->rank, (unsigned long long)b->epoch,
+                            (unsigned long long)fam->pending_epoch);
+        if (pthread_cond_timedwait(&sh->cond, &sh->lock, &deadline) == ETIMEDOUT)
+            return TIDE_ERR(TIDE_ERR_TIMEOUT,
+                            "cuda fabric: rank %d waited %lld ms for the other ranks to call call "
+                            "%llu (TIDE_TIMEOUT_MS); with one thread, call every rank once per "
+                            "call, rank 0 to N-1",
+                            b->rank, (long long)ms, (unsigned long long)fam->pending_epoch);
+    }
+    return TIDE_SUCCESS;
+}
+
+static tide_result_t record_call(tide_cuda_group_t *g, tide_cuda_family_t *fam, int pi,
+                                 const tide_program_t *prog, const tide_binding_t *b,
+                                 cudaStream_t caller) {
+    tide_cuda_shared_t *sh = g->shared;
+    const int r = b->rank;
+    if (g->failed != TIDE_SUCCESS)
+        return TIDE_ERR(TIDE_ERR_FABRIC, "cuda fabric: rank %d: the group's registration failed "
+                        "on some rank (%s)", r, tide_get_error_string(g->failed));
+    if (fam->broken != TIDE_SUCCESS)
+        return TIDE_ERR(TIDE_ERR_FABRIC, "cuda fabric: rank %d: the group's %s calls are unusable "
+                        "since a call failed (%s): %s", r,
+                        fam->coll == TIDE_COLL_ALL_GATHER ? "all-gather" : "reduce-scatter",
+                        tide_get_error_string(fam->broken), fam->broken_msg);
+    tide_result_t res = wait_turn(sh, fam, b);
+    if (res != TIDE_SUCCESS) return family_break(sh, fam, res);
+    if (fam->broken != TIDE_SUCCESS)
+        return TIDE_ERR(TIDE_ERR_FABRIC, "cuda fabric: rank %d: a call failed while waiting: %s",
+                        r, fam->broken_msg);
+    if (fam->pending > 0 && (fam->present[r] || fam->pending_prep != pi))
+        return family_break(sh, fam, TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
+                            "cuda fabric: rank %d: call %llu %s", r,
+                            (unsigned long long)b->epoch,
+                            fam->present[r] ? "was already called by this rank"
+                                            : "uses another reduce-scatter mode than the ranks "
+                                              "before it"));
+    if (fam->pending == 0 && (int64_t)b->epoch != fam->last_epoch + 1)
+        return family_break(sh, fam, TIDE_ERR(TIDE_ERR_INTERNAL,
+                            "cuda fabric: rank %d calls call %llu after call %lld", r,
+                            (unsigned long long)b->epoch, (long long)fam->last_epoch));
+
+    tide_cuda_prepared_t *pp = &fam->prep[pi];
+    if (!pp->ready) {
+        res = tide_cuda_prepare(g, fam, pp, prog);
+        if (res != TIDE_SUCCESS) return family_break(sh, fam, res);
+    }
+    if (pp->checked[r] != prog) {
+        if (tide_cuda_rank_hash(prog, r) != pp->sched.rank_hash[r])
+            return family_break(sh, fam, TIDE_ERR(TIDE_ERR_INTERNAL,
+                                "cuda fabric: rank %d's program differs from the one its "
+                                "schedule was built from", r));
+        pp->checked[r] = prog;
+    }
+    res = bind_rank(fam, pp, prog, b);
+    if (res != TIDE_SUCCESS) return family_break(sh, fam, res);
+    if (fam->grads != NULL && b->grads != NULL)
+        memcpy(&fam->grads[(size_t)r * (size_t)fam->num_params], b->grads,
+               (size_t)fam->num_params * sizeof(void *));
+    if (fam->pending == 0) {
+        fam->pending_epoch = b->epoch;
+        fam->pending_prep = pi;
+        fam->sum_ctas = b->plan->config.sum_ctas > 0 ? b->plan->config.sum_ctas : 1;
+        fam->landing_ctas = b->plan->config.landing_ctas > 0 ? b->plan->config.landing_ctas : 1;
+    }
+    fam->caller[r] = caller;
+    fam->present[r] = true;
+    if (++fam->pending < sh->ranks) return TIDE_SUCCESS;
+
+    res = tide_cuda_enqueue(g, fam);
+    fam->pending = 0;
+    memset(fam->present, 0, (size_t)sh->ranks * sizeof(*fam->present));
+    pthread_cond_broadcast(&sh->cond);
+    return res == TIDE_SUCCESS ? res : family_break(sh, fam, res);
+}
+
+tide_result_t tide_cuda_execute(struct tide_fabric_arena *arena, const tide_program_t *prog,
+                                const tide_binding_t *binding, void *stream) {
+    tide_cuda_arena_t *a = (tide_cuda_arena_t *)arena;
+    tide_cuda_group_t *g = a->group;
+    tide_cuda_shared_t *sh = g->shared;
+    const int r = arena->world->rank;
+    if (prog->num_ranks != sh->ranks || binding->rank != r || binding->arena != arena ||
+        (prog->coll != TIDE_COLL_ALL_GATHER && prog->coll != TIDE_COLL_REDUCE_SCATTER) ||
+        (unsigned)prog->mode >= TIDE_RS_MODE_COUNT)
+        return TIDE_ERR(TIDE_ERR_INTERNAL, "cuda fabric: program of %d ranks / binding of rank "
+                        "%d does not match rank %d of %d", prog->num_ranks, binding->rank, r,
+                        sh->ranks);
+    cudaStream_t caller = (cudaStream_t)stream;
+    if (caller != NULL) {
+        int dev = -1;
+        cudaError_t e = cudaStreamGetDevice(caller, &dev);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT, "cuda fabric: rank %d: stream is not a "
+                            "valid cudaStream_t (%s)", r, cudaGetErrorString(e));
+        }
+        if (dev != tide_cuda_device_of(sh, r))
+            return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT, "cuda fabric: rank %d runs on device %d, "
+                            "its stream belongs to device %d", r, tide_cuda_device_of(sh, r), dev);
+    }
+    const int fi = prog->coll == TIDE_COLL_ALL_GATHER ? 0 : 1;
+    const int pi = fi == 0 ? 0 : (int)prog->mode;
+    int prev_device = -1;
+    if (cudaGetDevice(&prev_device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        prev_device = -1;
+    }
+    pthread_mutex_lock(&sh->lock);
+    tide_result_t res = record_call(g, &g->fam[fi], pi, prog, binding, caller);
+    pthread_mutex_unlock(&sh->lock);
+    if (prev_device >= 0) (void)cudaSetDevice(prev_device);
+    return res;
+}

@@ -1,0 +1,212 @@
+/*
+ * prepare.c - a program's device-side state, built on its first call: the schedule
+ * (schedule.c, commands.c), one event per signal that some wait names and per call parity,
+ * and the segment tables of its SUM and LAND ops copied once to the device of their rank (the
+ * kernels read them from device memory).  RS programs also get the gradient pointer tables:
+ * P device pointers per rank and call parity, refreshed per call from pinned host memory
+ * (execute.c), because the gradients a call reads change from call to call.
+ */
+#include "core/checks.h"
+#include "fabric/cuda/cuda.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Segment tables start at this alignment inside a rank's table allocation. */
+#define TABLE_ALIGN 256u
+
+void tide_cuda_prepared_free(tide_cuda_prepared_t *pp, int ranks) {
+    for (int p = 0; p < 2; ++p) {
+        if (pp->events[p] != NULL)
+            for (int k = 0; k < pp->sched.num_slots; ++k)
+                if (pp->events[p][k] != NULL) cudaEventDestroy(pp->events[p][k]);
+        free(pp->events[p]);
+    }
+    for (int r = 0; r < ranks; ++r) {
+        if (pp->table_mem != NULL && pp->table_mem[r] != NULL) cudaFree(pp->table_mem[r]);
+        if (pp->table_dev != NULL) free(pp->table_dev[r]);
+    }
+    (void)cudaGetLastError();
+    free(pp->table_mem);
+    free(pp->table_dev);
+    free(pp->checked);
+    free(pp->bound);
+    tide_cuda_schedule_free(&pp->sched);
+    memset(pp, 0, sizeof(*pp));
+}
+
+static tide_result_t events_create(tide_cuda_shared_t *sh, tide_cuda_prepared_t *pp) {
+    const int slots = pp->sched.num_slots;
+    for (int p = 0; p < 2; ++p) {
+        pp->events[p] = calloc((size_t)slots + 1, sizeof(*pp->events[p]));
+        if (pp->events[p] == NULL)
+            return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda fabric: %d signal events", slots);
+        for (int k = 0; k < slots; ++k) {
+            const int rank = pp->sched.slot_thread[k] / TIDE_CUDA_Q;
+            TIDE_CUDA_CALL(cudaSetDevice(tide_cuda_device_of(sh, rank)), "cudaSetDevice");
+            TIDE_CUDA_CALL(cudaEventCreateWithFlags(&pp->events[p][k], cudaEventDisableTiming),
+                           "cudaEventCreateWithFlags(signal)");
+        }
+    }
+    return TIDE_SUCCESS;
+}
+
+static size_t table_bytes(const tide_table_t *t) {
+    if (t->num_segs <= 0) return 0;
+    return (size_t)t->num_segs *
+           (t->kind == TIDE_OP_SUM ? sizeof(tide_sum_seg_t) : sizeof(tide_land_seg_t));
+}
+
+/* Copy rank r's segment tables into one allocation on its device. */
+static tide_result_t tables_upload(tide_cuda_shared_t *sh, tide_cuda_prepared_t *pp,
+                                   const tide_rank_program_t *rp, int r) {
+    const int nt = rp->num_tables;
+    pp->table_dev[r] = calloc((size_t)nt + 1, sizeof(*pp->table_dev[r]));
+    size_t *off = calloc((size_t)nt + 1, sizeof(*off));
+    tide_result_t res = TIDE_SUCCESS;
+    uint8_t *host = NULL;
+    if (pp->table_dev[r] == NULL || off == NULL) {
+        res = TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda fabric: %d tables of rank %d", nt, r);
+        goto done;
+    }
+    size_t total = 0;
+    for (int i = 0; i < nt; ++i) {
+        const tide_table_t *t = &rp->tables[i];
+        if ((t->kind != TIDE_OP_SUM && t->kind != TIDE_OP_LAND) ||
+            (t->num_segs > 0 && (t->kind == TIDE_OP_SUM ? (const void *)t->sum_segs
+                                                        : (const void *)t->land_segs) == NULL)) {
+            res = TIDE_ERR(TIDE_ERR_INTERNAL, "cuda fabric: rank %d table %d is malformed", r, i);
+            goto done;
+        }
+        off[i] = total;
+        const size_t b = table_bytes(t);
+        if (b > SIZE_MAX / 2 - total - TABLE_ALIGN) {
+            res = TIDE_ERR(TIDE_ERR_OVERFLOW, "cuda fabric: tables of rank %d", r);
+            goto done;
+        }
+        total = (total + b + TABLE_ALIGN - 1) / TABLE_ALIGN * TABLE_ALIGN;
+    }
+    if (total == 0) goto done;
+    host = malloc(total);
+    if (host == NULL) {
+        res = TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda fabric: %zu bytes of tables", total);
+        goto done;
+    }
+    for (int i = 0; i < nt; ++i) {
+        const tide_table_t *t = &rp->tables[i];
+        if (table_bytes(t) == 0) continue;
+        memcpy(host + off[i], t->kind == TIDE_OP_SUM ? (const void *)t->sum_segs
+                                                     : (const void *)t->land_segs,
+               table_bytes(t));
+    }
+    const int d = tide_cuda_device_of(sh, r);
+    TIDE_CUDA_CALL_GOTO(cudaSetDevice(d), "cudaSetDevice", res, done);
+    TIDE_CUDA_CALL_GOTO(cudaMalloc(&pp->table_mem[r], total), "cudaMalloc(segment tables)", res,
+                        done);
+    /* Pageable source: the copy is complete only once the stream is synchronised. */
+    TIDE_CUDA_CALL_GOTO(cudaMemcpyAsync(pp->table_mem[r], host, total, cudaMemcpyHostToDevice,
+                                        sh->util[d]),
+                        "cudaMemcpyAsync(segment tables)", res, done);
+    TIDE_CUDA_CALL_GOTO(cudaStreamSynchronize(sh->util[d]), "cudaStreamSynchronize(tables)", res,
+                        done);
+    for (int i = 0; i < nt; ++i)
+        if (table_bytes(&rp->tables[i]) > 0)
+            pp->table_dev[r][i] = (const uint8_t *)pp->table_mem[r] + off[i];
+done:
+    free(host);
+    free(off);
+    return res;
+}
+
+void tide_cuda_own_tables_free(tide_cuda_family_t *fam, int ranks) {
+    for (int p = 0; p < 2; ++p) {
+        for (int r = 0; r < ranks; ++r) {
+            if (fam->own_dev[p] != NULL && fam->own_dev[p][r] != NULL) cudaFree(fam->own_dev[p][r]);
+            if (fam->own_done[p] != NULL && fam->own_done[p][r] != NULL)
+                cudaEventDestroy(fam->own_done[p][r]);
+        }
+        if (fam->own_host[p] != NULL) cudaFreeHost((void *)fam->own_host[p]);
+        free(fam->own_dev[p]);
+        free(fam->own_done[p]);
+        free(fam->own_last[p]);
+        free(fam->own_valid[p]);
+        free(fam->own_inflight[p]);
+        fam->own_dev[p] = NULL;
+        fam->own_done[p] = NULL;
+        fam->own_host[p] = NULL;
+        fam->own_last[p] = NULL;
+        fam->own_valid[p] = NULL;
+        fam->own_inflight[p] = NULL;
+    }
+    free(fam->grads);
+    fam->grads = NULL;
+    fam->num_params = 0;
+    (void)cudaGetLastError();
+}
+
+/* RS: the per-call gradient pointer tables, double-buffered by call parity. */
+static tide_result_t own_tables_build(tide_cuda_shared_t *sh, tide_cuda_family_t *fam,
+                                      int params) {
+    const int n = sh->ranks;
+    const size_t row = (size_t)params * sizeof(void *);
+    fam->num_params = params;
+    fam->grads = calloc((size_t)n * (size_t)params, sizeof(*fam->grads));
+    if (fam->grads == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda fabric: gradient tables");
+    for (int p = 0; p < 2; ++p) {
+        fam->own_dev[p] = calloc((size_t)n, sizeof(*fam->own_dev[p]));
+        fam->own_done[p] = calloc((size_t)n, sizeof(*fam->own_done[p]));
+        fam->own_last[p] = calloc((size_t)n * (size_t)params, sizeof(*fam->own_last[p]));
+        fam->own_valid[p] = calloc((size_t)n, sizeof(*fam->own_valid[p]));
+        fam->own_inflight[p] = calloc((size_t)n, sizeof(*fam->own_inflight[p]));
+        if (fam->own_dev[p] == NULL || fam->own_done[p] == NULL || fam->own_last[p] == NULL ||
+            fam->own_valid[p] == NULL || fam->own_inflight[p] == NULL)
+            return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda fabric: gradient tables");
+        void *pinned = NULL;
+        TIDE_CUDA_CALL(cudaMallocHost(&pinned, (size_t)n * row), "cudaMallocHost(gradient tables)");
+        fam->own_host[p] = pinned;
+        for (int r = 0; r < n; ++r) {
+            TIDE_CUDA_CALL(cudaSetDevice(tide_cuda_device_of(sh, r)), "cudaSetDevice");
+            TIDE_CUDA_CALL(cudaMalloc(&fam->own_dev[p][r], row), "cudaMalloc(gradient table)");
+            TIDE_CUDA_CALL(cudaEventCreateWithFlags(&fam->own_done[p][r], cudaEventDisableTiming),
+                           "cudaEventCreateWithFlags(upload)");
+        }
+    }
+    return TIDE_SUCCESS;
+}
+
+static tide_result_t own_tables_alloc(tide_cuda_shared_t *sh, tide_cuda_family_t *fam,
+                                      int params) {
+    tide_result_t res = own_tables_build(sh, fam, params);
+    if (res != TIDE_SUCCESS) tide_cuda_own_tables_free(fam, sh->ranks);
+    return res;
+}
+
+tide_result_t tide_cuda_prepare(tide_cuda_group_t *g, tide_cuda_family_t *fam,
+                                tide_cuda_prepared_t *pp, const tide_program_t *prog) {
+    tide_cuda_shared_t *sh = g->shared;
+    const int n = sh->ranks;
+    if (prog->num_ranks != n)
+        return TIDE_ERR(TIDE_ERR_INTERNAL, "cuda fabric: program of %d ranks in a world of %d",
+                        prog->num_ranks, n);
+    tide_result_t res;
+    TIDE_CHECK(tide_cuda_schedule_build(prog, &pp->sched));
+    pp->table_mem = calloc((size_t)n, sizeof(*pp->table_mem));
+    pp->table_dev = calloc((size_t)n, sizeof(*pp->table_dev));
+    pp->checked = calloc((size_t)n, sizeof(*pp->checked));
+    pp->bound = calloc((size_t)pp->sched.num_ops + 1, sizeof(*pp->bound));
+    if (pp->table_mem == NULL || pp->table_dev == NULL || pp->checked == NULL ||
+        pp->bound == NULL) {
+        res = TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda fabric: state of a %d-op program",
+                       pp->sched.num_ops);
+        goto fail;
+    }
+    TIDE_CHECK_GOTO(events_create(sh, pp), res, fail);
+    for (int r = 0; r < n; ++r) TIDE_CHECK_GOTO(tables_upload(sh, pp, &prog->ranks[r], r), res, fail);
+    if (pp->sched.has_sum && fam->own_dev[0] == NULL)
+        TIDE_CHECK_GOTO(own_tables_alloc(sh, fam, prog->plan->geom.num_params), res, fail);
+    pp->ready = true;
+    return TIDE_SUCCESS;
+fail:
+    tide_cuda_prepared_free(pp, n);
+    return res;
+}
