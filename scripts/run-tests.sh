@@ -23,6 +23,10 @@ if [ "${TIDE_TEST_QUICK:-0}" != 1 ]; then
   cmake -S . -B build-asan -DTIDE_WITH_CUDA=OFF -DTIDE_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug >/dev/null
   cmake --build build-asan -j"$jobs"
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$jobs" -LE slow)
+  echo "== TSan build (the multi-threaded CPU fabric and its programs)"
+  cmake -S . -B build-tsan -DTIDE_WITH_CUDA=OFF -DTIDE_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug >/dev/null
+  cmake --build build-tsan -j"$jobs"
+  (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j"$jobs" -R 'fabric|program|compile|core')
   if [ -f tests/fuzz/run.sh ]; then
     echo "== fuzz (brief)"
     bash tests/fuzz/run.sh
