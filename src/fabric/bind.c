@@ -172,7 +172,7 @@ static bool span_2d(uint64_t rows, uint64_t pitch, uint64_t bytes, uint64_t *out
 
 tide_result_t tide_bind_op(const tide_binding_t *b, const tide_program_t *prog, tide_queue_t q,
                            int index, tide_bound_op_t *out) {
-    const tide_op_t *op;
+    const tide_op_t *op = NULL;
     op_where_t w;
     TIDE_CHECK(lookup_op(b, prog, q, index, &op, &w));
     tide_bound_op_t r = {0};
@@ -265,7 +265,7 @@ static bool elem_end_bytes(uint64_t a, uint64_t b, uint64_t item, uint64_t *out)
 
 tide_result_t tide_bind_sum(const tide_binding_t *b, const tide_program_t *prog, tide_queue_t q,
                             int index, tide_sum_args_t *args_out) {
-    const tide_op_t *op;
+    const tide_op_t *op = NULL;
     const tide_table_t *t;
     op_where_t w;
     TIDE_CHECK(lookup_op(b, prog, q, index, &op, &w));
@@ -329,7 +329,7 @@ overflow:
 
 tide_result_t tide_bind_land(const tide_binding_t *b, const tide_program_t *prog, tide_queue_t q,
                              int index, tide_land_args_t *args_out) {
-    const tide_op_t *op;
+    const tide_op_t *op = NULL;
     const tide_table_t *t;
     op_where_t w;
     TIDE_CHECK(lookup_op(b, prog, q, index, &op, &w));

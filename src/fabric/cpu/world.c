@@ -47,7 +47,7 @@ static tide_result_t cpu_world_create_all(int nodes, int gpus_per_node,
     snprintf(job, sizeof(job), "/tide.t%ld.%llu", (long)getpid(),
              (unsigned long long)atomic_fetch_add(&world_serial, 1));
     tide_result_t res;
-    tide_cpu_shared_t *s;
+    tide_cpu_shared_t *s = NULL;
     TIDE_CHECK(shared_new(false, job, &s));
     s->ctl_bytes = sizeof(tide_cpu_ctl_t);
     s->ctl = calloc(1, s->ctl_bytes);
@@ -75,7 +75,7 @@ static tide_result_t cpu_world_create_rank(int nodes, int gpus_per_node, int ran
     char job[TIDE_CPU_NAME_MAX];
     snprintf(job, sizeof(job), "/tide.%s", name);
     tide_result_t res;
-    tide_cpu_shared_t *s;
+    tide_cpu_shared_t *s = NULL;
     TIDE_CHECK(shared_new(true, job, &s));
     atomic_init(&s->refs, 1);
     s->ctl_bytes = sizeof(tide_cpu_ctl_t) + sizeof(uint64_t) * (((size_t)n + 63) / 64);
