@@ -34,37 +34,13 @@ typedef struct {
     int64_t landed_inc; /* signals to AG_LANDED per call: L own shards (+ L scatters if M > 1) */
 } ag_ctx_t;
 
-static tide_op_t op_none(tide_op_kind_t kind) {
-    tide_op_t op = {0};
-    op.kind = (uint8_t)kind;
-    op.sig_rank = -1;
-    return op;
-}
-
 static tide_op_t op_copy(tide_ref_t dst, tide_ref_t src, uint64_t bytes, int sig_rank, int ctr) {
-    tide_op_t op = op_none(TIDE_OP_COPY);
+    tide_op_t op = tide_op_new(TIDE_OP_COPY);
     op.dst = dst;
     op.src = src;
     op.bytes = bytes;
     op.sig_rank = sig_rank;
     op.ctr = sig_rank >= 0 ? ctr : 0;
-    return op;
-}
-
-static tide_op_t op_signal(int rank, int ctr) {
-    tide_op_t op = op_none(TIDE_OP_SIGNAL);
-    op.sig_rank = rank;
-    op.ctr = ctr;
-    return op;
-}
-
-/* The counter's owner is the waiting rank itself; sig_rank records it for listings. */
-static tide_op_t op_wait(int rank, int ctr, int64_t inc, int64_t thr) {
-    tide_op_t op = op_none(TIDE_OP_WAIT);
-    op.sig_rank = rank;
-    op.ctr = ctr;
-    op.inc = inc;
-    op.thr = thr;
     return op;
 }
 
@@ -99,10 +75,10 @@ static int round_puts(const ag_ctx_t *c, int d) {
 }
 
 static tide_result_t emit_ready(ag_ctx_t *c, int rank) {
-    TIDE_CHECK(push(c, rank, TIDE_Q_READY, op_wait(rank, TIDE_CTR_AG_LANDED, c->landed_inc, 0)));
+    TIDE_CHECK(push(c, rank, TIDE_Q_READY, tide_op_wait(rank, TIDE_CTR_AG_LANDED, c->landed_inc, 0)));
     for (int j = 0; j < c->l; ++j)
         TIDE_CHECK(
-            push(c, rank, TIDE_Q_READY, op_signal(local_rank(c, rank, j), TIDE_CTR_AG_READY)));
+            push(c, rank, TIDE_Q_READY, tide_op_signal(local_rank(c, rank, j), TIDE_CTR_AG_READY)));
     return TIDE_SUCCESS;
 }
 
@@ -120,12 +96,12 @@ static tide_result_t emit_rounds(ag_ctx_t *c, int rank) {
         int target = rail_rank(c, rank, -rd->distance);
         int ctr = TIDE_CTR_AG_ARRIVED + d;
         /* I3: the target scattered and forwarded the slots of my previous call's round d. */
-        TIDE_CHECK(push(c, rank, TIDE_Q_CALLER, op_wait(rank, TIDE_CTR_AG_CREDIT + d, 1, 0)));
+        TIDE_CHECK(push(c, rank, TIDE_Q_CALLER, tide_op_wait(rank, TIDE_CTR_AG_CREDIT + d, 1, 0)));
         /* Slots 1..c_d-1 arrived in the rounds whose first slot is below c_d. */
         while (waited < d && ag->rounds[waited].first_slot < rd->count) {
             int64_t inc = round_puts(c, waited);
             TIDE_CHECK(push(c, rank, TIDE_Q_CALLER,
-                            op_wait(rank, TIDE_CTR_AG_ARRIVED + waited, inc, inc)));
+                            tide_op_wait(rank, TIDE_CTR_AG_ARRIVED + waited, inc, inc)));
             ++waited;
         }
         uint64_t dst_off, run_src, run_dst, run_bytes;
@@ -157,13 +133,13 @@ static tide_result_t emit_rounds(ag_ctx_t *c, int rank) {
 static tide_result_t emit_caller(ag_ctx_t *c, int rank) {
     const tide_geom_t *g = &c->plan->geom;
     if (c->cast) {
-        tide_op_t cast = op_none(TIDE_OP_CAST);
+        tide_op_t cast = tide_op_new(TIDE_OP_CAST);
         cast.dst = tide_ref_arena(rank, TIDE_REGION_RECV_STAGE, 0);
         cast.src = tide_ref_operand(TIDE_REF_SHARD, 0, 0);
         cast.bytes = c->s;
         TIDE_CHECK(push(c, rank, TIDE_Q_CALLER, cast));
     }
-    TIDE_CHECK(push(c, rank, TIDE_Q_CALLER, op_wait(rank, TIDE_CTR_AG_READY, c->l, c->l)));
+    TIDE_CHECK(push(c, rank, TIDE_Q_CALLER, tide_op_wait(rank, TIDE_CTR_AG_READY, c->l, c->l)));
     for (int j = 0; j < c->l; ++j) {
         int peer = local_rank(c, rank, j);
         for (int p = 0; p < c->p; ++p) {
@@ -176,7 +152,7 @@ static tide_result_t emit_caller(ag_ctx_t *c, int rank) {
         }
     }
     TIDE_CHECK(emit_rounds(c, rank));
-    return push(c, rank, TIDE_Q_CALLER, op_signal(rank, TIDE_CTR_AG_CALLER_DONE));
+    return push(c, rank, TIDE_Q_CALLER, tide_op_signal(rank, TIDE_CTR_AG_CALLER_DONE));
 }
 
 /* Landing copies of one group into local rank `peer`'s landing. */
@@ -209,7 +185,7 @@ static tide_result_t emit_group(ag_ctx_t *c, int rank, int peer, const tide_ag_g
 
 static tide_result_t emit_ce(ag_ctx_t *c, int rank, const tide_ag_group_t *groups, int num_groups) {
     if (c->m == 1) return TIDE_SUCCESS;
-    TIDE_CHECK(push(c, rank, TIDE_Q_CE, op_wait(rank, TIDE_CTR_AG_READY, c->l, c->l)));
+    TIDE_CHECK(push(c, rank, TIDE_Q_CE, tide_op_wait(rank, TIDE_CTR_AG_READY, c->l, c->l)));
     int round = -1;
     for (int i = 0; i < num_groups; ++i) {
         const tide_ag_group_t *grp = &groups[i];
@@ -217,29 +193,29 @@ static tide_result_t emit_ce(ag_ctx_t *c, int rank, const tide_ag_group_t *group
             round = grp->round;
             int64_t inc = round_puts(c, round);
             TIDE_CHECK(
-                push(c, rank, TIDE_Q_CE, op_wait(rank, TIDE_CTR_AG_ARRIVED + round, inc, inc)));
+                push(c, rank, TIDE_Q_CE, tide_op_wait(rank, TIDE_CTR_AG_ARRIVED + round, inc, inc)));
         }
         for (int j = 0; j < c->l; ++j)
             TIDE_CHECK(emit_group(c, rank, local_rank(c, rank, j), grp));
     }
     /* Queue order makes every scatter above visible before these signals. */
     for (int j = 0; j < c->l; ++j)
-        TIDE_CHECK(push(c, rank, TIDE_Q_CE, op_signal(local_rank(c, rank, j), TIDE_CTR_AG_LANDED)));
-    return push(c, rank, TIDE_Q_CE, op_signal(rank, TIDE_CTR_AG_CE_DONE));
+        TIDE_CHECK(push(c, rank, TIDE_Q_CE, tide_op_signal(local_rank(c, rank, j), TIDE_CTR_AG_LANDED)));
+    return push(c, rank, TIDE_Q_CE, tide_op_signal(rank, TIDE_CTR_AG_CE_DONE));
 }
 
 static tide_result_t emit_done(ag_ctx_t *c, int rank) {
     const tide_ag_schedule_t *ag = &c->plan->ag;
     TIDE_CHECK(push(c, rank, TIDE_Q_DONE,
-                    op_wait(rank, TIDE_CTR_AG_LANDED, c->landed_inc, c->landed_inc)));
-    if (c->m > 1) TIDE_CHECK(push(c, rank, TIDE_Q_DONE, op_wait(rank, TIDE_CTR_AG_CE_DONE, 1, 1)));
-    TIDE_CHECK(push(c, rank, TIDE_Q_DONE, op_wait(rank, TIDE_CTR_AG_CALLER_DONE, 1, 1)));
+                    tide_op_wait(rank, TIDE_CTR_AG_LANDED, c->landed_inc, c->landed_inc)));
+    if (c->m > 1) TIDE_CHECK(push(c, rank, TIDE_Q_DONE, tide_op_wait(rank, TIDE_CTR_AG_CE_DONE, 1, 1)));
+    TIDE_CHECK(push(c, rank, TIDE_Q_DONE, tide_op_wait(rank, TIDE_CTR_AG_CALLER_DONE, 1, 1)));
     /* Both readers of the stage (scatters, forwards) are done: senders may refill it. */
     for (int d = 0; d < ag->num_rounds; ++d)
         TIDE_CHECK(
             push(c, rank, TIDE_Q_DONE,
-                 op_signal(rail_rank(c, rank, ag->rounds[d].distance), TIDE_CTR_AG_CREDIT + d)));
-    tide_op_t ev = op_none(TIDE_OP_EVENT);
+                 tide_op_signal(rail_rank(c, rank, ag->rounds[d].distance), TIDE_CTR_AG_CREDIT + d)));
+    tide_op_t ev = tide_op_new(TIDE_OP_EVENT);
     ev.event = TIDE_EVENT_CALL_DONE;
     return push(c, rank, TIDE_Q_DONE, ev);
 }

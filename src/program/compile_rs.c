@@ -36,23 +36,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static tide_op_t op_signal(int rank, int ctr) {
-    tide_op_t op = rs_op(TIDE_OP_SIGNAL);
-    op.sig_rank = rank;
-    op.ctr = ctr;
-    return op;
-}
-
-/* The counter's owner is the waiting rank itself; sig_rank records it for listings. */
-static tide_op_t op_wait(int rank, int ctr, int64_t inc, int64_t thr) {
-    tide_op_t op = rs_op(TIDE_OP_WAIT);
-    op.sig_rank = rank;
-    op.ctr = ctr;
-    op.inc = inc;
-    op.thr = thr;
-    return op;
-}
-
 static tide_result_t push(rs_ctx_t *c, int rank, tide_queue_t q, tide_op_t op) {
     return tide_program_push(c->prog, rank, q, &op);
 }
@@ -108,12 +91,12 @@ static tide_result_t emit_ce(rs_ctx_t *c, int rank) {
             /* Owners in rotated order, so the L pushers start on different owners. */
             const int j = (i + step) % c->l;
             TIDE_CHECK(push(c, rank, TIDE_Q_CE,
-                            op_wait(rank, TIDE_CTR_RS_STG_CREDIT + j, stg_credit_inc(c),
+                            tide_op_wait(rank, TIDE_CTR_RS_STG_CREDIT + j, stg_credit_inc(c),
                                     stg_credit_thr(c, d))));
             TIDE_CHECK(rs_emit_pushes(c, rank, &c->dests[d], j, d % c->n_stg));
         }
     }
-    return push(c, rank, TIDE_Q_CE, op_signal(rank, TIDE_CTR_RS_PUSHED));
+    return push(c, rank, TIDE_Q_CE, tide_op_signal(rank, TIDE_CTR_RS_PUSHED));
 }
 
 /* ------------------------------------------------------------------ READ: Level-1 sums */
@@ -123,7 +106,7 @@ static tide_result_t signal_stg_credits(rs_ctx_t *c, int rank) {
     for (int j = 0; j < c->l; ++j)
         if (j != i)
             TIDE_CHECK(push(c, rank, TIDE_Q_READ,
-                            op_signal(local_rank(c, rank, j), TIDE_CTR_RS_STG_CREDIT + i)));
+                            tide_op_signal(local_rank(c, rank, j), TIDE_CTR_RS_STG_CREDIT + i)));
     return TIDE_SUCCESS;
 }
 
@@ -132,18 +115,18 @@ static tide_result_t wait_out_block(rs_ctx_t *c, int rank, const rs_dest_t *d) {
     if (d->send < 0) {
         /* Spare (b, pass) was copied into the inbox by call e - 2's own wave of the pass. */
         return push(c, rank, TIDE_Q_READ,
-                    op_wait(rank, TIDE_CTR_RS_SPARE_USED, c->n_part,
+                    tide_op_wait(rank, TIDE_CTR_RS_SPARE_USED, c->n_part,
                             (int64_t)d->pass + 1 - 2 * (int64_t)c->n_part));
     }
     const int J = d->send;
     if (J >= c->n_out) /* this call's send J - n_out used the block */
         return push(c, rank, TIDE_Q_READ,
-                    op_wait(rank, TIDE_CTR_RS_SENT, c->d_rem, (int64_t)J - c->n_out + 1));
+                    tide_op_wait(rank, TIDE_CTR_RS_SENT, c->d_rem, (int64_t)J - c->n_out + 1));
     /* Call e - 2's last send from this block: the largest J'' < D_rem, J'' = J mod n_out. */
     const int last = J + (c->d_rem - 1 - J) / c->n_out * c->n_out;
     return push(
         c, rank, TIDE_Q_READ,
-        op_wait(rank, TIDE_CTR_RS_SENT, c->d_rem, (int64_t)last + 1 - 2 * (int64_t)c->d_rem));
+        tide_op_wait(rank, TIDE_CTR_RS_SENT, c->d_rem, (int64_t)last + 1 - 2 * (int64_t)c->d_rem));
 }
 
 static tide_result_t emit_read(rs_ctx_t *c, int rank) {
@@ -154,22 +137,22 @@ static tide_result_t emit_read(rs_ctx_t *c, int rank) {
         if (c->l > 1) {
             TIDE_CHECK(push(
                 c, rank, TIDE_Q_READ,
-                op_wait(rank, TIDE_CTR_RS_STAGED, pushers * c->d_all, pushers * (int64_t)(d + 1))));
+                tide_op_wait(rank, TIDE_CTR_RS_STAGED, pushers * c->d_all, pushers * (int64_t)(d + 1))));
             if (credit_on_arrival(c)) TIDE_CHECK(signal_stg_credits(c, rank));
         }
         TIDE_CHECK(wait_out_block(c, rank, dst));
         int table;
         TIDE_CHECK(rs_add_sum_table(c, rank, dst, slot, &table));
-        tide_op_t sum = rs_op(TIDE_OP_SUM);
+        tide_op_t sum = tide_op_new(TIDE_OP_SUM);
         sum.table = table;
         sum.bank_dep = 1;
         TIDE_CHECK(push(c, rank, TIDE_Q_READ, sum));
-        TIDE_CHECK(push(c, rank, TIDE_Q_READ, op_signal(rank, TIDE_CTR_RS_SUMMED)));
+        TIDE_CHECK(push(c, rank, TIDE_Q_READ, tide_op_signal(rank, TIDE_CTR_RS_SUMMED)));
         if (c->l > 1) TIDE_CHECK(signal_stg_credits(c, rank));
     }
     /* I2: the gradients are read by these sums and by this rank's own pushes. */
-    if (c->l > 1) TIDE_CHECK(push(c, rank, TIDE_Q_READ, op_wait(rank, TIDE_CTR_RS_PUSHED, 1, 1)));
-    tide_op_t ev = rs_op(TIDE_OP_EVENT);
+    if (c->l > 1) TIDE_CHECK(push(c, rank, TIDE_Q_READ, tide_op_wait(rank, TIDE_CTR_RS_PUSHED, 1, 1)));
+    tide_op_t ev = tide_op_new(TIDE_OP_EVENT);
     ev.event = TIDE_EVENT_READ_DONE;
     return push(c, rank, TIDE_Q_READ, ev);
 }
@@ -204,12 +187,12 @@ static tide_result_t emit_round(rs_ctx_t *c, int rank, const rs_net_t *net,
         const int target = rail_rank(c, rank, n + cc);
         const int s = (i + cc) % c->l; /* eq. 7 */
         TIDE_CHECK(push(c, rank, TIDE_Q_NET,
-                        op_wait(rank, TIDE_CTR_RS_SUMMED, c->d_all, (int64_t)c->send_pos[J] + 1)));
+                        tide_op_wait(rank, TIDE_CTR_RS_SUMMED, c->d_all, (int64_t)c->send_pos[J] + 1)));
         /* I3 at the target: its previous wave on generation q has landed node-wide. */
         TIDE_CHECK(push(c, rank, TIDE_Q_NET,
-                        op_wait(rank, TIDE_CTR_RS_CREDIT + cc, c->n_part,
+                        tide_op_wait(rank, TIDE_CTR_RS_CREDIT + cc, c->n_part,
                                 (int64_t)wv->pass + 1 - net->first_credit[cc])));
-        tide_op_t put = rs_op(TIDE_OP_COPY);
+        tide_op_t put = tide_op_new(TIDE_OP_COPY);
         put.dst = tide_ref_arena(target, TIDE_REGION_INBOX,
                                  ((uint64_t)q * c->l + (uint64_t)s) * c->block_bytes);
         put.src =
@@ -219,7 +202,7 @@ static tide_result_t emit_round(rs_ctx_t *c, int rank, const rs_net_t *net,
         put.sig_rank = target;
         put.ctr = TIDE_CTR_RS_ARRIVED + q;
         TIDE_CHECK(push(c, rank, TIDE_Q_NET, put));
-        TIDE_CHECK(push(c, rank, TIDE_Q_NET, op_signal(rank, TIDE_CTR_RS_SENT)));
+        TIDE_CHECK(push(c, rank, TIDE_Q_NET, tide_op_signal(rank, TIDE_CTR_RS_SENT)));
     }
     return TIDE_SUCCESS;
 }
@@ -234,7 +217,7 @@ static tide_result_t emit_landing(rs_ctx_t *c, int rank, rs_net_t *net, int g) {
     /* The previous wave on q has landed node-wide (the NODE_LANDED wait that ended it). */
     for (int s = 0; s < c->l; ++s) {
         if (!(wv->zero_mask[s] & (1u << i))) continue;
-        tide_op_t z = rs_op(TIDE_OP_ZERO);
+        tide_op_t z = tide_op_new(TIDE_OP_ZERO);
         z.dst = tide_ref_arena(rank, TIDE_REGION_INBOX, gen_off + (uint64_t)s * c->block_bytes);
         z.bytes = c->block_bytes;
         TIDE_CHECK(push(c, rank, TIDE_Q_NET, z));
@@ -243,14 +226,14 @@ static tide_result_t emit_landing(rs_ctx_t *c, int rank, rs_net_t *net, int g) {
         /* The own node's partial of sub-slice i lands on GPU i (eq. 8 with c mod M = 0). */
         TIDE_CHECK(push(
             c, rank, TIDE_Q_NET,
-            op_wait(rank, TIDE_CTR_RS_SUMMED, c->d_all, (int64_t)rs_own_pos(c, wv->pass) + 1)));
-        tide_op_t cp = rs_op(TIDE_OP_COPY);
+            tide_op_wait(rank, TIDE_CTR_RS_SUMMED, c->d_all, (int64_t)rs_own_pos(c, wv->pass) + 1)));
+        tide_op_t cp = tide_op_new(TIDE_OP_COPY);
         cp.dst = tide_ref_arena(rank, TIDE_REGION_INBOX, gen_off + (uint64_t)i * c->block_bytes);
         cp.src = tide_ref_arena(rank, TIDE_REGION_SPARE, (uint64_t)wv->pass * c->block_bytes);
         cp.bytes = c->block_bytes;
         cp.bank_dep = 1;
         TIDE_CHECK(push(c, rank, TIDE_Q_NET, cp));
-        TIDE_CHECK(push(c, rank, TIDE_Q_NET, op_signal(rank, TIDE_CTR_RS_SPARE_USED)));
+        TIDE_CHECK(push(c, rank, TIDE_Q_NET, tide_op_signal(rank, TIDE_CTR_RS_SPARE_USED)));
     }
     const int remote = remote_count(wv);
     net->arrived[q] += remote;
@@ -258,31 +241,31 @@ static tide_result_t emit_landing(rs_ctx_t *c, int rank, rs_net_t *net, int g) {
     if (remote > 0)
         TIDE_CHECK(
             push(c, rank, TIDE_Q_NET,
-                 op_wait(rank, TIDE_CTR_RS_ARRIVED + q, net->arrived_inc[q], net->arrived[q])));
+                 tide_op_wait(rank, TIDE_CTR_RS_ARRIVED + q, net->arrived_inc[q], net->arrived[q])));
     const int64_t node_inc = c->l * net->waves_inc[q], node_thr = c->l * net->waves[q];
     for (int j = 0; j < c->l; ++j)
         TIDE_CHECK(push(c, rank, TIDE_Q_NET,
-                        op_signal(local_rank(c, rank, j), TIDE_CTR_RS_NODE_ARRIVED + q)));
+                        tide_op_signal(local_rank(c, rank, j), TIDE_CTR_RS_NODE_ARRIVED + q)));
     TIDE_CHECK(
-        push(c, rank, TIDE_Q_NET, op_wait(rank, TIDE_CTR_RS_NODE_ARRIVED + q, node_inc, node_thr)));
+        push(c, rank, TIDE_Q_NET, tide_op_wait(rank, TIDE_CTR_RS_NODE_ARRIVED + q, node_inc, node_thr)));
 
     int table;
     TIDE_CHECK(rs_add_land_table(c, rank, wv->pass, q, &table));
-    tide_op_t land = rs_op(TIDE_OP_LAND);
+    tide_op_t land = tide_op_new(TIDE_OP_LAND);
     land.table = table;
     land.init = (uint8_t)(g % rs->waves_per_pass == 0); /* first landing of the pass's rows */
     TIDE_CHECK(push(c, rank, TIDE_Q_NET, land));
 
     for (int j = 0; j < c->l; ++j)
         TIDE_CHECK(push(c, rank, TIDE_Q_NET,
-                        op_signal(local_rank(c, rank, j), TIDE_CTR_RS_NODE_LANDED + q)));
+                        tide_op_signal(local_rank(c, rank, j), TIDE_CTR_RS_NODE_LANDED + q)));
     TIDE_CHECK(
-        push(c, rank, TIDE_Q_NET, op_wait(rank, TIDE_CTR_RS_NODE_LANDED + q, node_inc, node_thr)));
+        push(c, rank, TIDE_Q_NET, tide_op_wait(rank, TIDE_CTR_RS_NODE_LANDED + q, node_inc, node_thr)));
     /* Generation q is free on the whole node: credit the senders of its next wave. */
     const tide_rs_wave_t *nx = &rs->waves[next_on_generation(rs, g)];
     for (int cc = nx->first; cc < nx->first + remote_count(nx); ++cc)
         TIDE_CHECK(push(c, rank, TIDE_Q_NET,
-                        op_signal(rail_rank(c, rank, n - cc), TIDE_CTR_RS_CREDIT + cc)));
+                        tide_op_signal(rail_rank(c, rank, n - cc), TIDE_CTR_RS_CREDIT + cc)));
     return TIDE_SUCCESS;
 }
 
@@ -296,7 +279,7 @@ static tide_result_t emit_net(rs_ctx_t *c, int rank, rs_net_t *net) {
             TIDE_CHECK(emit_round(c, rank, net, wv, &rs->rounds[r]));
         TIDE_CHECK(emit_landing(c, rank, net, g));
     }
-    tide_op_t ev = rs_op(TIDE_OP_EVENT);
+    tide_op_t ev = tide_op_new(TIDE_OP_EVENT);
     ev.event = TIDE_EVENT_CALL_DONE;
     return push(c, rank, TIDE_Q_NET, ev);
 }

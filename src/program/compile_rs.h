@@ -58,12 +58,6 @@ static inline int rs_target_node(const rs_ctx_t *c, int rank, const rs_dest_t *d
 }
 
 /* Op with every field zero except the kind; no fused signal. */
-static inline tide_op_t rs_op(tide_op_kind_t kind) {
-    tide_op_t op = {0};
-    op.kind = (uint8_t)kind;
-    op.sig_rank = -1;
-    return op;
-}
 
 /*
  * Level-1 pushes of destination `d` from `rank` into the staging slot `slot` of local owner

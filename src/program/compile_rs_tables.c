@@ -92,7 +92,7 @@ tide_result_t rs_emit_pushes(rs_ctx_t *c, int rank, const rs_dest_t *d, int owne
         while (full < c->l && valid_elems(gp, t * c->l + full, pc->begin, pc->len) == pc->len)
             ++full;
         if (full > 0) {
-            tide_op_t op = rs_op(full > 1 ? TIDE_OP_COPY2D : TIDE_OP_COPY);
+            tide_op_t op = tide_op_new(full > 1 ? TIDE_OP_COPY2D : TIDE_OP_COPY);
             op.src = tide_ref_operand(TIDE_REF_GRAD, pc->param,
                                       ((uint64_t)t * c->l * gp->shard_elems + pc->begin) * b);
             op.dst = tide_ref_arena(owner_rank, TIDE_REGION_STAGING, (contrib + pc->col) * b);
@@ -108,7 +108,7 @@ tide_result_t rs_emit_pushes(rs_ctx_t *c, int rank, const rs_dest_t *d, int owne
         const int r = t * c->l + full;
         const uint64_t tail = valid_elems(gp, r, pc->begin, pc->len);
         if (tail == 0) continue; /* padding rows are not copied: the sum writes them as 0 */
-        tide_op_t op = rs_op(TIDE_OP_COPY);
+        tide_op_t op = tide_op_new(TIDE_OP_COPY);
         op.src = tide_ref_operand(TIDE_REF_GRAD, pc->param,
                                   ((uint64_t)r * gp->shard_elems + pc->begin) * b);
         op.dst = tide_ref_arena(owner_rank, TIDE_REGION_STAGING,
@@ -118,7 +118,7 @@ tide_result_t rs_emit_pushes(rs_ctx_t *c, int rank, const rs_dest_t *d, int owne
     }
     if (!have) {
         /* Nothing of this sub-slice is real data here; the owner still counts the push. */
-        tide_op_t sig = rs_op(TIDE_OP_SIGNAL);
+        tide_op_t sig = tide_op_new(TIDE_OP_SIGNAL);
         sig.sig_rank = owner_rank;
         sig.ctr = TIDE_CTR_RS_STAGED;
         return tide_program_push(c->prog, rank, TIDE_Q_CE, &sig);

@@ -168,6 +168,29 @@ static inline const char *tide_queue_name(tide_queue_t q) {
     return (unsigned)q < TIDE_Q_COUNT ? names[q] : "?";
 }
 
+/* Op constructors shared by the compilers: every field zero, no fused signal. */
+static inline tide_op_t tide_op_new(tide_op_kind_t kind) {
+    tide_op_t op = {0};
+    op.kind = (uint8_t)kind;
+    op.sig_rank = -1;
+    return op;
+}
+static inline tide_op_t tide_op_signal(int rank, int ctr) {
+    tide_op_t op = tide_op_new(TIDE_OP_SIGNAL);
+    op.sig_rank = rank;
+    op.ctr = ctr;
+    return op;
+}
+/* The counter's owner is the waiting rank itself; sig_rank records it for listings. */
+static inline tide_op_t tide_op_wait(int rank, int ctr, int64_t inc, int64_t thr) {
+    tide_op_t op = tide_op_new(TIDE_OP_WAIT);
+    op.sig_rank = rank;
+    op.ctr = ctr;
+    op.inc = inc;
+    op.thr = thr;
+    return op;
+}
+
 /* Reference constructors. */
 static inline tide_ref_t tide_ref_arena(int rank, tide_region_t region, uint64_t offset) {
     tide_ref_t r = {TIDE_REF_ARENA, (uint8_t)region, 0, rank, offset};
