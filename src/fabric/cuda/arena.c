@@ -44,7 +44,8 @@ static tide_result_t family_init(tide_cuda_shared_t *sh, tide_cuda_family_t *fam
 }
 
 void tide_cuda_family_free(tide_cuda_family_t *fam, int ranks) {
-    for (int m = 0; m < TIDE_RS_MODE_COUNT; ++m) tide_cuda_prepared_free(&fam->prep[m], ranks);
+    for (int m = 0; m < TIDE_RS_MODE_COUNT; ++m)
+        tide_cuda_prepared_free(&fam->prep[m], ranks);
     tide_cuda_own_tables_free(fam, ranks);
     for (int p = 0; p < 2; ++p)
         if (fam->fence[p] != NULL) cudaEventDestroy(fam->fence[p]);
@@ -83,7 +84,8 @@ static void group_quiesce(tide_cuda_group_t *g) {
 static void group_free(tide_cuda_group_t *g) {
     tide_cuda_shared_t *sh = g->shared;
     group_quiesce(g);
-    for (int f = 0; f < 2; ++f) tide_cuda_family_free(&g->fam[f], sh->ranks);
+    for (int f = 0; f < 2; ++f)
+        tide_cuda_family_free(&g->fam[f], sh->ranks);
     if (g->bases != NULL)
         for (int r = 0; r < sh->ranks; ++r)
             if (g->bases[r] != NULL) cudaFree(g->bases[r]);
@@ -136,7 +138,8 @@ static tide_result_t group_of(tide_cuda_shared_t *sh, uint64_t seq, uint64_t byt
     if (g->failed != TIDE_SUCCESS) {
         /* Keep the entry so that the other ranks learn of the failure; free the memory now
          * (nothing ran on it). */
-        for (int f = 0; f < 2; ++f) tide_cuda_family_free(&g->fam[f], sh->ranks);
+        for (int f = 0; f < 2; ++f)
+            tide_cuda_family_free(&g->fam[f], sh->ranks);
         if (g->bases != NULL)
             for (int r = 0; r < sh->ranks; ++r)
                 if (g->bases[r] != NULL) cudaFree(g->bases[r]);
@@ -178,9 +181,10 @@ tide_result_t tide_cuda_arena_create(struct tide_fabric_world *world, uint64_t b
     const bool last = ++g->arrived == sh->ranks;
     if (last) unlist(sh, g);
     if (g->failed != TIDE_SUCCESS) {
-        res = TIDE_ERR(TIDE_ERR_FABRIC, "rank %d: the arenas of registration %llu could not be "
-                       "created (%s)", world->rank, (unsigned long long)seq,
-                       tide_get_error_string(g->failed));
+        res = TIDE_ERR(TIDE_ERR_FABRIC,
+                       "rank %d: the arenas of registration %llu could not be "
+                       "created (%s)",
+                       world->rank, (unsigned long long)seq, tide_get_error_string(g->failed));
         if (last && g->refs == 0) free(g);
         goto fail_locked;
     }

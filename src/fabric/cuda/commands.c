@@ -64,12 +64,12 @@ static int by_op(const void *a, const void *b) {
 typedef struct {
     tide_cuda_run_t *run;
     int form;
-    int v_len;           /* threads + ranks */
-    uint32_t *vc;        /* [threads][v_len] */
-    int32_t *pos;        /* [ops]: index in the form's order */
-    int32_t *snap_of;    /* [ops]: snapshot index of a signal waited on in this form, or -1 */
+    int v_len;        /* threads + ranks */
+    uint32_t *vc;     /* [threads][v_len] */
+    int32_t *pos;     /* [ops]: index in the form's order */
+    int32_t *snap_of; /* [ops]: snapshot index of a signal waited on in this form, or -1 */
     uint32_t *snaps;
-    keyed_t *cur;        /* scratch for one wait's dependencies */
+    keyed_t *cur; /* scratch for one wait's dependencies */
     int32_t *prev;
     int *upload_thread;  /* [ranks] */
     bool *upload_waited; /* [threads] */
@@ -142,7 +142,8 @@ static uint32_t effective_len(const tide_cuda_run_t *run, int t) {
  * memory or signals. */
 static tide_result_t joins(pass_t *ps, int r) {
     uint32_t have[TIDE_CUDA_Q] = {0}, need[TIDE_CUDA_Q];
-    for (int k = 0; k < TIDE_CUDA_Q; ++k) need[k] = effective_len(ps->run, r * TIDE_CUDA_Q + k);
+    for (int k = 0; k < TIDE_CUDA_Q; ++k)
+        need[k] = effective_len(ps->run, r * TIDE_CUDA_Q + k);
     for (;;) {
         int best = -1, best_gain = 0;
         for (int q = 0; q < TIDE_CUDA_Q; ++q) {
@@ -156,7 +157,8 @@ static tide_result_t joins(pass_t *ps, int r) {
         if (best < 0) return TIDE_SUCCESS;
         TIDE_CHECK(emit(&ps->out, TIDE_CUDA_CMD_JOIN, best, 0));
         for (int k = 0; k < TIDE_CUDA_Q; ++k) {
-            const uint32_t w = ps->vc[(size_t)best * (size_t)ps->v_len + (size_t)(r * TIDE_CUDA_Q + k)];
+            const uint32_t w =
+                ps->vc[(size_t)best * (size_t)ps->v_len + (size_t)(r * TIDE_CUDA_Q + k)];
             if (w > have[k]) have[k] = w;
         }
     }
@@ -170,7 +172,8 @@ static tide_result_t form_pass(pass_t *ps) {
 
     /* Which signals of this call some wait of this call counts: they keep a clock snapshot. */
     int snaps = 0;
-    for (int id = 0; id < s->num_ops; ++id) ps->snap_of[id] = -1;
+    for (int id = 0; id < s->num_ops; ++id)
+        ps->snap_of[id] = -1;
     for (int k = 0; k < s->num_ops; ++k) {
         const int id = order[k], t = run->op_thread[id];
         ps->pos[id] = k;
@@ -187,7 +190,8 @@ static tide_result_t form_pass(pass_t *ps) {
     if (ps->snaps == NULL)
         return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda schedule: %d clock snapshots", snaps);
     memset(ps->vc, 0, (size_t)nthreads * (size_t)ps->v_len * sizeof(*ps->vc));
-    for (int r = 0; r < s->num_ranks; ++r) ps->upload_thread[r] = -1;
+    for (int r = 0; r < s->num_ranks; ++r)
+        ps->upload_thread[r] = -1;
     memset(ps->upload_waited, 0, (size_t)nthreads * sizeof(*ps->upload_waited));
 
     for (int k = 0; k < s->num_ops; ++k) {
@@ -221,7 +225,8 @@ static tide_result_t form_pass(pass_t *ps) {
                        (size_t)ps->v_len * sizeof(*v));
         }
     }
-    for (int r = 0; r < s->num_ranks; ++r) TIDE_CHECK(joins(ps, r));
+    for (int r = 0; r < s->num_ranks; ++r)
+        TIDE_CHECK(joins(ps, r));
     return TIDE_SUCCESS;
 }
 
@@ -231,7 +236,8 @@ static tide_result_t assign_slots(tide_cuda_schedule_t *s, const int32_t *op_thr
     int32_t *slot_of = malloc(((size_t)s->num_ops + 1) * sizeof(*slot_of));
     if (slot_of == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda schedule: slots");
     int slots = 0;
-    for (int id = 0; id < s->num_ops; ++id) slot_of[id] = used[id] ? slots++ : -1;
+    for (int id = 0; id < s->num_ops; ++id)
+        slot_of[id] = used[id] ? slots++ : -1;
     s->num_slots = slots;
     s->slot_thread = malloc(((size_t)slots + 1) * sizeof(*s->slot_thread));
     bool *recorded = calloc((size_t)slots + 1, sizeof(*recorded));
@@ -253,8 +259,10 @@ static tide_result_t assign_slots(tide_cuda_schedule_t *s, const int32_t *op_thr
                 if (slot < 0) continue; /* a record nobody waits for */
                 if (c.kind == TIDE_CUDA_CMD_RECORD) recorded[slot] = true;
                 if (c.kind == TIDE_CUDA_CMD_WAIT && !recorded[slot]) {
-                    res = TIDE_ERR(TIDE_ERR_INTERNAL, "cuda schedule: a wait of thread %d "
-                                   "precedes the record of its signal (op %d)", c.thread, c.arg);
+                    res = TIDE_ERR(TIDE_ERR_INTERNAL,
+                                   "cuda schedule: a wait of thread %d "
+                                   "precedes the record of its signal (op %d)",
+                                   c.thread, c.arg);
                     goto done;
                 }
                 c.arg = slot;
@@ -264,8 +272,10 @@ static tide_result_t assign_slots(tide_cuda_schedule_t *s, const int32_t *op_thr
         s->num_cmds[f] = kept;
         for (int k = 0; k < slots; ++k)
             if (!recorded[k]) {
-                res = TIDE_ERR(TIDE_ERR_INTERNAL, "cuda schedule: signal slot %d is not "
-                               "recorded in every call", k);
+                res = TIDE_ERR(TIDE_ERR_INTERNAL,
+                               "cuda schedule: signal slot %d is not "
+                               "recorded in every call",
+                               k);
                 goto done;
             }
     }

@@ -63,16 +63,16 @@ typedef enum { TIDE_CUDA_FRESH = 0, TIDE_CUDA_STEADY = 1, TIDE_CUDA_FORMS = 2 } 
 
 typedef struct {
     int num_ranks;
-    int num_threads;    /* num_ranks * TIDE_CUDA_Q */
-    int num_ops;        /* all ranks and queues; op ids are [0, num_ops) */
-    int *op_base;       /* [num_threads + 1]: first op id of each thread */
-    int num_slots;      /* signal events per call parity */
-    int *slot_thread;   /* [num_slots]: the thread that records the slot (its rank's device) */
-    int num_counters;   /* counter indices per rank used by the program */
-    int32_t *incs;      /* [num_ranks * num_counters]: signals per call on each counter */
+    int num_threads;  /* num_ranks * TIDE_CUDA_Q */
+    int num_ops;      /* all ranks and queues; op ids are [0, num_ops) */
+    int *op_base;     /* [num_threads + 1]: first op id of each thread */
+    int num_slots;    /* signal events per call parity */
+    int *slot_thread; /* [num_slots]: the thread that records the slot (its rank's device) */
+    int num_counters; /* counter indices per rank used by the program */
+    int32_t *incs;    /* [num_ranks * num_counters]: signals per call on each counter */
     tide_cuda_cmd_t *cmds[TIDE_CUDA_FORMS];
     int num_cmds[TIDE_CUDA_FORMS];
-    bool has_sum;       /* some op is a SUM: gradient pointer tables are uploaded per call */
+    bool has_sum;        /* some op is a SUM: gradient pointer tables are uploaded per call */
     uint64_t *rank_hash; /* [num_ranks]: tide_cuda_rank_hash of the program it was built from */
 } tide_cuda_schedule_t;
 
@@ -99,18 +99,20 @@ typedef struct {
 typedef struct {
     const tide_program_t *prog;
     tide_cuda_schedule_t *s;
-    int32_t *op_thread;           /* [num_ops] */
-    int32_t *order[TIDE_CUDA_FORMS]; /* op ids of call 0 (FRESH) and call 1 (STEADY), in order */
+    int32_t *op_thread;               /* [num_ops] */
+    int32_t *order[TIDE_CUDA_FORMS];  /* op ids of call 0 (FRESH) and call 1 (STEADY), in order */
     int32_t *target[TIDE_CUDA_FORMS]; /* WAIT op id -> signals it needs (0: none) */
-    int32_t *log_base;            /* [counters + 1] into log */
-    tide_cuda_sig_t *log;         /* signals of both calls, per counter, in abstract order */
+    int32_t *log_base;                /* [counters + 1] into log */
+    tide_cuda_sig_t *log;             /* signals of both calls, per counter, in abstract order */
 } tide_cuda_run_t;
 
 tide_result_t tide_cuda_commands_build(tide_cuda_run_t *run);
 
 static inline const tide_op_t *tide_cuda_op(const tide_program_t *prog,
                                             const tide_cuda_schedule_t *s, int id, int thread) {
-    return &prog->ranks[thread / TIDE_CUDA_Q].queues[thread % TIDE_CUDA_Q].ops[id - s->op_base[thread]];
+    return &prog->ranks[thread / TIDE_CUDA_Q]
+                .queues[thread % TIDE_CUDA_Q]
+                .ops[id - s->op_base[thread]];
 }
 
 static inline bool tide_cuda_op_signals(const tide_op_t *op) {
@@ -126,19 +128,19 @@ typedef struct tide_cuda_group tide_cuda_group_t;
 typedef struct {
     int refs;
     int ranks;
-    int num_devices;         /* devices used: min(visible, N) */
-    int *sm_count;           /* [num_devices] */
-    size_t *max_pitch;       /* [num_devices] */
-    cudaStream_t *pool;      /* every stream created, pool_size entries */
+    int num_devices;    /* devices used: min(visible, N) */
+    int *sm_count;      /* [num_devices] */
+    size_t *max_pitch;  /* [num_devices] */
+    cudaStream_t *pool; /* every stream created, pool_size entries */
     int pool_size;
-    cudaStream_t *stream;    /* [N * TIDE_CUDA_Q]: the stream of each (rank, queue) */
-    cudaStream_t *util;      /* [num_devices]: allocation zeroing and table uploads */
-    cudaStream_t agg;        /* device 0: joins all ranks' ends into the fence of a call */
-    cudaEvent_t *start;      /* [N]: the call's start on the caller's stream */
-    cudaEvent_t *done;       /* [N]: the call's end on the caller's stream */
-    cudaEvent_t *end;        /* [N * TIDE_CUDA_Q]: a thread's end, joined by the caller */
-    pthread_mutex_t lock;    /* registrations, pending calls, enqueues */
-    pthread_cond_t cond;     /* a pending call was enqueued */
+    cudaStream_t *stream;           /* [N * TIDE_CUDA_Q]: the stream of each (rank, queue) */
+    cudaStream_t *util;             /* [num_devices]: allocation zeroing and table uploads */
+    cudaStream_t agg;               /* device 0: joins all ranks' ends into the fence of a call */
+    cudaEvent_t *start;             /* [N]: the call's start on the caller's stream */
+    cudaEvent_t *done;              /* [N]: the call's end on the caller's stream */
+    cudaEvent_t *end;               /* [N * TIDE_CUDA_Q]: a thread's end, joined by the caller */
+    pthread_mutex_t lock;           /* registrations, pending calls, enqueues */
+    pthread_cond_t cond;            /* a pending call was enqueued */
     tide_cuda_group_t *registering; /* groups not every rank registered yet */
 } tide_cuda_shared_t;
 
@@ -156,20 +158,20 @@ static inline int tide_cuda_device_of(const tide_cuda_shared_t *sh, int rank) {
  * runtime's last error, so that a later call does not see it again. */
 tide_result_t tide_cuda_error(cudaError_t err, const char *file, int line, const char *what);
 
-#define TIDE_CUDA_CALL(call, what)                                                              \
-    do {                                                                                        \
-        cudaError_t tide_cuda_e_ = (call);                                                      \
-        if (tide_cuda_e_ != cudaSuccess)                                                        \
-            return tide_cuda_error(tide_cuda_e_, __FILE__, __LINE__, (what));                   \
+#define TIDE_CUDA_CALL(call, what)                                                                 \
+    do {                                                                                           \
+        cudaError_t tide_cuda_e_ = (call);                                                         \
+        if (tide_cuda_e_ != cudaSuccess)                                                           \
+            return tide_cuda_error(tide_cuda_e_, __FILE__, __LINE__, (what));                      \
     } while (0)
 
-#define TIDE_CUDA_CALL_GOTO(call, what, res, label)                                             \
-    do {                                                                                        \
-        cudaError_t tide_cuda_e_ = (call);                                                      \
-        if (tide_cuda_e_ != cudaSuccess) {                                                      \
-            (res) = tide_cuda_error(tide_cuda_e_, __FILE__, __LINE__, (what));                  \
-            goto label;                                                                         \
-        }                                                                                       \
+#define TIDE_CUDA_CALL_GOTO(call, what, res, label)                                                \
+    do {                                                                                           \
+        cudaError_t tide_cuda_e_ = (call);                                                         \
+        if (tide_cuda_e_ != cudaSuccess) {                                                         \
+            (res) = tide_cuda_error(tide_cuda_e_, __FILE__, __LINE__, (what));                     \
+            goto label;                                                                            \
+        }                                                                                          \
     } while (0)
 
 /* ------------------------------------------------------------------ groups and calls */
@@ -194,40 +196,40 @@ typedef struct {
 
 /* Counts of the last enqueued call (host enqueue figures). */
 typedef struct {
-    uint64_t calls;        /* calls enqueued so far */
-    int form;              /* tide_cuda_form_t of the last call */
-    uint64_t descriptors;  /* copies, memsets and kernel launches */
-    uint64_t waits;        /* cudaStreamWaitEvent, including forks and joins */
-    uint64_t records;      /* cudaEventRecord */
-    uint64_t uploads;      /* gradient pointer tables uploaded */
-    uint64_t enqueue_ns;   /* host time of the last rank's execute (the whole enqueue) */
+    uint64_t calls;       /* calls enqueued so far */
+    int form;             /* tide_cuda_form_t of the last call */
+    uint64_t descriptors; /* copies, memsets and kernel launches */
+    uint64_t waits;       /* cudaStreamWaitEvent, including forks and joins */
+    uint64_t records;     /* cudaEventRecord */
+    uint64_t uploads;     /* gradient pointer tables uploaded */
+    uint64_t enqueue_ns;  /* host time of the last rank's execute (the whole enqueue) */
 } tide_cuda_stats_t;
 
 /* The calls of one collective on one group: AG, or RS (both modes share the RS counters). */
 typedef struct {
     tide_collective_t coll;
     tide_cuda_prepared_t prep[TIDE_RS_MODE_COUNT]; /* AG uses prep[0] */
-    cudaEvent_t fence[2];      /* every rank finished call e: parity e % 2 */
-    int64_t fence_epoch[2];    /* the call each fence was last recorded for; -1: none */
-    int64_t last_epoch;        /* last enqueued call; -1: none */
+    cudaEvent_t fence[2];                          /* every rank finished call e: parity e % 2 */
+    int64_t fence_epoch[2]; /* the call each fence was last recorded for; -1: none */
+    int64_t last_epoch;     /* last enqueued call; -1: none */
     int last_prep;
-    cudaEvent_t *user;         /* [N * TIDE_EVENT_COUNT]: EVENT ops (read-done, call-done) */
+    cudaEvent_t *user; /* [N * TIDE_EVENT_COUNT]: EVENT ops (read-done, call-done) */
     /* The pending call: bindings recorded, enqueued when the last rank arrives. */
     int pending;
     uint64_t pending_epoch;
     int pending_prep;
-    bool *present;             /* [N] */
-    cudaStream_t *caller;      /* [N] */
+    bool *present;        /* [N] */
+    cudaStream_t *caller; /* [N] */
     int sum_ctas, landing_ctas;
     int num_params;
-    const void **grads;        /* [N * P]: the call's gradient pointers */
+    const void **grads; /* [N * P]: the call's gradient pointers */
     /* RS: gradient pointer tables, double-buffered by call parity. */
-    void **own_dev[2];         /* [parity][N] device tables of P pointers */
-    const void **own_host[2];  /* [parity] pinned N * P */
-    const void **own_last[2];  /* [parity] N * P: what each device table holds */
-    bool *own_valid[2];        /* [parity][N] */
-    bool *own_inflight[2];     /* [parity][N]: own_done recorded after a copy from own_host */
-    cudaEvent_t *own_done[2];  /* [parity][N] */
+    void **own_dev[2];        /* [parity][N] device tables of P pointers */
+    const void **own_host[2]; /* [parity] pinned N * P */
+    const void **own_last[2]; /* [parity] N * P: what each device table holds */
+    bool *own_valid[2];       /* [parity][N] */
+    bool *own_inflight[2];    /* [parity][N]: own_done recorded after a copy from own_host */
+    cudaEvent_t *own_done[2]; /* [parity][N] */
     /* Fail-stop: a call that failed after ranks recorded leaves the family unusable. */
     tide_result_t broken;
     char broken_msg[384];
@@ -237,7 +239,7 @@ typedef struct {
 /* The arenas of one registration, shared by the N rank views. */
 struct tide_cuda_group {
     tide_cuda_shared_t *shared;
-    tide_cuda_group_t *next;   /* in shared->registering */
+    tide_cuda_group_t *next; /* in shared->registering */
     uint64_t seq;
     uint64_t signature;
     uint64_t bytes;

@@ -12,17 +12,19 @@
  * The caller's stream of rank r (NULL: the legacy default stream of r's device; else a stream
  * of r's device) orders the call like a kernel launched on it:
  *
- *   caller_r : [wait fence(e - 2)] record start_r ......................... wait ends, record done_r
- *   (r, q)   :                          wait start_r, ops, records, waits ... record end
- *   agg      :                                                               wait done_*, record fence(e)
+ *   caller_r : [wait fence(e-2)] record start ................ wait ends, record done
+ *   (r, q)   :                      wait start, ops, records, waits ... record end
+ *   agg      :                                                     wait done (all ranks),
+ *                                                                  record fence(e)
  *
  * So rank r's call starts after the caller's earlier work and its previous call, and the
  * caller's later work starts after rank r's call: a rank's calls are serialised, as in the
  * abstract execution.  The fence of call e - 2 (all ranks finished it) bounds what a STEADY
- * call may depend on to the current and the previous call: its waits count
- * (e - 1) inc + |deps of call e-1| + |deps of call e| = e inc + thr signals, the first (e - 1) inc of
- * which the fence covers.  A FRESH call after another program (the other RS mode) waits on
- * the fence of call e - 1 instead and uses the epoch-0 dependencies.
+ * call may depend on to the current and the previous call: a STEADY wait needs e inc + thr
+ * signals; the fence covers the first (e - 1) inc, its event waits on calls e - 1 and e the
+ * inc + thr the abstract execution found in its calls 0 and 1.  A FRESH call (epoch 0, or
+ * after another program: the other RS mode) waits on the fence of call e - 1 instead and uses
+ * the epoch-0 dependencies.
  *
  * No deadlock.  Every wait names an event recorded earlier in host enqueue order: this
  * call's signals precede their waits in the global order of the abstract execution, the
@@ -123,8 +125,7 @@ static int cast_ctas(const issue_t *is, uint64_t n) {
 
 static tide_result_t issue_op(issue_t *is, int id, int t) {
     const int rank = t / TIDE_CUDA_Q, index = id - is->pp->sched.op_base[t];
-    const tide_op_t *op =
-        &is->pp->checked[rank]->ranks[rank].queues[t % TIDE_CUDA_Q].ops[index];
+    const tide_op_t *op = &is->pp->checked[rank]->ranks[rank].queues[t % TIDE_CUDA_Q].ops[index];
     const tide_cuda_bound_t *b = &is->pp->bound[id];
     const cudaStream_t s = is->sh->stream[t];
     cudaError_t e = cudaSuccess;
@@ -149,8 +150,8 @@ static tide_result_t issue_op(issue_t *is, int id, int t) {
         if (op->bytes == 0) return TIDE_SUCCESS;
         ++is->st.descriptors;
         call = "tide_cuda_cast_bf16";
-        e = tide_cuda_cast_bf16(b->op.src, b->op.dst, op->bytes / 2, cast_ctas(is, op->bytes / 2), 0,
-                                s);
+        e = tide_cuda_cast_bf16(b->op.src, b->op.dst, op->bytes / 2, cast_ctas(is, op->bytes / 2),
+                                0, s);
         break;
     case TIDE_OP_SUM:
         ++is->st.descriptors;
@@ -186,9 +187,9 @@ static tide_result_t issue_upload(issue_t *is, int t) {
     fam->own_valid[p][r] = false;
     ++is->st.descriptors;
     ++is->st.uploads;
-    TIDE_CUDA_CALL(cudaMemcpyAsync(fam->own_dev[p][r], pinned, row, cudaMemcpyHostToDevice,
-                                   is->sh->stream[t]),
-                   "cudaMemcpyAsync(gradient pointers)");
+    TIDE_CUDA_CALL(
+        cudaMemcpyAsync(fam->own_dev[p][r], pinned, row, cudaMemcpyHostToDevice, is->sh->stream[t]),
+        "cudaMemcpyAsync(gradient pointers)");
     TIDE_CHECK(record_on(is, fam->own_done[p][r], is->sh->stream[t]));
     fam->own_inflight[p][r] = true;
     memcpy(last, want, row);
@@ -233,13 +234,15 @@ static tide_result_t enqueue_commands(issue_t *is, int form, uint64_t epoch, int
         TIDE_CHECK(record_on(is, sh->start[r], caller_of(is, r)));
     }
     const tide_cuda_cmd_t *cmds = is->pp->sched.cmds[form];
-    for (int i = 0; i < is->pp->sched.num_cmds[form]; ++i) TIDE_CHECK(issue_cmd(is, &cmds[i]));
+    for (int i = 0; i < is->pp->sched.num_cmds[form]; ++i)
+        TIDE_CHECK(issue_cmd(is, &cmds[i]));
     for (int r = 0; r < n; ++r) {
         TIDE_CHECK(on_device_of(is, r));
         TIDE_CHECK(record_on(is, sh->done[r], caller_of(is, r)));
     }
     TIDE_CHECK(on_device_of(is, 0));
-    for (int r = 0; r < n; ++r) TIDE_CHECK(wait_on(is, sh->agg, sh->done[r]));
+    for (int r = 0; r < n; ++r)
+        TIDE_CHECK(wait_on(is, sh->agg, sh->done[r]));
     TIDE_CHECK(record_on(is, fam->fence[is->parity], sh->agg));
     fam->fence_epoch[is->parity] = (int64_t)epoch;
     return TIDE_SUCCESS;
@@ -255,13 +258,16 @@ tide_result_t tide_cuda_enqueue(tide_cuda_group_t *g, tide_cuda_family_t *fam) {
      * nothing of earlier calls: the fence covers all of them. */
     const int64_t fence = steady ? (int64_t)e - 2 : (int64_t)e - 1;
     if (fence >= 0 && fam->fence_epoch[fence % 2] != fence)
-        return TIDE_ERR(TIDE_ERR_INTERNAL, "cuda fabric: call %llu: the fence of call %lld is "
-                        "missing (last call %lld)", (unsigned long long)e, (long long)fence,
-                        (long long)fam->last_epoch);
+        return TIDE_ERR(TIDE_ERR_INTERNAL,
+                        "cuda fabric: call %llu: the fence of call %lld is "
+                        "missing (last call %lld)",
+                        (unsigned long long)e, (long long)fence, (long long)fam->last_epoch);
     if (!steady && fam->last_epoch >= 0 && fam->last_prep != pi &&
         !tide_cuda_schedule_incs_match(&fam->prep[pi].sched, &fam->prep[fam->last_prep].sched))
-        return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "cuda fabric: call %llu switches programs whose "
-                        "counters count differently per call", (unsigned long long)e);
+        return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
+                        "cuda fabric: call %llu switches programs whose "
+                        "counters count differently per call",
+                        (unsigned long long)e);
 
     issue_t is;
     memset(&is, 0, sizeof(is));
@@ -341,8 +347,10 @@ static tide_result_t wait_turn(tide_cuda_shared_t *sh, tide_cuda_family_t *fam,
     }
     while (fam->broken == TIDE_SUCCESS && fam->pending > 0 && fam->pending_epoch != b->epoch) {
         if (b->epoch != fam->pending_epoch + 1 || !fam->present[b->rank])
-            return TIDE_ERR(TIDE_ERR_INTERNAL, "cuda fabric: rank %d calls call %llu while call "
-                            "%llu is pending", b->rank, (unsigned long long)b->epoch,
+            return TIDE_ERR(TIDE_ERR_INTERNAL,
+                            "cuda fabric: rank %d calls call %llu while call "
+                            "%llu is pending",
+                            b->rank, (unsigned long long)b->epoch,
                             (unsigned long long)fam->pending_epoch);
         if (pthread_cond_timedwait(&sh->cond, &sh->lock, &deadline) == ETIMEDOUT)
             return TIDE_ERR(TIDE_ERR_TIMEOUT,
@@ -360,29 +368,34 @@ static tide_result_t record_call(tide_cuda_group_t *g, tide_cuda_family_t *fam, 
     tide_cuda_shared_t *sh = g->shared;
     const int r = b->rank;
     if (g->failed != TIDE_SUCCESS)
-        return TIDE_ERR(TIDE_ERR_FABRIC, "cuda fabric: rank %d: the group's registration failed "
-                        "on some rank (%s)", r, tide_get_error_string(g->failed));
+        return TIDE_ERR(TIDE_ERR_FABRIC,
+                        "cuda fabric: rank %d: the group's registration failed "
+                        "on some rank (%s)",
+                        r, tide_get_error_string(g->failed));
     if (fam->broken != TIDE_SUCCESS)
-        return TIDE_ERR(TIDE_ERR_FABRIC, "cuda fabric: rank %d: the group's %s calls are unusable "
-                        "since a call failed (%s): %s", r,
-                        fam->coll == TIDE_COLL_ALL_GATHER ? "all-gather" : "reduce-scatter",
+        return TIDE_ERR(TIDE_ERR_FABRIC,
+                        "cuda fabric: rank %d: the group's %s calls are unusable "
+                        "since a call failed (%s): %s",
+                        r, fam->coll == TIDE_COLL_ALL_GATHER ? "all-gather" : "reduce-scatter",
                         tide_get_error_string(fam->broken), fam->broken_msg);
     tide_result_t res = wait_turn(sh, fam, b);
     if (res != TIDE_SUCCESS) return family_break(sh, fam, res);
     if (fam->broken != TIDE_SUCCESS)
-        return TIDE_ERR(TIDE_ERR_FABRIC, "cuda fabric: rank %d: a call failed while waiting: %s",
-                        r, fam->broken_msg);
+        return TIDE_ERR(TIDE_ERR_FABRIC, "cuda fabric: rank %d: a call failed while waiting: %s", r,
+                        fam->broken_msg);
     if (fam->pending > 0 && (fam->present[r] || fam->pending_prep != pi))
-        return family_break(sh, fam, TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
-                            "cuda fabric: rank %d: call %llu %s", r,
-                            (unsigned long long)b->epoch,
-                            fam->present[r] ? "was already called by this rank"
-                                            : "uses another reduce-scatter mode than the ranks "
-                                              "before it"));
+        return family_break(
+            sh, fam,
+            TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT, "cuda fabric: rank %d: call %llu %s", r,
+                     (unsigned long long)b->epoch,
+                     fam->present[r] ? "was already called by this rank"
+                                     : "uses another reduce-scatter mode than the ranks "
+                                       "before it"));
     if (fam->pending == 0 && (int64_t)b->epoch != fam->last_epoch + 1)
-        return family_break(sh, fam, TIDE_ERR(TIDE_ERR_INTERNAL,
-                            "cuda fabric: rank %d calls call %llu after call %lld", r,
-                            (unsigned long long)b->epoch, (long long)fam->last_epoch));
+        return family_break(sh, fam,
+                            TIDE_ERR(TIDE_ERR_INTERNAL,
+                                     "cuda fabric: rank %d calls call %llu after call %lld", r,
+                                     (unsigned long long)b->epoch, (long long)fam->last_epoch));
 
     tide_cuda_prepared_t *pp = &fam->prep[pi];
     if (!pp->ready) {
@@ -391,9 +404,11 @@ static tide_result_t record_call(tide_cuda_group_t *g, tide_cuda_family_t *fam, 
     }
     if (pp->checked[r] != prog) {
         if (tide_cuda_rank_hash(prog, r) != pp->sched.rank_hash[r])
-            return family_break(sh, fam, TIDE_ERR(TIDE_ERR_INTERNAL,
-                                "cuda fabric: rank %d's program differs from the one its "
-                                "schedule was built from", r));
+            return family_break(sh, fam,
+                                TIDE_ERR(TIDE_ERR_INTERNAL,
+                                         "cuda fabric: rank %d's program differs from the one its "
+                                         "schedule was built from",
+                                         r));
         pp->checked[r] = prog;
     }
     res = bind_rank(fam, pp, prog, b);
@@ -427,21 +442,26 @@ tide_result_t tide_cuda_execute(struct tide_fabric_arena *arena, const tide_prog
     if (prog->num_ranks != sh->ranks || binding->rank != r || binding->arena != arena ||
         (prog->coll != TIDE_COLL_ALL_GATHER && prog->coll != TIDE_COLL_REDUCE_SCATTER) ||
         (unsigned)prog->mode >= TIDE_RS_MODE_COUNT)
-        return TIDE_ERR(TIDE_ERR_INTERNAL, "cuda fabric: program of %d ranks / binding of rank "
-                        "%d does not match rank %d of %d", prog->num_ranks, binding->rank, r,
-                        sh->ranks);
+        return TIDE_ERR(TIDE_ERR_INTERNAL,
+                        "cuda fabric: program of %d ranks / binding of rank "
+                        "%d does not match rank %d of %d",
+                        prog->num_ranks, binding->rank, r, sh->ranks);
     cudaStream_t caller = (cudaStream_t)stream;
     if (caller != NULL) {
         int dev = -1;
         cudaError_t e = cudaStreamGetDevice(caller, &dev);
         if (e != cudaSuccess) {
             (void)cudaGetLastError();
-            return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT, "cuda fabric: rank %d: stream is not a "
-                            "valid cudaStream_t (%s)", r, cudaGetErrorString(e));
+            return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
+                            "cuda fabric: rank %d: stream is not a "
+                            "valid cudaStream_t (%s)",
+                            r, cudaGetErrorString(e));
         }
         if (dev != tide_cuda_device_of(sh, r))
-            return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT, "cuda fabric: rank %d runs on device %d, "
-                            "its stream belongs to device %d", r, tide_cuda_device_of(sh, r), dev);
+            return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
+                            "cuda fabric: rank %d runs on device %d, "
+                            "its stream belongs to device %d",
+                            r, tide_cuda_device_of(sh, r), dev);
     }
     const int fi = prog->coll == TIDE_COLL_ALL_GATHER ? 0 : 1;
     const int pi = fi == 0 ? 0 : (int)prog->mode;

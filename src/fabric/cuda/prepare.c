@@ -95,8 +95,8 @@ static tide_result_t tables_upload(tide_cuda_shared_t *sh, tide_cuda_prepared_t 
     for (int i = 0; i < nt; ++i) {
         const tide_table_t *t = &rp->tables[i];
         if (table_bytes(t) == 0) continue;
-        memcpy(host + off[i], t->kind == TIDE_OP_SUM ? (const void *)t->sum_segs
-                                                     : (const void *)t->land_segs,
+        memcpy(host + off[i],
+               t->kind == TIDE_OP_SUM ? (const void *)t->sum_segs : (const void *)t->land_segs,
                table_bytes(t));
     }
     const int d = tide_cuda_device_of(sh, r);
@@ -104,9 +104,9 @@ static tide_result_t tables_upload(tide_cuda_shared_t *sh, tide_cuda_prepared_t 
     TIDE_CUDA_CALL_GOTO(cudaMalloc(&pp->table_mem[r], total), "cudaMalloc(segment tables)", res,
                         done);
     /* Pageable source: the copy is complete only once the stream is synchronised. */
-    TIDE_CUDA_CALL_GOTO(cudaMemcpyAsync(pp->table_mem[r], host, total, cudaMemcpyHostToDevice,
-                                        sh->util[d]),
-                        "cudaMemcpyAsync(segment tables)", res, done);
+    TIDE_CUDA_CALL_GOTO(
+        cudaMemcpyAsync(pp->table_mem[r], host, total, cudaMemcpyHostToDevice, sh->util[d]),
+        "cudaMemcpyAsync(segment tables)", res, done);
     TIDE_CUDA_CALL_GOTO(cudaStreamSynchronize(sh->util[d]), "cudaStreamSynchronize(tables)", res,
                         done);
     for (int i = 0; i < nt; ++i)
@@ -145,8 +145,7 @@ void tide_cuda_own_tables_free(tide_cuda_family_t *fam, int ranks) {
 }
 
 /* RS: the per-call gradient pointer tables, double-buffered by call parity. */
-static tide_result_t own_tables_build(tide_cuda_shared_t *sh, tide_cuda_family_t *fam,
-                                      int params) {
+static tide_result_t own_tables_build(tide_cuda_shared_t *sh, tide_cuda_family_t *fam, int params) {
     const int n = sh->ranks;
     const size_t row = (size_t)params * sizeof(void *);
     fam->num_params = params;
@@ -174,8 +173,7 @@ static tide_result_t own_tables_build(tide_cuda_shared_t *sh, tide_cuda_family_t
     return TIDE_SUCCESS;
 }
 
-static tide_result_t own_tables_alloc(tide_cuda_shared_t *sh, tide_cuda_family_t *fam,
-                                      int params) {
+static tide_result_t own_tables_alloc(tide_cuda_shared_t *sh, tide_cuda_family_t *fam, int params) {
     tide_result_t res = own_tables_build(sh, fam, params);
     if (res != TIDE_SUCCESS) tide_cuda_own_tables_free(fam, sh->ranks);
     return res;
@@ -201,7 +199,8 @@ tide_result_t tide_cuda_prepare(tide_cuda_group_t *g, tide_cuda_family_t *fam,
         goto fail;
     }
     TIDE_CHECK_GOTO(events_create(sh, pp), res, fail);
-    for (int r = 0; r < n; ++r) TIDE_CHECK_GOTO(tables_upload(sh, pp, &prog->ranks[r], r), res, fail);
+    for (int r = 0; r < n; ++r)
+        TIDE_CHECK_GOTO(tables_upload(sh, pp, &prog->ranks[r], r), res, fail);
     if (pp->sched.has_sum && fam->own_dev[0] == NULL)
         TIDE_CHECK_GOTO(own_tables_alloc(sh, fam, prog->plan->geom.num_params), res, fail);
     pp->ready = true;

@@ -41,16 +41,19 @@ static tide_result_t layout(const tide_program_t *prog, tide_cuda_schedule_t *s)
         for (int i = 0; i < qo->num_ops; ++i) {
             const tide_op_t *op = &qo->ops[i];
             if (op->kind >= TIDE_OP_KIND_COUNT)
-                return TIDE_ERR(TIDE_ERR_INTERNAL, "cuda schedule: rank %d queue %s op %d has "
-                                "kind %d", t / TIDE_CUDA_Q,
-                                tide_queue_name((tide_queue_t)(t % TIDE_CUDA_Q)), i, op->kind);
+                return TIDE_ERR(TIDE_ERR_INTERNAL,
+                                "cuda schedule: rank %d queue %s op %d has "
+                                "kind %d",
+                                t / TIDE_CUDA_Q, tide_queue_name((tide_queue_t)(t % TIDE_CUDA_Q)),
+                                i, op->kind);
             if (op->kind != TIDE_OP_WAIT && !tide_cuda_op_signals(op)) continue;
             if (op->ctr < 0 || op->ctr >= TIDE_ARENA_SIGNAL_SLOTS ||
                 (op->kind != TIDE_OP_WAIT && (op->sig_rank < 0 || op->sig_rank >= n)))
-                return TIDE_ERR(TIDE_ERR_INTERNAL, "cuda schedule: rank %d queue %s op %d (%s) "
-                                "names counter %d of rank %d", t / TIDE_CUDA_Q,
-                                tide_queue_name((tide_queue_t)(t % TIDE_CUDA_Q)), i,
-                                tide_op_kind_name(op->kind), op->ctr, op->sig_rank);
+                return TIDE_ERR(TIDE_ERR_INTERNAL,
+                                "cuda schedule: rank %d queue %s op %d (%s) "
+                                "names counter %d of rank %d",
+                                t / TIDE_CUDA_Q, tide_queue_name((tide_queue_t)(t % TIDE_CUDA_Q)),
+                                i, tide_op_kind_name(op->kind), op->ctr, op->sig_rank);
             if (op->ctr > max_ctr) max_ctr = op->ctr;
         }
     }
@@ -111,9 +114,10 @@ static tide_result_t step(tide_cuda_run_t *run, int t, int *pc, const int *call,
         int64_t target;
         if (__builtin_mul_overflow((int64_t)e, op->inc, &target) ||
             __builtin_add_overflow(target, op->thr, &target) || target > INT32_MAX)
-            return TIDE_ERR(TIDE_ERR_OVERFLOW, "cuda schedule: rank %d queue %s op %d: target "
-                            "overflows", r, tide_queue_name((tide_queue_t)(t % TIDE_CUDA_Q)),
-                            pc[t]);
+            return TIDE_ERR(TIDE_ERR_OVERFLOW,
+                            "cuda schedule: rank %d queue %s op %d: target "
+                            "overflows",
+                            r, tide_queue_name((tide_queue_t)(t % TIDE_CUDA_Q)), pc[t]);
         const size_t c = (size_t)r * (size_t)s->num_counters + (size_t)op->ctr;
         if (target > 0 && cnt[c] < target) return TIDE_SUCCESS;
         run->target[e][id] = target > 0 ? (int32_t)target : 0;
@@ -221,7 +225,8 @@ tide_result_t tide_cuda_schedule_build(const tide_program_t *prog, tide_cuda_sch
         res = TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda schedule: %d ranks", s.num_ranks);
         goto fail;
     }
-    for (int r = 0; r < s.num_ranks; ++r) s.rank_hash[r] = tide_cuda_rank_hash(prog, r);
+    for (int r = 0; r < s.num_ranks; ++r)
+        s.rank_hash[r] = tide_cuda_rank_hash(prog, r);
     run_free(&run);
     *out = s;
     return TIDE_SUCCESS;
@@ -233,7 +238,8 @@ fail:
 
 void tide_cuda_schedule_free(tide_cuda_schedule_t *s) {
     if (s == NULL) return;
-    for (int f = 0; f < TIDE_CUDA_FORMS; ++f) free(s->cmds[f]);
+    for (int f = 0; f < TIDE_CUDA_FORMS; ++f)
+        free(s->cmds[f]);
     free(s->op_base);
     free(s->slot_thread);
     free(s->incs);
@@ -246,8 +252,10 @@ bool tide_cuda_schedule_incs_match(const tide_cuda_schedule_t *a, const tide_cud
     const int cmax = a->num_counters > b->num_counters ? a->num_counters : b->num_counters;
     for (int r = 0; r < a->num_ranks; ++r)
         for (int c = 0; c < cmax; ++c) {
-            int32_t ia = c < a->num_counters ? a->incs[(size_t)r * (size_t)a->num_counters + (size_t)c] : 0;
-            int32_t ib = c < b->num_counters ? b->incs[(size_t)r * (size_t)b->num_counters + (size_t)c] : 0;
+            int32_t ia =
+                c < a->num_counters ? a->incs[(size_t)r * (size_t)a->num_counters + (size_t)c] : 0;
+            int32_t ib =
+                c < b->num_counters ? b->incs[(size_t)r * (size_t)b->num_counters + (size_t)c] : 0;
             if (ia != ib) return false;
         }
     return true;
@@ -269,7 +277,8 @@ uint64_t tide_cuda_rank_hash(const tide_program_t *prog, int rank) {
         h = fnv(h, (uint64_t)qo->num_ops);
         for (int i = 0; i < qo->num_ops; ++i) {
             const tide_op_t *op = &qo->ops[i];
-            h = fnv(h, (uint64_t)op->kind | (uint64_t)op->event << 8 | (uint64_t)(uint32_t)op->table << 16);
+            h = fnv(h, (uint64_t)op->kind | (uint64_t)op->event << 8 |
+                           (uint64_t)(uint32_t)op->table << 16);
             if (op->kind == TIDE_OP_WAIT || tide_cuda_op_signals(op)) {
                 h = fnv(h, (uint64_t)(uint32_t)op->sig_rank << 32 | (uint32_t)op->ctr);
                 h = fnv(h, (uint64_t)op->inc);

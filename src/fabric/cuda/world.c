@@ -89,7 +89,8 @@ static tide_result_t devices_init(tide_cuda_shared_t *sh) {
                                 i, j);
             TIDE_CUDA_CALL(cudaSetDevice(i), "cudaSetDevice");
             cudaError_t e = cudaDeviceEnablePeerAccess(j, 0);
-            if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
+            if (e == cudaErrorPeerAccessAlreadyEnabled)
+                (void)cudaGetLastError();
             else if (e != cudaSuccess)
                 return tide_cuda_error(e, __FILE__, __LINE__, "cudaDeviceEnablePeerAccess");
         }
@@ -118,7 +119,8 @@ static tide_result_t streams_init(tide_cuda_shared_t *sh) {
         /* Rank r is the (r / nd)-th rank of device d = r mod nd. */
         for (int r = d; r < n; r += nd)
             for (int q = 0; q < TIDE_CUDA_Q; ++q)
-                sh->stream[r * TIDE_CUDA_Q + q] = sh->pool[first + ((r / nd) * TIDE_CUDA_Q + q) % count];
+                sh->stream[r * TIDE_CUDA_Q + q] =
+                    sh->pool[first + ((r / nd) * TIDE_CUDA_Q + q) % count];
         TIDE_CUDA_CALL(cudaStreamCreateWithFlags(&sh->util[d], cudaStreamNonBlocking),
                        "cudaStreamCreateWithFlags");
     }
@@ -129,9 +131,9 @@ static tide_result_t streams_init(tide_cuda_shared_t *sh) {
         TIDE_CUDA_CALL(cudaEventCreateWithFlags(&sh->done[r], cudaEventDisableTiming),
                        "cudaEventCreateWithFlags");
         for (int q = 0; q < TIDE_CUDA_Q; ++q)
-            TIDE_CUDA_CALL(cudaEventCreateWithFlags(&sh->end[r * TIDE_CUDA_Q + q],
-                                                    cudaEventDisableTiming),
-                           "cudaEventCreateWithFlags");
+            TIDE_CUDA_CALL(
+                cudaEventCreateWithFlags(&sh->end[r * TIDE_CUDA_Q + q], cudaEventDisableTiming),
+                "cudaEventCreateWithFlags");
     }
     TIDE_CUDA_CALL(cudaSetDevice(0), "cudaSetDevice");
     TIDE_CUDA_CALL(cudaStreamCreateWithFlags(&sh->agg, cudaStreamNonBlocking),
@@ -142,7 +144,8 @@ static tide_result_t streams_init(tide_cuda_shared_t *sh) {
 static tide_result_t shared_create(int n, tide_cuda_shared_t **out) {
     int visible = 0;
     cudaError_t e = cudaGetDeviceCount(&visible);
-    if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver || (e == cudaSuccess && visible < 1)) {
+    if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ||
+        (e == cudaSuccess && visible < 1)) {
         (void)cudaGetLastError();
         return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "cuda fabric: no usable CUDA device (%s)",
                         e == cudaSuccess ? "none visible" : cudaGetErrorString(e));
@@ -257,4 +260,6 @@ const struct tide_fabric_ops tide_fabric_cuda_ops = {
     .execute = tide_cuda_execute,
 };
 
-static const struct tide_fabric_ops *cuda_ops(void) { return &tide_fabric_cuda_ops; }
+static const struct tide_fabric_ops *cuda_ops(void) {
+    return &tide_fabric_cuda_ops;
+}

@@ -1,0 +1,607 @@
+/*
+ * test_fabric_cuda.c - the CUDA fabric against the CPU fabric, bit for bit (GPU machine).
+ *
+ * Every case registers one random group (P params, D_p often not divisible by N, so shards
+ * carry padding rows) on an M x L topology that fits on the visible GPUs as virtual ranks,
+ * runs three all-gathers (slots 0, 1, 0) and three reduce-scatters (a mode sequence that
+ * switches modes, accumulate on and off, a case-specific alpha) on the CPU fabric (one thread
+ * per rank) and on the CUDA fabric (one thread driving all ranks, calls enqueued back to
+ * back without host synchronisation, outputs copied back on each rank's stream after each
+ * call), and compares every AG landing and every RS output of every rank and call with
+ * memcmp.  One line per case: PASS, or FAIL with the first differing byte.
+ *
+ * Then a host-enqueue figure: the median host time of one call of all ranks (every rank's
+ * tide_all_gather / tide_reduce_scatter; the last one enqueues the whole call) at P = 30,
+ * M = 8, L = 1, with the descriptors, event waits and records of that call.  On one GPU the
+ * copies run as SM kernels (same-device copies do not use copy engines).
+ *
+ * Usage: test_fabric_cuda [--small] [seed]   (--small: a few cases, for compute-sanitizer)
+ * Exit status: 0 only if every case matched.
+ */
+#include "core/comm.h"
+#include "fabric/cuda/cuda.h"
+#include "kernels/kernels.h"
+#include "plan/plan.h"
+#include "tide.h"
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_RANKS 8
+#define MAX_PARAMS 32
+#define CALLS 3
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #call,                        \
+                    cudaGetErrorString(e_));                                                       \
+            exit(2);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* ------------------------------------------------------------------ inputs */
+
+static uint64_t rng_state;
+static uint64_t rnd(void) {
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static int rnd_int(int lo, int hi) {
+    return lo + (int)(rnd() % (uint64_t)(hi - lo + 1));
+}
+static float rnd_normal(void) {
+    double s = 0;
+    for (int i = 0; i < 12; ++i)
+        s += (double)(rnd() >> 11) / 9007199254740992.0;
+    return (float)(s - 6.0);
+}
+
+typedef struct {
+    int m, l, n;
+    tide_config_t cfg;
+    tide_param_shape_t shapes[MAX_PARAMS];
+    tide_group_desc_t desc;
+    tide_plan_t plan;
+    bool resident;    /* AG reads the resident region (shard = NULL) */
+    bool null_stream; /* calls pass stream = NULL (legacy default stream) */
+    float alpha;
+    int accumulate[CALLS];
+    tide_rs_mode_t modes[CALLS];
+    size_t shard_operand; /* S, or S_fp32 with a cast */
+    uint8_t *shards[CALLS][MAX_RANKS];
+    void *grads[CALLS][MAX_RANKS][MAX_PARAMS];
+    float *out0[MAX_RANKS];             /* RS output before the first call */
+    uint8_t *land[2][CALLS][MAX_RANKS]; /* [fabric][call][rank] AG landing (pinned for CUDA) */
+    float *out[2][CALLS][MAX_RANKS];    /* [fabric][call][rank] RS output */
+} case_t;
+
+static bool case_plan(case_t *c) {
+    if (tide_plan_create(&c->cfg, &c->desc, &c->plan) == TIDE_SUCCESS) return true;
+    /* A tuning knob the planner refuses for this shape: fall back to the defaults. */
+    tide_config_t d = TIDE_CONFIG_INIT;
+    d.nodes = c->m;
+    d.gpus_per_node = c->l;
+    d.mode = c->cfg.mode;
+    c->cfg = d;
+    return tide_plan_create(&c->cfg, &c->desc, &c->plan) == TIDE_SUCCESS;
+}
+
+static void case_inputs(case_t *c) {
+    const tide_geom_t *g = &c->plan->geom;
+    c->shard_operand = g->cast ? g->fp32_shard_bytes : g->shard_bytes;
+    for (int e = 0; e < CALLS; ++e)
+        for (int r = 0; r < c->n; ++r) {
+            c->shards[e][r] = malloc(c->shard_operand);
+            if (g->cast)
+                for (size_t i = 0; i < c->shard_operand / 4; ++i)
+                    ((float *)c->shards[e][r])[i] = rnd_normal() * 8.0f;
+            else
+                for (size_t i = 0; i < c->shard_operand; ++i)
+                    c->shards[e][r][i] = (uint8_t)rnd();
+            for (int p = 0; p < g->num_params; ++p) {
+                const uint64_t elems = g->params[p].dim0 * g->params[p].inner;
+                c->grads[e][r][p] = malloc(elems * g->grad_item);
+                for (uint64_t i = 0; i < elems; ++i) {
+                    float v = rnd_normal();
+                    if (g->grad_item == 2)
+                        ((uint16_t *)c->grads[e][r][p])[i] = tide_float_to_bf16(v);
+                    else
+                        ((float *)c->grads[e][r][p])[i] = v;
+                }
+            }
+        }
+    for (int r = 0; r < c->n; ++r) {
+        c->out0[r] = malloc(g->fp32_shard_bytes);
+        for (uint64_t i = 0; i < g->shard_elems; ++i)
+            c->out0[r][i] = rnd_normal();
+    }
+}
+
+static void case_free(case_t *c) {
+    for (int e = 0; e < CALLS; ++e)
+        for (int r = 0; r < c->n; ++r) {
+            free(c->shards[e][r]);
+            for (int p = 0; p < c->desc.num_params; ++p)
+                free(c->grads[e][r][p]);
+            free(c->land[0][e][r]);
+            free(c->out[0][e][r]);
+            if (c->land[1][e][r] != NULL) cudaFreeHost(c->land[1][e][r]);
+            if (c->out[1][e][r] != NULL) cudaFreeHost(c->out[1][e][r]);
+        }
+    for (int r = 0; r < c->n; ++r)
+        free(c->out0[r]);
+    tide_plan_destroy(c->plan);
+}
+
+/* ------------------------------------------------------------------ the CPU fabric (oracle) */
+
+typedef struct {
+    case_t *c;
+    tide_comm_t comms[MAX_RANKS];
+    int rank;
+    char error[512];
+} cpu_job_t;
+
+static void *cpu_rank(void *arg) {
+    cpu_job_t *j = arg;
+    case_t *c = j->c;
+    const int r = j->rank;
+    const tide_geom_t *g = &c->plan->geom;
+    tide_group_t grp;
+    if (tide_group_register(j->comms[r], &c->cfg, &c->desc, &grp) != TIDE_SUCCESS) {
+        snprintf(j->error, sizeof(j->error), "cpu register: %s", tide_get_last_error());
+        return NULL;
+    }
+    for (int e = 0; e < CALLS && j->error[0] == '\0'; ++e) {
+        void *land = NULL, *res = NULL;
+        const void *shard = c->shards[e][r];
+        if (c->resident && tide_group_resident(grp, &res) == TIDE_SUCCESS) {
+            memcpy(res, shard, g->shard_bytes);
+            shard = NULL;
+        }
+        if (tide_all_gather(grp, shard, e % 2, NULL) != TIDE_SUCCESS ||
+            tide_group_landing(grp, e % 2, &land) != TIDE_SUCCESS)
+            snprintf(j->error, sizeof(j->error), "cpu all_gather %d: %s", e, tide_get_last_error());
+        else
+            memcpy(c->land[0][e][r], land, g->group_bytes);
+    }
+    float *out = malloc(g->fp32_shard_bytes);
+    memcpy(out, c->out0[r], g->fp32_shard_bytes);
+    for (int e = 0; e < CALLS && j->error[0] == '\0'; ++e) {
+        if (tide_reduce_scatter(grp, (const void *const *)c->grads[e][r], out, c->alpha,
+                                c->accumulate[e], c->modes[e], NULL) != TIDE_SUCCESS)
+            snprintf(j->error, sizeof(j->error), "cpu reduce_scatter %d: %s", e,
+                     tide_get_last_error());
+        else
+            memcpy(c->out[0][e][r], out, g->fp32_shard_bytes);
+    }
+    free(out);
+    if (tide_group_deregister(grp) != TIDE_SUCCESS && j->error[0] == '\0')
+        snprintf(j->error, sizeof(j->error), "cpu deregister: %s", tide_get_last_error());
+    return NULL;
+}
+
+static bool run_cpu(case_t *c, char *err, size_t err_size) {
+    tide_comm_t comms[MAX_RANKS];
+    if (tide_comm_init_all(TIDE_FABRIC_CPU, c->m, c->l, comms) != TIDE_SUCCESS) {
+        snprintf(err, err_size, "cpu comm_init_all: %s", tide_get_last_error());
+        return false;
+    }
+    pthread_t th[MAX_RANKS];
+    cpu_job_t jobs[MAX_RANKS];
+    for (int r = 0; r < c->n; ++r) {
+        jobs[r] = (cpu_job_t){.c = c, .rank = r};
+        memcpy(jobs[r].comms, comms, sizeof(comms));
+        pthread_create(&th[r], NULL, cpu_rank, &jobs[r]);
+    }
+    bool ok = true;
+    for (int r = 0; r < c->n; ++r) {
+        pthread_join(th[r], NULL);
+        if (jobs[r].error[0] != '\0' && ok) {
+            snprintf(err, err_size, "rank %d: %s", r, jobs[r].error);
+            ok = false;
+        }
+    }
+    for (int r = 0; r < c->n; ++r)
+        tide_comm_destroy(comms[r]);
+    return ok;
+}
+
+/* ------------------------------------------------------------------ the CUDA fabric */
+
+typedef struct {
+    tide_comm_t comms[MAX_RANKS];
+    tide_group_t groups[MAX_RANKS];
+    int device[MAX_RANKS];
+    cudaStream_t stream[MAX_RANKS];
+} gpu_world_t;
+
+static bool gpu_open(case_t *c, gpu_world_t *w, char *err, size_t err_size) {
+    memset(w, 0, sizeof(*w));
+    if (tide_comm_init_all(TIDE_FABRIC_CUDA, c->m, c->l, w->comms) != TIDE_SUCCESS) {
+        snprintf(err, err_size, "cuda comm_init_all: %s", tide_get_last_error());
+        return false;
+    }
+    /* One thread registers every rank: the CUDA fabric's registration never waits. */
+    for (int r = 0; r < c->n; ++r) {
+        if (tide_group_register(w->comms[r], &c->cfg, &c->desc, &w->groups[r]) != TIDE_SUCCESS) {
+            snprintf(err, err_size, "cuda register rank %d: %s", r, tide_get_last_error());
+            return false;
+        }
+        w->device[r] = tide_cuda_world_device(w->comms[r]->world);
+        CK(cudaSetDevice(w->device[r]));
+        CK(cudaStreamCreateWithFlags(&w->stream[r], cudaStreamNonBlocking));
+    }
+    return true;
+}
+
+static void gpu_close(case_t *c, gpu_world_t *w) {
+    for (int r = 0; r < c->n; ++r) {
+        if (w->stream[r] != NULL) cudaStreamDestroy(w->stream[r]);
+        if (w->groups[r] != NULL && tide_group_deregister(w->groups[r]) != TIDE_SUCCESS)
+            fprintf(stderr, "deregister rank %d: %s\n", r, tide_get_last_error());
+    }
+    for (int r = 0; r < c->n; ++r)
+        if (w->comms[r] != NULL) tide_comm_destroy(w->comms[r]);
+}
+
+static void *device_copy(int device, const void *host, size_t bytes) {
+    void *d = NULL;
+    CK(cudaSetDevice(device));
+    CK(cudaMalloc(&d, bytes > 0 ? bytes : 1));
+    CK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+
+static bool run_gpu(case_t *c, char *err, size_t err_size) {
+    const tide_geom_t *g = &c->plan->geom;
+    const int n = c->n, np = g->num_params;
+    gpu_world_t w;
+    bool ok = gpu_open(c, &w, err, err_size);
+    void *dshard[CALLS][MAX_RANKS] = {{0}};
+    void *dgrad[CALLS][MAX_RANKS][MAX_PARAMS] = {{{0}}};
+    float *dout[MAX_RANKS] = {0};
+    for (int e = 0; ok && e < CALLS; ++e)
+        for (int r = 0; r < n; ++r) {
+            dshard[e][r] = device_copy(w.device[r], c->shards[e][r], c->shard_operand);
+            for (int p = 0; p < np; ++p)
+                dgrad[e][r][p] = device_copy(w.device[r], c->grads[e][r][p],
+                                             g->params[p].dim0 * g->params[p].inner * g->grad_item);
+        }
+    for (int r = 0; ok && r < n; ++r)
+        dout[r] = device_copy(w.device[r], c->out0[r], g->fp32_shard_bytes);
+
+    /* AG: three calls back to back.  Once every rank called (the last call enqueued the
+     * whole call), each rank's landing is copied out on its stream: behind call e there,
+     * ahead of call e + 2, which reuses the slot. */
+    for (int e = 0; ok && e < CALLS; ++e) {
+        for (int r = 0; ok && r < n; ++r) {
+            cudaStream_t s = c->null_stream ? NULL : w.stream[r];
+            const void *shard = dshard[e][r];
+            CK(cudaSetDevice(w.device[r]));
+            if (c->resident) {
+                void *res = NULL;
+                if (tide_group_resident(w.groups[r], &res) != TIDE_SUCCESS) {
+                    snprintf(err, err_size, "resident: %s", tide_get_last_error());
+                    ok = false;
+                    break;
+                }
+                CK(cudaMemcpyAsync(res, shard, g->shard_bytes, cudaMemcpyDeviceToDevice, s));
+                shard = NULL;
+            }
+            if (tide_all_gather(w.groups[r], shard, e % 2, s) != TIDE_SUCCESS) {
+                snprintf(err, err_size, "cuda all_gather %d rank %d: %s", e, r,
+                         tide_get_last_error());
+                ok = false;
+            }
+        }
+        for (int r = 0; ok && r < n; ++r) {
+            cudaStream_t s = c->null_stream ? NULL : w.stream[r];
+            void *land = NULL;
+            CK(cudaSetDevice(w.device[r]));
+            if (tide_group_landing(w.groups[r], e % 2, &land) != TIDE_SUCCESS) {
+                snprintf(err, err_size, "landing: %s", tide_get_last_error());
+                ok = false;
+                break;
+            }
+            CK(cudaMemcpyAsync(c->land[1][e][r], land, g->group_bytes, cudaMemcpyDeviceToHost, s));
+        }
+    }
+
+    /* RS: three calls back to back, outputs copied out after each call. */
+    for (int e = 0; ok && e < CALLS; ++e) {
+        for (int r = 0; ok && r < n; ++r) {
+            cudaStream_t s = c->null_stream ? NULL : w.stream[r];
+            CK(cudaSetDevice(w.device[r]));
+            if (tide_reduce_scatter(w.groups[r], (const void *const *)dgrad[e][r], dout[r],
+                                    c->alpha, c->accumulate[e], c->modes[e], s) != TIDE_SUCCESS) {
+                snprintf(err, err_size, "cuda reduce_scatter %d rank %d: %s", e, r,
+                         tide_get_last_error());
+                ok = false;
+            }
+        }
+        for (int r = 0; ok && r < n; ++r) {
+            cudaStream_t s = c->null_stream ? NULL : w.stream[r];
+            CK(cudaSetDevice(w.device[r]));
+            CK(cudaMemcpyAsync(c->out[1][e][r], dout[r], g->fp32_shard_bytes,
+                               cudaMemcpyDeviceToHost, s));
+        }
+    }
+    for (int r = 0; r < n; ++r) {
+        CK(cudaSetDevice(w.device[r]));
+        CK(cudaDeviceSynchronize());
+    }
+    for (int e = 0; e < CALLS; ++e)
+        for (int r = 0; r < n; ++r) {
+            cudaFree(dshard[e][r]);
+            for (int p = 0; p < np; ++p)
+                cudaFree(dgrad[e][r][p]);
+        }
+    for (int r = 0; r < n; ++r)
+        cudaFree(dout[r]);
+    gpu_close(c, &w);
+    return ok;
+}
+
+/* ------------------------------------------------------------------ cases */
+
+static int first_diff(const void *a, const void *b, size_t bytes, size_t *at) {
+    const uint8_t *x = a, *y = b;
+    for (size_t i = 0; i < bytes; ++i)
+        if (x[i] != y[i]) {
+            *at = i;
+            return 1;
+        }
+    return 0;
+}
+
+static const char *dtype_name(tide_dtype_t d) {
+    return d == TIDE_DTYPE_BF16 ? "bf16" : "fp32";
+}
+static const char *mode_name(tide_rs_mode_t m) {
+    return m == TIDE_RS_IN_PLACE ? "ip" : "sr";
+}
+
+/* Variant v of topology (m, l): dtypes, modes, accumulate, alpha, streams, knobs. */
+static bool case_init(case_t *c, int m, int l, int v) {
+    memset(c, 0, sizeof(*c));
+    c->m = m;
+    c->l = l;
+    c->n = m * l;
+    tide_config_t cfg = TIDE_CONFIG_INIT;
+    cfg.nodes = m;
+    cfg.gpus_per_node = l;
+    const int np = rnd_int(1, 6);
+    for (int p = 0; p < np; ++p) {
+        c->shapes[p].dim0 = (uint64_t)rnd_int(1, 3 * c->n + 2);
+        c->shapes[p].inner = (uint64_t)rnd_int(1, 6);
+    }
+    tide_dtype_t ag = TIDE_DTYPE_BF16, grad = TIDE_DTYPE_BF16, shard = TIDE_DTYPE_BF16;
+    static const tide_rs_mode_t seq[4][CALLS] = {
+        {TIDE_RS_IN_PLACE, TIDE_RS_IN_PLACE, TIDE_RS_SLOT_REUSE},
+        {TIDE_RS_SLOT_REUSE, TIDE_RS_SLOT_REUSE, TIDE_RS_IN_PLACE},
+        {TIDE_RS_IN_PLACE, TIDE_RS_SLOT_REUSE, TIDE_RS_SLOT_REUSE},
+        {TIDE_RS_SLOT_REUSE, TIDE_RS_IN_PLACE, TIDE_RS_IN_PLACE}};
+    static const int acc[4][CALLS] = {{0, 1, 1}, {1, 0, 1}, {0, 0, 1}, {1, 1, 0}};
+    switch (v) {
+    case 0:
+        c->alpha = tide_alpha_avg(c->n);
+        break;
+    case 1:
+        ag = shard = grad = TIDE_DTYPE_FP32;
+        c->alpha = 0.37f;
+        c->resident = true;
+        c->null_stream = true;
+        break;
+    case 2: /* mixed precision: fp32 master shards cast to bf16 */
+        shard = TIDE_DTYPE_FP32;
+        c->alpha = tide_alpha_divide(2.0f, (float)c->n);
+        cfg.staging_slots = 3;
+        break;
+    default:
+        grad = TIDE_DTYPE_FP32;
+        c->alpha = -1.5f;
+        cfg.staging_slots = 1;
+        cfg.passes = 2;
+        cfg.sum_ctas = 1;
+        cfg.landing_ctas = 7;
+        break;
+    }
+    cfg.mode = seq[v][0];
+    c->cfg = cfg;
+    memcpy(c->modes, seq[v], sizeof(c->modes));
+    memcpy(c->accumulate, acc[v], sizeof(c->accumulate));
+    c->desc = (tide_group_desc_t){np, c->shapes, ag, grad, shard};
+    return case_plan(c);
+}
+
+static bool run_case(int m, int l, int v) {
+    case_t c;
+    char err[768] = "";
+    if (!case_init(&c, m, l, v)) {
+        printf("FAIL M=%d L=%d v%d: plan: %s\n", m, l, v, tide_get_last_error());
+        return false;
+    }
+    const tide_geom_t *g = &c.plan->geom;
+    char name[256];
+    snprintf(name, sizeof(name),
+             "M=%d L=%d P=%d ag=%s%s grad=%s rs=%s,%s,%s acc=%d%d%d alpha=%g%s%s", m, l,
+             c.desc.num_params, dtype_name(c.desc.ag_dtype), g->cast ? "(cast)" : "",
+             dtype_name(c.desc.grad_dtype), mode_name(c.modes[0]), mode_name(c.modes[1]),
+             mode_name(c.modes[2]), c.accumulate[0], c.accumulate[1], c.accumulate[2],
+             (double)c.alpha, c.resident ? " resident" : "", c.null_stream ? " null-stream" : "");
+    case_inputs(&c);
+    for (int e = 0; e < CALLS; ++e)
+        for (int r = 0; r < c.n; ++r) {
+            c.land[0][e][r] = calloc(1, g->group_bytes);
+            c.out[0][e][r] = calloc(1, g->fp32_shard_bytes);
+            CK(cudaMallocHost((void **)&c.land[1][e][r], g->group_bytes));
+            CK(cudaMallocHost((void **)&c.out[1][e][r], g->fp32_shard_bytes));
+            memset(c.land[1][e][r], 0xa5, g->group_bytes);
+            memset(c.out[1][e][r], 0xa5, g->fp32_shard_bytes);
+        }
+    bool ok = run_cpu(&c, err, sizeof(err)) && run_gpu(&c, err, sizeof(err));
+    for (int e = 0; ok && e < CALLS; ++e)
+        for (int r = 0; ok && r < c.n; ++r) {
+            size_t at = 0;
+            if (first_diff(c.land[0][e][r], c.land[1][e][r], g->group_bytes, &at)) {
+                snprintf(err, sizeof(err),
+                         "AG call %d rank %d: landing differs at byte %zu of %llu", e, r, at,
+                         (unsigned long long)g->group_bytes);
+                ok = false;
+            } else if (first_diff(c.out[0][e][r], c.out[1][e][r], g->fp32_shard_bytes, &at)) {
+                snprintf(err, sizeof(err),
+                         "RS call %d (%s) rank %d: output differs at element "
+                         "%zu: cpu %.9g, cuda %.9g",
+                         e, mode_name(c.modes[e]), r, at / 4, (double)c.out[0][e][r][at / 4],
+                         (double)c.out[1][e][r][at / 4]);
+                ok = false;
+            }
+        }
+    printf("%s %s%s%s\n", ok ? "PASS" : "FAIL", name, ok ? "" : ": ", ok ? "" : err);
+    fflush(stdout);
+    case_free(&c);
+    return ok;
+}
+
+/* ------------------------------------------------------------------ host enqueue time */
+
+static double now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+static int by_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median host time of one call of all ranks, per collective, at P = 30, M = 8, L = 1. */
+static bool enqueue_timer(void) {
+    enum { M = 8, L = 1, N = M * L, P = 30, ITERS = 25, WARMUP = 3 };
+    case_t c;
+    memset(&c, 0, sizeof(c));
+    c.m = M;
+    c.l = L;
+    c.n = N;
+    tide_config_t cfg = TIDE_CONFIG_INIT;
+    cfg.nodes = M;
+    cfg.gpus_per_node = L;
+    c.cfg = cfg;
+    for (int p = 0; p < P; ++p) {
+        c.shapes[p].dim0 = (uint64_t)rnd_int(64, 1024);
+        c.shapes[p].inner = (uint64_t)rnd_int(16, 256);
+    }
+    c.desc = (tide_group_desc_t){P, c.shapes, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16};
+    char err[512] = "";
+    if (tide_plan_create(&c.cfg, &c.desc, &c.plan) != TIDE_SUCCESS) {
+        printf("FAIL enqueue timer: plan: %s\n", tide_get_last_error());
+        return false;
+    }
+    const tide_geom_t *g = &c.plan->geom;
+    gpu_world_t w;
+    bool ok = gpu_open(&c, &w, err, sizeof(err));
+    void *dshard[N] = {0}, *dgrad[N][P] = {{0}};
+    float *dout[N] = {0};
+    for (int r = 0; ok && r < N; ++r) {
+        CK(cudaSetDevice(w.device[r]));
+        CK(cudaMalloc(&dshard[r], g->shard_bytes));
+        CK(cudaMemset(dshard[r], 0, g->shard_bytes));
+        CK(cudaMalloc((void **)&dout[r], g->fp32_shard_bytes));
+        for (int p = 0; p < P; ++p) {
+            const size_t bytes = g->params[p].dim0 * g->params[p].inner * g->grad_item;
+            CK(cudaMalloc(&dgrad[r][p], bytes));
+            CK(cudaMemset(dgrad[r][p], 0, bytes));
+        }
+    }
+    double ag_us[ITERS], rs_us[ITERS];
+    for (int it = 0; ok && it < WARMUP + ITERS; ++it) {
+        double t0 = now_us();
+        for (int r = 0; ok && r < N; ++r)
+            ok = tide_all_gather(w.groups[r], dshard[r], it % 2, w.stream[r]) == TIDE_SUCCESS;
+        double t1 = now_us();
+        for (int r = 0; ok && r < N; ++r)
+            ok = tide_reduce_scatter(w.groups[r], (const void *const *)dgrad[r], dout[r], 1.0f, 0,
+                                     TIDE_RS_IN_PLACE, w.stream[r]) == TIDE_SUCCESS;
+        double t2 = now_us();
+        if (!ok) snprintf(err, sizeof(err), "call: %s", tide_get_last_error());
+        /* Outside the timed region: keep the device queues from filling up. */
+        for (int r = 0; r < N; ++r)
+            CK(cudaStreamSynchronize(w.stream[r]));
+        if (it >= WARMUP) {
+            ag_us[it - WARMUP] = t1 - t0;
+            rs_us[it - WARMUP] = t2 - t1;
+        }
+    }
+    if (ok) {
+        tide_cuda_stats_t st[2];
+        tide_cuda_arena_stats(w.groups[0]->arena, TIDE_COLL_ALL_GATHER, &st[0]);
+        tide_cuda_arena_stats(w.groups[0]->arena, TIDE_COLL_REDUCE_SCATTER, &st[1]);
+        double *us[2] = {ag_us, rs_us};
+        const char *what[2] = {"all_gather", "reduce_scatter"};
+        for (int k = 0; k < 2; ++k) {
+            qsort(us[k], ITERS, sizeof(double), by_double);
+            const double med = us[k][ITERS / 2];
+            const uint64_t calls = st[k].descriptors + st[k].waits + st[k].records;
+            printf("ENQUEUE %s M=%d L=%d P=%d (one GPU; copies run on SMs): median %.1f us per "
+                   "call of all %d ranks (%.1f us per rank), %s call: %llu descriptors, %llu "
+                   "event waits, %llu event records (%.2f us per CUDA call)\n",
+                   what[k], M, L, P, med, N, med / N, st[k].form ? "steady" : "fresh",
+                   (unsigned long long)st[k].descriptors, (unsigned long long)st[k].waits,
+                   (unsigned long long)st[k].records, calls > 0 ? med / (double)calls : 0.0);
+        }
+    } else {
+        printf("FAIL enqueue timer: %s\n", err);
+    }
+    for (int r = 0; r < N; ++r) {
+        cudaFree(dshard[r]);
+        cudaFree(dout[r]);
+        for (int p = 0; p < P; ++p)
+            cudaFree(dgrad[r][p]);
+    }
+    gpu_close(&c, &w);
+    tide_plan_destroy(c.plan);
+    return ok;
+}
+
+int main(int argc, char **argv) {
+    bool small = false;
+    uint64_t seed = 0;
+    for (int i = 1; i < argc; ++i) {
+        if (strcmp(argv[i], "--small") == 0)
+            small = true;
+        else
+            seed = strtoull(argv[i], NULL, 0);
+    }
+    if (seed == 0) seed = (uint64_t)time(NULL);
+    rng_state = seed;
+    printf("test_fabric_cuda seed %llu%s\n", (unsigned long long)seed, small ? " (small)" : "");
+    int devices = 0;
+    cudaError_t e = cudaGetDeviceCount(&devices);
+    if (e != cudaSuccess || devices < 1) {
+        printf("FAIL: no CUDA device (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "none");
+        return 1;
+    }
+    static const int topo[][2] = {{1, 2}, {1, 8}, {2, 2}, {2, 4}, {3, 2}, {4, 2}};
+    int failed = 0, run = 0;
+    for (size_t t = 0; t < sizeof(topo) / sizeof(topo[0]); ++t)
+        for (int v = 0; v < 4; ++v) {
+            if (small && (v != (int)t % 4 || t % 2 == 1)) continue;
+            ++run;
+            failed += !run_case(topo[t][0], topo[t][1], v);
+        }
+    if (!small) failed += !enqueue_timer();
+    printf("%d case(s), %d failed\n", run, failed);
+    return failed != 0;
+}
