@@ -99,9 +99,13 @@ void tide_ag_schedule_free(tide_ag_schedule_t *sched) {
     sched->stage_slots = 0;
 }
 
-/* Append the slots [first, first + len) as `parts` near-equal groups (sizes differ by <= 1). */
+/* Append the slots [first, first + len) as at most `parts` near-equal groups (sizes differ by
+ * <= 1).  A run is split only into parts that stay strided (>= AG_STRIDED_MIN_SLOTS slots):
+ * splitting a short run for pipelining would turn one strided copy per parameter into one
+ * flat copy per slot and parameter, and descriptor count is the first-order cost. */
 static int emit_split(tide_ag_group_t *out, int n, int round, int first, int len, int parts) {
-    if (parts > len) parts = len;
+    int keep_strided = len / AG_STRIDED_MIN_SLOTS;
+    if (parts > keep_strided) parts = keep_strided > 0 ? keep_strided : 1;
     for (int j = 0; j < parts; ++j) {
         int size = len / parts + (j < len % parts);
         out[n].round = round;

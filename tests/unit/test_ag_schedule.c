@@ -139,6 +139,13 @@ static int round_of_slot(const tide_ag_schedule_t *s, int slot) {
     return -1;
 }
 
+/* Groups a run of len slots splits into, at most limit, each keeping >= 4 slots when split. */
+static int parts_of(int len, int limit) {
+    int k = len / 4;
+    if (k > limit) k = limit;
+    return k > 0 ? k : 1;
+}
+
 static void test_groups(void **state) {
     (void)state;
     for (int m = 1; m <= 300; ++m) {
@@ -175,9 +182,11 @@ static void test_groups(void **state) {
                     assert_int_equal(per_round[d], wraps ? 2 : 1);
                 } else {
                     assert_true(per_round[d] <= 4);
-                    /* Pipelining: as many groups as the limit and the slots allow. */
+                    /* Pipelining: as many groups as the limit allows while every part of a
+                     * split run keeps >= 4 slots (stays one strided copy per parameter). */
                     int a = wraps ? wrap - first : cnt, b = wraps ? first + cnt - wrap : 0;
-                    int want = wraps ? (a < 2 ? a : 2) + (b < 2 ? b : 2) : (cnt < 4 ? cnt : 4);
+                    int want = wraps ? parts_of(a, 2) + (b > 0 ? parts_of(b, 2) : 0)
+                                     : parts_of(cnt, 4);
                     assert_int_equal(per_round[d], want);
                 }
             }
