@@ -57,6 +57,10 @@ if [ "${TIDE_GPU_QUICK:-0}" != 1 ]; then
     step bench-kernels bash -c "'$work/k/bench_kernels' | tee '$out/bench_kernels.txt'"
     [ -x "$work/f/bench_fabric_cuda" ] &&
         step bench-fabric bash -c "'$work/f/bench_fabric_cuda' --divisor ${TIDE_BENCH_DIVISOR:-2} --iters 10 | tee '$out/bench_fabric.txt'"
+    [ -x "$work/f/bench_interference" ] &&
+        step bench-interference bash -c "set -o pipefail; '$work/f/bench_interference' | tee '$out/bench_interference.txt'"
+    [ -x "$work/f/bench_enqueue" ] &&
+        step bench-enqueue bash -c "set -o pipefail; '$work/f/bench_enqueue' | tee '$out/bench_enqueue.txt'; a=\$?; '$work/f/bench_enqueue' --llama 8 | tee -a '$out/bench_enqueue.txt'; exit \$((a | \$?))"
 fi
 cat "$summary"
 exit $status
