@@ -23,6 +23,7 @@ int cli_cmd_show(int argc, char **argv);
 int cli_cmd_validate(int argc, char **argv);
 int cli_cmd_memory(int argc, char **argv);
 int cli_cmd_solve(int argc, char **argv);
+int cli_cmd_program(int argc, char **argv);
 
 /* Print the usage of cmd (NULL: all commands) to stdout (help) or stderr (errors). */
 void cli_usage(const char *cmd, bool to_stderr);

@@ -5,6 +5,7 @@
  *   tide-plan validate  the exhaustive Latin-square schedule validation (App. D)
  *   tide-plan memory    the closed-form memory bounds (§5.4, eqs. 10-12)
  *   tide-plan solve     the sizing solver (App. G, eqs. 13-14)
+ *   tide-plan program   one rank's compiled TIDE-AG / TIDE-RS program (docs/protocol.md)
  *
  * This file dispatches commands and holds the argument parsers and error reporting shared by
  * all of them.  docs/tide-plan.md documents every option and JSON field.
@@ -42,6 +43,11 @@ static const cli_command_t commands[] = {
      "tide-plan solve --nodes M --gpus-per-node L --bw-nic GBps --bw-sum GBps --bw-land GBps\n"
      "                --bw-cap GBps --t-round ms --bytes B [--wave-width W] [--passes n]\n"
      "                [--dtype bf16|fp32] [--json]"},
+    {"program", cli_cmd_program,
+     "tide-plan program --nodes M --gpus-per-node L (--preset NAME | --shapes LIST)\n"
+     "                  --collective ag|rs [--mode in-place|slot-reuse] [--rank r]\n"
+     "                  [--dtype bf16|fp32] [--wave-width W] [--round-width k] [--passes n]\n"
+     "                  [--staging-slots n] [--json]"},
 };
 #define NUM_COMMANDS ((int)(sizeof(commands) / sizeof(commands[0])))
 
