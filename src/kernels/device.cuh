@@ -76,8 +76,13 @@ __device__ __forceinline__ uint4 ldg16(const void *p) {
     return __ldg((const uint4 *)p);
 }
 
+/* One 16-byte store (p 16-byte aligned, in global memory).  Written as PTX because the
+ * compiler split some float4 stores whose lanes come from selects into four 4-byte stores (seen
+ * in the TMA sum's consumers), each of which makes the warp touch the same lines again. */
 __device__ __forceinline__ void st16(float *p, float a, float b, float c, float d) {
-    *(float4 *)p = make_float4(a, b, c, d);
+    asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(a), "f"(b), "f"(c),
+                 "f"(d)
+                 : "memory");
 }
 
 /*

@@ -58,7 +58,8 @@ typedef struct {
                         the device's opt-in maximum); PLAIN ignores it */
     int stage_bytes; /* TMA stage, one chunk of all L tiles: 16384, 32768, 65536, 73728 or
                         114688; 0 = TIDE_SUM_TMA_STAGE.  The ring must hold two stages */
-    int producers;   /* TMA producer warps, 1 or 2; 0 = 1 */
+    int producers;   /* TMA producer warps, 1 or 2; 0 = the default (2, with 320 threads,
+                        when threads is 0 too; else 1) */
 } tide_sum_launch_t;
 
 /* Level-1 sum with TIDE_SUM_AUTO, the given CTA budget and threads: 0 (the default) or a

@@ -9,8 +9,9 @@
  *
  *   PLAIN  one 16-byte group per thread per chunk, L vector loads issued before the first add:
  *          threads * L * 16 bytes in flight per CTA, bounded by registers.
- *   TMA    warp-specialised: a producer warp bulk-copies L tiles per chunk into a shared ring
+ *   TMA    warp-specialised: producer warps bulk-copy L tiles per chunk into a shared ring
  *          (cp.async.bulk + mbarrier), consumer warps sum from it (sum_tma.cuh).  sm_90.
+ *          tide_sum::launch_tma_opts (below) takes the internal options the benchmark sweeps.
  *   ASYNC  per-thread cp.async into private shared slots S chunks ahead (sum_async.cuh).
  *          sm_80.
  */
@@ -51,9 +52,14 @@ template <typename T, int NS>
 cudaError_t launch_ns(const tide_sum_args_t &a, const tide_sum_launch_t &cfg, const device_info &d,
                       cudaStream_t stream) {
     switch (cfg.variant) {
-    case TIDE_SUM_TMA:
-        return launch_tma<T, NS>(a, cfg.ctas, cfg.threads, cfg.producers, cfg.smem_bytes,
-                                 cfg.stage_bytes, d.dev, d.optin, stream);
+    case TIDE_SUM_TMA: {
+        if (cfg.threads > kTmaPublicThreads || cfg.producers > kTmaPublicProducers)
+            return cudaErrorInvalidValue;
+        /* raw_nan: bit-identical for every dtype and L (tests/gpu/test_kernels), 4% faster. */
+        const tma_opts o = {cfg.ctas,        cfg.threads,       cfg.producers, cfg.smem_bytes,
+                            cfg.stage_bytes, TMA_CONSUME_UNITS, 1};
+        return launch_tma<T, NS>(a, o, d.dev, d.optin, stream);
+    }
     case TIDE_SUM_ASYNC:
         return launch_async<T, NS>(a, cfg.ctas, cfg.threads, cfg.smem_bytes, d.dev, d.optin,
                                    stream);
@@ -90,7 +96,46 @@ cudaError_t launch_dtype(const tide_sum_args_t &a, const tide_sum_launch_t &cfg,
     }
 }
 
+template <typename T>
+cudaError_t launch_tma_dtype(const tide_sum_args_t &a, const tma_opts &o, const device_info &d,
+                             cudaStream_t stream) {
+    switch (a.num_staged) {
+    case 0:
+        return launch_tma<T, 0>(a, o, d.dev, d.optin, stream);
+    case 1:
+        return launch_tma<T, 1>(a, o, d.dev, d.optin, stream);
+    case 2:
+        return launch_tma<T, 2>(a, o, d.dev, d.optin, stream);
+    case 3:
+        return launch_tma<T, 3>(a, o, d.dev, d.optin, stream);
+    case 4:
+        return launch_tma<T, 4>(a, o, d.dev, d.optin, stream);
+    case 5:
+        return launch_tma<T, 5>(a, o, d.dev, d.optin, stream);
+    case 6:
+        return launch_tma<T, 6>(a, o, d.dev, d.optin, stream);
+    case 7:
+        return launch_tma<T, 7>(a, o, d.dev, d.optin, stream);
+    default:
+        return cudaErrorInvalidValue;
+    }
+}
+
 } // namespace
+
+cudaError_t launch_tma_opts(const tide_sum_args_t &a, const tma_opts &o, cudaStream_t stream) {
+    if (a.num_staged < 0 || a.num_staged > TIDE_MAX_GPUS_PER_NODE - 1 || a.num_segs < 0 ||
+        (a.dtype != TIDE_DTYPE_BF16 && a.dtype != TIDE_DTYPE_FP32))
+        return cudaErrorInvalidValue;
+    if (a.num_segs == 0) return cudaSuccess;
+    device_info d;
+    cudaError_t err = query_device(&d);
+    if (err != cudaSuccess) return err;
+    if (d.major < 9) return cudaErrorInvalidDeviceFunction;
+    if (a.dtype == TIDE_DTYPE_BF16) return launch_tma_dtype<uint16_t>(a, o, d, stream);
+    return launch_tma_dtype<float>(a, o, d, stream);
+}
+
 } // namespace tide_sum
 
 extern "C" cudaError_t tide_cuda_sum_launch(const tide_sum_args_t *args,

@@ -103,6 +103,53 @@ __device__ __forceinline__ void sum_store(const uint4 *vin, float *out) {
              canonical(acc[j + 3]));
 }
 
+/*
+ * Units of four elements, the consumers' share in the TMA sum: four elements of every source
+ * (8 bytes of bf16, 16 of fp32) summed into one 16-byte fp32 store, so that consecutive threads
+ * store consecutive 16 bytes (a warp's store covers 512 contiguous bytes: four full lines)
+ * while their shared-memory loads stay contiguous too (conflict-free).
+ */
+template <typename T> struct unit_traits;
+template <> struct unit_traits<uint16_t> {
+    using V = uint2;
+};
+template <> struct unit_traits<float> {
+    using V = uint4;
+};
+
+__device__ __forceinline__ void unpack4(const uint2 &v, float *f) {
+    f[0] = bf16_lo(v.x);
+    f[1] = bf16_hi(v.x);
+    f[2] = bf16_lo(v.y);
+    f[3] = bf16_hi(v.y);
+}
+__device__ __forceinline__ void unpack4(const uint4 &v, float *f) {
+    f[0] = __uint_as_float(v.x);
+    f[1] = __uint_as_float(v.y);
+    f[2] = __uint_as_float(v.z);
+    f[3] = __uint_as_float(v.w);
+}
+
+/* Sum one unit from L unpacked sources (staged in order, own last) and store it.  RAW (L >= 2
+ * only) stores the last add's results as they are: a NaN the GPU's fp32 add returns is already
+ * the canonical 0x7fffffff, so the select of canonical() is redundant there. */
+template <typename T, int NS, bool RAW>
+__device__ __forceinline__ void sum_store_unit(const typename unit_traits<T>::V *vin, float *out) {
+    float acc[4], f[4];
+    unpack4(vin[0], acc);
+#pragma unroll
+    for (int k = 1; k <= NS; ++k) {
+        unpack4(vin[k], f);
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            acc[j] = __fadd_rn(acc[j], f[j]);
+    }
+    if (RAW && NS > 0)
+        st16(out, acc[0], acc[1], acc[2], acc[3]);
+    else
+        st16(out, canonical(acc[0]), canonical(acc[1]), canonical(acc[2]), canonical(acc[3]));
+}
+
 /* One element by element: real or padding. */
 template <typename T, int NS>
 __device__ __forceinline__ void do_element(const seg_view<T, NS> &v, uint64_t e) {

@@ -9,7 +9,14 @@
  * Method: inputs are random (never zeros), every launch reads >= 512 MiB (far above the
  * 60 MB L2) and consecutive launches alternate between two input sets; each configuration
  * is warmed up, then timed launch by launch with CUDA events, and the median of the reps is
- * reported.  Usage: bench_kernels [reps] (default 20).
+ * reported.
+ *
+ * Usage: bench_kernels [reps] [--sum-only] [--tune]
+ *   reps        timed launches per row (default 20)
+ *   --sum-only  skip the landing and the cast
+ *   --tune      also sweep the TMA sum's internal options (producer warps, consumer threads,
+ *               stage size, consumer layout, NaN select) and probes that release every stage
+ *               unread (the copy engine alone)
  */
 #include <cuda_runtime.h>
 
@@ -22,6 +29,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/launch.h"
+#include "kernels/sum_tma.cuh"
 
 #define CUDA_OK(call)                                                                              \
     do {                                                                                           \
@@ -100,7 +108,15 @@ static void record(const char *kernel, int ctas, int threads, double bytes, doub
 }
 
 int main(int argc, char **argv) {
-    if (argc > 1) g_reps = std::max(5, std::atoi(argv[1]));
+    bool sum_only = false, tune = false;
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--sum-only") == 0)
+            sum_only = true;
+        else if (std::strcmp(argv[i], "--tune") == 0)
+            tune = true;
+        else
+            g_reps = std::max(5, std::atoi(argv[i]));
+    }
     std::setvbuf(stdout, nullptr, _IOLBF, 0); /* progress survives a timeout */
     cudaDeviceProp prop;
     CUDA_OK(cudaGetDeviceProperties(&prop, 0));
@@ -199,6 +215,75 @@ int main(int argc, char **argv) {
         std::printf("sum: plain, TMA and ASYNC outputs %s\n", differ ? "DIFFER" : "identical");
     }
 
+    if (tune) {
+        /* Internal options of the TMA sum (sum_tma.cuh): threads, producer warps, stage size,
+         * consumer layout, NaN select.  "none" rows release every stage unread: the
+         * copy engine's rate with nothing else running (their output is not the sum). */
+        struct tune_row {
+            const char *name;
+            tide_sum::tma_opts o;
+        };
+        using namespace tide_sum;
+        const tune_row rows[] = {
+            {"tune none st112K p2 t320", {0, 320, 2, 0, 114688, TMA_CONSUME_NONE, 0}},
+            {"tune none st112K p4 t384", {0, 384, 4, 0, 114688, TMA_CONSUME_NONE, 0}},
+            {"tune none st112K p8 t512", {0, 512, 8, 0, 114688, TMA_CONSUME_NONE, 0}},
+            {"tune groups st112K p4 t384", {0, 384, 4, 0, 114688, TMA_CONSUME_GROUPS, 0}},
+            {"tune units st112K p1 t288", {0, 288, 1, 0, 114688, TMA_CONSUME_UNITS, 0}},
+            {"tune units st112K p2 t288", {0, 288, 2, 0, 114688, TMA_CONSUME_UNITS, 0}},
+            {"tune units st112K p2 t320", {0, 320, 2, 0, 114688, TMA_CONSUME_UNITS, 0}},
+            {"tune units st112K p2 t320 raw", {0, 320, 2, 0, 114688, TMA_CONSUME_UNITS, 1}},
+            {"tune units st112K p4 t256", {0, 256, 4, 0, 114688, TMA_CONSUME_UNITS, 0}},
+            {"tune units st112K p4 t288", {0, 288, 4, 0, 114688, TMA_CONSUME_UNITS, 0}},
+            {"tune units st112K p4 t288 raw", {0, 288, 4, 0, 114688, TMA_CONSUME_UNITS, 1}},
+            {"tune units st112K p4 t384", {0, 384, 4, 0, 114688, TMA_CONSUME_UNITS, 0}},
+            {"tune units st112K p4 t384 raw", {0, 384, 4, 0, 114688, TMA_CONSUME_UNITS, 1}},
+            {"tune units st112K p4 t512", {0, 512, 4, 0, 114688, TMA_CONSUME_UNITS, 0}},
+            {"tune units st112K p8 t384", {0, 384, 8, 0, 114688, TMA_CONSUME_UNITS, 0}},
+            {"tune units st112K p8 t512", {0, 512, 8, 0, 114688, TMA_CONSUME_UNITS, 0}},
+            {"tune units st112K p8 t512 raw", {0, 512, 8, 0, 114688, TMA_CONSUME_UNITS, 1}},
+            {"tune units st112K p8 t768", {0, 768, 8, 0, 114688, TMA_CONSUME_UNITS, 0}},
+            {"tune units st72K p4 t384", {0, 384, 4, 0, 73728, TMA_CONSUME_UNITS, 0}},
+            {"tune units st64K p4 t384", {0, 384, 4, 0, 65536, TMA_CONSUME_UNITS, 0}},
+            {"tune units st64K p8 t512", {0, 512, 8, 0, 65536, TMA_CONSUME_UNITS, 0}},
+            {"tune units st64K p8 t512 raw", {0, 512, 8, 0, 65536, TMA_CONSUME_UNITS, 1}},
+        };
+        /* Every option that sums must give the plain variant's bits on the bench data. */
+        {
+            const size_t n = 1 << 20;
+            std::vector<float> ref(n), h(n);
+            const tide_sum_launch_t plain = {TIDE_SUM_PLAIN, sms, 1024, 0, 0, 0};
+            tide_sum_args_t a = sum_args(0, segs_big, nseg_big);
+            CUDA_OK(tide_cuda_sum_launch(&a, &plain, 0));
+            CUDA_OK(cudaMemcpy(ref.data(), out[0] + (E >> 1), n * 4, cudaMemcpyDeviceToHost));
+            int differ = 0;
+            for (const tune_row &r : rows) {
+                if (r.o.consume == TMA_CONSUME_NONE) continue;
+                tma_opts o = r.o;
+                o.ctas = sms;
+                CUDA_OK(cudaMemset(out[0], 0xff, E * 4));
+                CUDA_OK(launch_tma_opts(a, o, 0));
+                CUDA_OK(cudaMemcpy(h.data(), out[0] + (E >> 1), n * 4, cudaMemcpyDeviceToHost));
+                if (std::memcmp(ref.data(), h.data(), n * 4) != 0) {
+                    std::printf("sum: %s DIFFERS from plain\n", r.name);
+                    ++differ;
+                }
+            }
+            std::printf("sum: TMA internal options %s plain\n", differ ? "DIFFER from" : "match");
+        }
+        std::printf("sum L=8 bf16, TMA internal options, 1 Mi-element segments:\n");
+        for (const tune_row &r : rows)
+            for (int c : {1, 4, 16, sms}) {
+                tma_opts o = r.o;
+                o.ctas = c;
+                double ms = median_ms([&](int i) {
+                    tide_sum_args_t a = sum_args(i % nsets, segs_big, nseg_big);
+                    CUDA_OK(launch_tma_opts(a, o, 0));
+                });
+                record(r.name, c, o.threads, sum_bytes, ms);
+            }
+    }
+
     std::printf("sum L=8 bf16, 32 Mi elements, 1 Mi-element segments:\n");
     const int cta_list[] = {1, 2, 4, 8, 16, 32, 64, sms};
     struct variant {
@@ -247,7 +332,7 @@ int main(int argc, char **argv) {
     CUDA_OK(cudaFree(segs_small));
 
     /* ---- landing, L = 8 fp32 inbox blocks, accumulate: 32 B + 4 B read, 4 B written */
-    {
+    if (!sum_only) {
         const uint64_t N = 16ull << 20, seg = 1u << 20;
         float *in[nsets][8], *lout;
         for (int s = 0; s < nsets; ++s)
@@ -288,7 +373,7 @@ int main(int argc, char **argv) {
     }
 
     /* ---- cast fp32 -> bf16: 4 B read, 2 B written */
-    {
+    if (!sum_only) {
         const uint64_t N = 128ull << 20;
         float *cin[nsets];
         uint16_t *cout;

@@ -22,6 +22,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/launch.h"
+#include "kernels/sum_tma.cuh"
 
 #define CUDA_OK(call)                                                                              \
     do {                                                                                           \
@@ -244,6 +245,40 @@ static void run_sum_case(const sum_case &c) {
                               (int)f.variant, nc, f.threads, f.smem_bytes, f.stage_bytes, m2);
         }
     }
+    /* The TMA sum's internal options past the public limits (tide_sum::tma_opts): more
+     * producer warps, some of them with no source, up to 768 threads, the adds' NaNs stored
+     * as they are, the first version's consumer layout. */
+    using namespace tide_sum;
+    const tma_opts topts[] = {{0, 288, 1, 0, 114688, TMA_CONSUME_GROUPS, 0},
+                              {0, 320, 2, 0, 114688, TMA_CONSUME_UNITS, 1},
+                              {0, 288, 4, 0, 114688, TMA_CONSUME_UNITS, 1},
+                              {0, 416, 3, 0, 32768, TMA_CONSUME_UNITS, 0},
+                              {0, 544, 8, 0, 16384, TMA_CONSUME_UNITS, 1},
+                              {0, 768, 8, 0, 0, TMA_CONSUME_UNITS, 0},
+                              {0, 160, 4, 70000, 32768, TMA_CONSUME_GROUPS, 1}};
+    for (tma_opts o : topts) {
+        for (int nc : ctas) {
+            o.ctas = nc;
+            CUDA_OK(cudaMemcpy(d_out, pz.data(), out_n * 4, cudaMemcpyHostToDevice));
+            cudaError_t e = launch_tma_opts(da, o, 0);
+            if (e == cudaSuccess) e = cudaDeviceSynchronize();
+            ++runs;
+            if (e != cudaSuccess) {
+                std::snprintf(msg, sizeof msg, "tma opts ctas %d threads %d producers %d: %s", nc,
+                              o.threads, o.producers, cudaGetErrorString(e));
+                ++fails;
+                if (e != cudaErrorInvalidValue) break;
+                continue;
+            }
+            CUDA_OK(cudaMemcpy(got.data(), d_out, out_n * 4, cudaMemcpyDeviceToHost));
+            char m2[120];
+            if (!same(got.data(), want.data(), out_n * 4, 4, m2, sizeof m2) && fails++ == 0)
+                std::snprintf(msg, sizeof msg,
+                              "tma opts ctas %d threads %d producers %d stage %d consume %d "
+                              "raw_nan %d: %s",
+                              nc, o.threads, o.producers, o.stage_bytes, o.consume, o.raw_nan, m2);
+        }
+    }
     g_runs += runs;
     g_failures += fails;
     std::printf("%s sum dtype=%s L=%d values=%-7s layout=%d segs=%-5d elems=%-8llu runs=%d %s\n",
@@ -409,6 +444,20 @@ static void run_arg_checks() {
     bad += tide_cuda_sum_launch(&a1, &cfg, 0) != cudaErrorInvalidValue;
     cfg = {TIDE_SUM_TMA, 4, 288, 0, 0, 3};
     bad += tide_cuda_sum_launch(&a1, &cfg, 0) != cudaErrorInvalidValue;
+    {
+        /* The internal TMA options have their own limits; a rejected launch enqueues nothing. */
+        using namespace tide_sum;
+        const tma_opts bad_opts[] = {{4, 288, 9, 0, 0, TMA_CONSUME_UNITS, 0},  /* producers */
+                                     {4, 800, 1, 0, 0, TMA_CONSUME_UNITS, 0},  /* threads */
+                                     {4, 64, 2, 0, 0, TMA_CONSUME_UNITS, 0},   /* no consumer */
+                                     {4, 300, 1, 0, 0, TMA_CONSUME_UNITS, 0},  /* not warps */
+                                     {4, 288, 1, 0, 0, TMA_CONSUME_UNITS, 2},  /* raw_nan */
+                                     {4, 288, 1, 0, 0, TMA_CONSUME_COUNT, 0},  /* layout */
+                                     {0, 288, 1, 0, 0, TMA_CONSUME_UNITS, 0},  /* no CTA */
+                                     {4, 288, 1, 0, 4096, TMA_CONSUME_UNITS, 0}}; /* stage */
+        for (const tma_opts &o : bad_opts)
+            bad += launch_tma_opts(a1, o, 0) != cudaErrorInvalidValue;
+    }
     cfg = {TIDE_SUM_ASYNC, 4, 1024, 0, 0, 0};
     bad += tide_cuda_sum_launch(&a1, &cfg, 0) != cudaErrorInvalidValue;
     cfg.variant = (tide_sum_variant_t)9;
