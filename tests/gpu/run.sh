@@ -4,6 +4,7 @@
 #
 #   tests/gpu/run.sh "$OUT"           everything
 #   TIDE_GPU_QUICK=1 tests/gpu/run.sh  skip compute-sanitizer and the benchmarks
+#   TIDE_GPU_RACECHECK=0               skip the (slow) racecheck of the kernels
 #
 # Safety: NVLink multicast never runs here.  These are exported for every process this
 # script starts, and nothing in TIDE calls cuMulticast* or issues multimem instructions.
@@ -49,8 +50,8 @@ if [ "${TIDE_GPU_QUICK:-0}" != 1 ]; then
     if command -v compute-sanitizer >/dev/null; then
         step memcheck-kernels compute-sanitizer --tool memcheck --error-exitcode 3 \
             "$work/k/test_kernels" --small
-        step racecheck-kernels compute-sanitizer --tool racecheck --error-exitcode 3 \
-            "$work/k/test_kernels" --small
+        [ "${TIDE_GPU_RACECHECK:-1}" = 1 ] && step racecheck-kernels compute-sanitizer \
+            --tool racecheck --error-exitcode 3 "$work/k/test_kernels" --small
         [ -x "$work/f/test_fabric_cuda" ] && step memcheck-fabric compute-sanitizer \
             --tool memcheck --error-exitcode 3 "$work/f/test_fabric_cuda" --small
     fi
