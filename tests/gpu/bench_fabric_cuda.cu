@@ -23,32 +23,14 @@ extern "C" {
 #include "plan/presets.h"
 }
 
+#include "gpu_util.h"
+
 #include <cuda_runtime.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
-
-#define CK(x)                                                                                  \
-    do {                                                                                       \
-        cudaError_t e_ = (x);                                                                  \
-        if (e_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
-#define TK(x)                                                                                  \
-    do {                                                                                       \
-        tide_result_t r_ = (x);                                                                \
-        if (r_ != TIDE_SUCCESS) {                                                              \
-            fprintf(stderr, "%s:%d %s: %s (%s)\n", __FILE__, __LINE__, #x,                     \
-                    tide_get_error_string(r_), tide_get_last_error());                         \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
 
 struct seg_t {
     uint64_t src, dst, bytes;
@@ -117,17 +99,6 @@ __global__ void count_diff(const uint32_t *a, const uint32_t *b, uint64_t n,
          i += (uint64_t)gridDim.x * blockDim.x)
         local += a[i] != b[i];
     if (local) atomicAdd(wrong, local);
-}
-
-static double now_us() {
-    return std::chrono::duration<double, std::micro>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
-
-static double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0 : v[v.size() / 2];
 }
 
 struct result_t {
@@ -224,15 +195,14 @@ static void run_topology(const char *preset_name, int M, int L, int divisor, int
     int last_slot = 0;
     for (int it = -1; it < iters; ++it) {
         int slot = (it + 1) % 2;
-        float ms;
+        double ms;
         /* TIDE-AG: every rank's call, then the caller's stream joins the call. */
         CK(cudaEventRecord(e0, st));
         double h0 = now_us();
         for (int r = 0; r < N; ++r) TK(tide_all_gather(groups[r], shard[r], slot, st));
         double h1 = now_us();
         CK(cudaEventRecord(e1, st));
-        CK(cudaEventSynchronize(e1));
-        CK(cudaEventElapsedTime(&ms, e0, e1));
+        ms = event_ms(e0, e1);
         if (it >= 0) t_ag.push_back(ms), enq_ag.push_back((h1 - h0) / N);
         last_slot = slot;
         /* Stock AG. */
@@ -245,8 +215,7 @@ static void run_topology(const char *preset_name, int M, int L, int divisor, int
                                                 (uint8_t *)landing[r]);
         }
         CK(cudaEventRecord(e1, st));
-        CK(cudaEventSynchronize(e1));
-        CK(cudaEventElapsedTime(&ms, e0, e1));
+        ms = event_ms(e0, e1);
         if (it >= 0) t_ags.push_back(ms);
         /* TIDE-RS. */
         CK(cudaEventRecord(e0, st));
@@ -256,8 +225,7 @@ static void run_topology(const char *preset_name, int M, int L, int divisor, int
                                    alpha, 0, mode, st));
         h1 = now_us();
         CK(cudaEventRecord(e1, st));
-        CK(cudaEventSynchronize(e1));
-        CK(cudaEventElapsedTime(&ms, e0, e1));
+        ms = event_ms(e0, e1);
         if (it >= 0) t_rs.push_back(ms), enq_rs.push_back((h1 - h0) / N);
         /* Stock RS. */
         CK(cudaEventRecord(e0, st));
@@ -266,8 +234,7 @@ static void run_topology(const char *preset_name, int M, int L, int divisor, int
             reduce_chunk<<<1056, 512, 0, st>>>(d_packs, N, (uint64_t)r * E, E, alpha, out_stock[r]);
         CK(cudaGetLastError());
         CK(cudaEventRecord(e1, st));
-        CK(cudaEventSynchronize(e1));
-        CK(cudaEventElapsedTime(&ms, e0, e1));
+        ms = event_ms(e0, e1);
         if (it >= 0) t_rss.push_back(ms);
     }
     /* Data check after timing. */
@@ -278,8 +245,11 @@ static void run_topology(const char *preset_name, int M, int L, int divisor, int
         ag->wrong += diff_words(land, landing[r], NS, d_wrong);
         rs->wrong += diff_words(out_tide[r], out_stock[r], E * 4, d_wrong);
     }
-    ag->tide_ms = median(t_ag), ag->stock_ms = median(t_ags), ag->enqueue_us = median(enq_ag);
-    rs->tide_ms = median(t_rs), rs->stock_ms = median(t_rss), rs->enqueue_us = median(enq_rs);
+    /* The reported "median" is the upper middle value, v[n / 2], for an even --iters. */
+    ag->tide_ms = quantile(t_ag, 0.5), ag->stock_ms = quantile(t_ags, 0.5);
+    ag->enqueue_us = quantile(enq_ag, 0.5);
+    rs->tide_ms = quantile(t_rs, 0.5), rs->stock_ms = quantile(t_rss, 0.5);
+    rs->enqueue_us = quantile(enq_rs, 0.5);
     printf("%-22s %dx%d dim0/%-3d P=%-3d group %8.1f MiB | AG tide %8.3f ms stock %8.3f ms "
            "ratio %5.2fx enqueue %7.1f us/rank desc %llu wrong %llu | RS tide %8.3f ms stock "
            "%8.3f ms ratio %5.2fx enqueue %7.1f us/rank desc %llu wrong %llu\n",

@@ -44,6 +44,8 @@ extern "C" {
 #include "kernels/launch.h"
 }
 
+#include "gpu_util.h"
+
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -57,14 +59,6 @@ extern "C" {
 #include <thread>
 #include <vector>
 
-#define CK(x)                                                                                  \
-    do {                                                                                       \
-        cudaError_t e_ = (x);                                                                  \
-        if (e_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
 #define CB(x)                                                                                  \
     do {                                                                                       \
         cublasStatus_t s_ = (x);                                                               \
@@ -106,17 +100,6 @@ static double bf16_to_double(uint16_t v) {
     return f;
 }
 
-static double median(std::vector<double> v) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-static double quantile(std::vector<double> v, double q) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    return v[std::min(v.size() - 1, (size_t)(q * (v.size() - 1) + 0.5))];
-}
 
 /* ------------------------------------------------------------------ spin kernel */
 
@@ -331,10 +314,7 @@ template <class F> static double time_alone_ms(F launch, cudaStream_t st) {
         CK(cudaEventRecord(a, st));
         launch();
         CK(cudaEventRecord(b, st));
-        CK(cudaEventSynchronize(b));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        t.push_back(ms);
+        t.push_back(event_ms(a, b));
     }
     CK(cudaEventDestroy(a));
     CK(cudaEventDestroy(b));

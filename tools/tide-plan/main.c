@@ -80,8 +80,20 @@ int cli_lib_error(const char *cmd, const char *what, tide_result_t res) {
 int cli_bad_option(const char *cmd, int c, char **argv) {
     const char *opt = argv[optind - 1];
     if (c == ':') return cli_usage_error(cmd, "option '%s' requires a value", opt);
+    /* A long option given a value it does not take: optopt is its value, not a character. */
+    if (optopt > UCHAR_MAX) return cli_usage_error(cmd, "option '%s' takes no value", opt);
     if (optopt != 0) return cli_usage_error(cmd, "unknown option '-%c'", optopt);
     return cli_usage_error(cmd, "unknown option '%s'", opt);
+}
+
+int cli_no_operands(const char *cmd, int argc, char **argv) {
+    if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+    return -1;
+}
+
+int cli_int_option(const char *cmd, const char *name, const char *arg, int *out) {
+    if (cli_parse_int(arg, out)) return -1;
+    return cli_usage_error(cmd, "option '--%s' expects an integer, got '%s'", name, arg);
 }
 
 bool cli_parse_int(const char *s, int *out) {

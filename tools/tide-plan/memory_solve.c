@@ -43,12 +43,12 @@ int cli_cmd_memory(int argc, char **argv) {
         }
         if (c < MEM_NODES || c > MEM_GENERATIONS) return cli_bad_option(cmd, c, argv);
         int i = c - MEM_NODES;
-        if (!cli_parse_int(optarg, &v[i]))
-            return cli_usage_error(cmd, "option '%s' expects an integer, got '%s'",
-                                   argv[optind - 1], optarg);
+        int rc = cli_int_option(cmd, memory_options[i].name, optarg, &v[i]);
+        if (rc >= 0) return rc;
         have[i] = true;
     }
-    if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+    int rc = cli_no_operands(cmd, argc, argv);
+    if (rc >= 0) return rc;
     for (int i = 0; i < 4; ++i)
         if (!have[i]) return cli_usage_error(cmd, "--%s is required", memory_options[i].name);
 
@@ -150,9 +150,11 @@ int cli_cmd_solve(int argc, char **argv) {
             return CLI_EXIT_OK;
         }
         if (!ok)
-            return cli_usage_error(cmd, "option '%s': cannot parse '%s'", argv[optind - 1], optarg);
+            return cli_usage_error(cmd, "option '--%s': cannot parse '%s'",
+                                   solve_options[c - SOL_NODES].name, optarg);
     }
-    if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+    int rc = cli_no_operands(cmd, argc, argv);
+    if (rc >= 0) return rc;
     for (size_t i = 0; i < sizeof(solve_required) / sizeof(solve_required[0]); ++i)
         if (!seen[solve_required[i] - SOL_NODES])
             return cli_usage_error(cmd, "--%s is required",

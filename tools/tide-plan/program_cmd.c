@@ -21,128 +21,43 @@
 #define CMD "program"
 
 typedef struct {
-    int nodes, gpus_per_node, rank;
-    bool have_nodes, have_gpus, have_collective;
-    const char *preset_name;
-    const char *shape_list;
+    cli_group_opts_t group;
+    int rank;
+    bool have_collective;
     tide_collective_t collective;
-    tide_dtype_t dtype;
-    tide_rs_mode_t mode;
-    int wave_width, round_width, passes, staging_slots;
     bool json;
 } program_args_t;
 
-enum {
-    OPT_NODES = 256,
-    OPT_GPUS,
-    OPT_PRESET,
-    OPT_SHAPES,
-    OPT_COLLECTIVE,
-    OPT_RANK,
-    OPT_DTYPE,
-    OPT_MODE,
-    OPT_WAVE,
-    OPT_ROUND,
-    OPT_PASSES,
-    OPT_STAGING,
-    OPT_JSON,
-    OPT_HELP
-};
+enum { OPT_COLLECTIVE = CLI_OPT_OWN, OPT_RANK };
 
 static const struct option long_options[] = {
-    {"nodes", required_argument, NULL, OPT_NODES},
-    {"gpus-per-node", required_argument, NULL, OPT_GPUS},
-    {"preset", required_argument, NULL, OPT_PRESET},
-    {"shapes", required_argument, NULL, OPT_SHAPES},
+    CLI_GROUP_LONG_OPTIONS,
     {"collective", required_argument, NULL, OPT_COLLECTIVE},
     {"rank", required_argument, NULL, OPT_RANK},
-    {"dtype", required_argument, NULL, OPT_DTYPE},
-    {"mode", required_argument, NULL, OPT_MODE},
-    {"wave-width", required_argument, NULL, OPT_WAVE},
-    {"round-width", required_argument, NULL, OPT_ROUND},
-    {"passes", required_argument, NULL, OPT_PASSES},
-    {"staging-slots", required_argument, NULL, OPT_STAGING},
-    {"json", no_argument, NULL, OPT_JSON},
-    {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
+
+/* --collective and --rank. */
+static int own_option(const char *cmd, int c, const char *arg, void *ctx) {
+    program_args_t *a = ctx;
+    if (c == OPT_RANK) return cli_int_option(cmd, "rank", arg, &a->rank);
+    if (strcmp(arg, "ag") == 0)
+        a->collective = TIDE_COLL_ALL_GATHER;
+    else if (strcmp(arg, "rs") == 0)
+        a->collective = TIDE_COLL_REDUCE_SCATTER;
+    else
+        return cli_usage_error(cmd, "--collective '%s': expected ag or rs", arg);
+    a->have_collective = true;
+    return -1;
+}
 
 /* Returns -1 to go on, or an exit code. */
 static int parse_args(int argc, char **argv, program_args_t *a) {
     memset(a, 0, sizeof(*a));
-    a->dtype = TIDE_DTYPE_BF16;
-    a->mode = TIDE_RS_IN_PLACE;
-    opterr = 0;
-    int c, li = -1;
-    while ((c = getopt_long(argc, argv, ":", long_options, &li)) != -1) {
-        int *target = NULL;
-        switch (c) {
-        case OPT_NODES:
-            target = &a->nodes;
-            a->have_nodes = true;
-            break;
-        case OPT_GPUS:
-            target = &a->gpus_per_node;
-            a->have_gpus = true;
-            break;
-        case OPT_RANK:
-            target = &a->rank;
-            break;
-        case OPT_WAVE:
-            target = &a->wave_width;
-            break;
-        case OPT_ROUND:
-            target = &a->round_width;
-            break;
-        case OPT_PASSES:
-            target = &a->passes;
-            break;
-        case OPT_STAGING:
-            target = &a->staging_slots;
-            break;
-        case OPT_PRESET:
-            a->preset_name = optarg;
-            break;
-        case OPT_SHAPES:
-            a->shape_list = optarg;
-            break;
-        case OPT_COLLECTIVE:
-            if (strcmp(optarg, "ag") == 0)
-                a->collective = TIDE_COLL_ALL_GATHER;
-            else if (strcmp(optarg, "rs") == 0)
-                a->collective = TIDE_COLL_REDUCE_SCATTER;
-            else
-                return cli_usage_error(CMD, "--collective '%s': expected ag or rs", optarg);
-            a->have_collective = true;
-            break;
-        case OPT_DTYPE:
-            if (!cli_parse_dtype(optarg, &a->dtype))
-                return cli_usage_error(CMD, "--dtype '%s': expected bf16 or fp32", optarg);
-            break;
-        case OPT_MODE:
-            if (!cli_parse_mode(optarg, &a->mode))
-                return cli_usage_error(CMD, "--mode '%s': expected in-place or slot-reuse", optarg);
-            break;
-        case OPT_JSON:
-            a->json = true;
-            break;
-        case OPT_HELP:
-            cli_usage(CMD, false);
-            return CLI_EXIT_OK;
-        default:
-            return cli_bad_option(CMD, c, argv);
-        }
-        if (target != NULL && !cli_parse_int(optarg, target))
-            return cli_usage_error(CMD, "option '--%s' expects an integer, got '%s'",
-                                   long_options[li].name, optarg);
-    }
-    if (optind < argc) return cli_usage_error(CMD, "unexpected argument '%s'", argv[optind]);
-    if (!a->have_nodes) return cli_usage_error(CMD, "--nodes is required");
-    if (!a->have_gpus) return cli_usage_error(CMD, "--gpus-per-node is required");
-    if (!a->have_collective) return cli_usage_error(CMD, "--collective is required (ag or rs)");
-    if ((a->preset_name == NULL) == (a->shape_list == NULL))
-        return cli_usage_error(CMD, "give exactly one of --preset NAME or --shapes LIST");
-    return -1;
+    int rc = cli_group_parse(CMD, argc, argv, long_options, &a->group, &a->json, own_option, a);
+    if (rc >= 0) return rc;
+    return cli_group_opts_require(
+        CMD, &a->group, a->have_collective ? NULL : "--collective is required (ag or rs)");
 }
 
 /* ------------------------------------------------------------------ JSON */
@@ -255,7 +170,7 @@ static int print_json(const program_args_t *a, const tide_preset_t *preset,
     cli_json_int(root, "rank", a->rank);
     cli_json_int(root, "num_params", plan->geom.num_params);
     cli_json_string(root, "preset", preset ? preset->name : NULL);
-    cli_json_string(root, "dtype", cli_dtype_name(a->dtype));
+    cli_json_string(root, "dtype", cli_dtype_name(a->group.dtype));
     cli_json_int(root, "wave_width", plan->config.wave_width);
     cli_json_int(root, "round_width", plan->config.round_width);
     cli_json_int(root, "passes", plan->config.passes);
@@ -289,75 +204,44 @@ static int print_json(const program_args_t *a, const tide_preset_t *preset,
 
 /* ------------------------------------------------------------------ command */
 
-static int run(const program_args_t *a, const tide_group_desc_t *group,
-               const tide_preset_t *preset) {
-    tide_config_t config = TIDE_CONFIG_INIT;
-    config.nodes = a->nodes;
-    config.gpus_per_node = a->gpus_per_node;
-    config.wave_width = a->wave_width;
-    config.round_width = a->round_width;
-    config.passes = a->passes;
-    config.staging_slots = a->staging_slots;
-    config.mode = a->mode;
+int cli_cmd_program(int argc, char **argv) {
+    program_args_t a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0) return rc;
 
     tide_plan_t plan = NULL;
-    tide_result_t res = tide_plan_create(&config, group, &plan);
-    if (res != TIDE_SUCCESS) return cli_lib_error(CMD, "tide_plan_create", res);
-    int rc = CLI_EXIT_OK;
-    if (a->rank < 0 || a->rank >= plan->topo.ranks) {
+    const tide_preset_t *preset = NULL;
+    rc = cli_group_plan(CMD, &a.group, &plan, &preset);
+    if (rc != CLI_EXIT_OK) return rc;
+    tide_result_t res;
+    if (a.rank < 0 || a.rank >= plan->topo.ranks) {
         fprintf(stderr, "tide-plan " CMD ": --rank %d is outside [0, %d) for M = %d, L = %d\n",
-                a->rank, plan->topo.ranks, plan->topo.nodes, plan->topo.gpus_per_node);
+                a.rank, plan->topo.ranks, plan->topo.nodes, plan->topo.gpus_per_node);
         rc = CLI_EXIT_ERROR;
         goto done_plan;
     }
     tide_program_t prog;
-    if (a->collective == TIDE_COLL_ALL_GATHER) {
+    if (a.collective == TIDE_COLL_ALL_GATHER) {
         res = tide_program_compile_ag(plan, &prog);
         if (res != TIDE_SUCCESS) {
             rc = cli_lib_error(CMD, "tide_program_compile_ag", res);
             goto done_plan;
         }
     } else {
-        res = tide_program_compile_rs(plan, a->mode, &prog);
+        res = tide_program_compile_rs(plan, a.group.mode, &prog);
         if (res != TIDE_SUCCESS) {
             rc = cli_lib_error(CMD, "tide_program_compile_rs", res);
             goto done_plan;
         }
     }
-    if (a->json) {
-        rc = print_json(a, preset, plan, &prog);
+    if (a.json) {
+        rc = print_json(&a, preset, plan, &prog);
     } else {
-        res = tide_program_print(&prog, a->rank, stdout);
+        res = tide_program_print(&prog, a.rank, stdout);
         if (res != TIDE_SUCCESS) rc = cli_lib_error(CMD, "tide_program_print", res);
     }
     tide_program_free(&prog);
 done_plan:
     tide_plan_destroy(plan);
-    return rc;
-}
-
-int cli_cmd_program(int argc, char **argv) {
-    program_args_t a;
-    int rc = parse_args(argc, argv, &a);
-    if (rc >= 0) return rc;
-
-    tide_group_desc_t group = {0};
-    group.ag_dtype = group.grad_dtype = group.shard_dtype = a.dtype;
-    const tide_preset_t *preset = NULL;
-    tide_param_shape_t *parsed = NULL;
-    if (a.preset_name != NULL) {
-        preset = tide_preset_find(a.preset_name);
-        if (preset == NULL)
-            return cli_usage_error(CMD, "unknown preset '%s' (presets: %s)", a.preset_name,
-                                   tide_preset_names());
-        group.num_params = preset->num_params;
-        group.shapes = preset->shapes;
-    } else {
-        tide_result_t res = tide_shapes_parse(a.shape_list, &parsed, &group.num_params);
-        if (res != TIDE_SUCCESS) return cli_usage_error(CMD, "--shapes: %s", tide_get_last_error());
-        group.shapes = parsed;
-    }
-    rc = run(&a, &group, preset);
-    free(parsed);
     return rc;
 }

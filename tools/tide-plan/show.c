@@ -18,13 +18,7 @@
 #define CMD "show"
 
 typedef struct {
-    int nodes, gpus_per_node;
-    bool have_nodes, have_gpus;
-    const char *preset_name;
-    const char *shape_list;
-    tide_dtype_t dtype;
-    tide_rs_mode_t mode;
-    int wave_width, round_width, passes, staging_slots, multicast;
+    cli_group_opts_t group;
     bool json;
 } show_args_t;
 
@@ -39,105 +33,25 @@ typedef struct {
     uint64_t fsdp2_total_bytes; /* 2 N S + B_pack */
 } show_ctx_t;
 
-enum {
-    OPT_NODES = 256,
-    OPT_GPUS,
-    OPT_PRESET,
-    OPT_SHAPES,
-    OPT_DTYPE,
-    OPT_MODE,
-    OPT_WAVE,
-    OPT_ROUND,
-    OPT_PASSES,
-    OPT_STAGING,
-    OPT_MULTICAST,
-    OPT_JSON,
-    OPT_HELP
-};
+enum { OPT_MULTICAST = CLI_OPT_OWN };
 
 static const struct option long_options[] = {
-    {"nodes", required_argument, NULL, OPT_NODES},
-    {"gpus-per-node", required_argument, NULL, OPT_GPUS},
-    {"preset", required_argument, NULL, OPT_PRESET},
-    {"shapes", required_argument, NULL, OPT_SHAPES},
-    {"dtype", required_argument, NULL, OPT_DTYPE},
-    {"mode", required_argument, NULL, OPT_MODE},
-    {"wave-width", required_argument, NULL, OPT_WAVE},
-    {"round-width", required_argument, NULL, OPT_ROUND},
-    {"passes", required_argument, NULL, OPT_PASSES},
-    {"staging-slots", required_argument, NULL, OPT_STAGING},
+    CLI_GROUP_LONG_OPTIONS,
     {"multicast", no_argument, NULL, OPT_MULTICAST},
-    {"json", no_argument, NULL, OPT_JSON},
-    {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
 
+/* --multicast, the one option of show's own. */
+static int own_option(const char *cmd, int c, const char *arg, void *ctx) {
+    (void)cmd, (void)c, (void)arg;
+    ((show_args_t *)ctx)->group.multicast = 1;
+    return -1;
+}
+
 /* Returns -1 to go on, or an exit code. */
 static int parse_args(int argc, char **argv, show_args_t *a) {
-    memset(a, 0, sizeof(*a));
-    a->dtype = TIDE_DTYPE_BF16;
-    a->mode = TIDE_RS_IN_PLACE;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":", long_options, NULL)) != -1) {
-        int *target = NULL;
-        switch (c) {
-        case OPT_NODES:
-            target = &a->nodes;
-            a->have_nodes = true;
-            break;
-        case OPT_GPUS:
-            target = &a->gpus_per_node;
-            a->have_gpus = true;
-            break;
-        case OPT_WAVE:
-            target = &a->wave_width;
-            break;
-        case OPT_ROUND:
-            target = &a->round_width;
-            break;
-        case OPT_PASSES:
-            target = &a->passes;
-            break;
-        case OPT_STAGING:
-            target = &a->staging_slots;
-            break;
-        case OPT_PRESET:
-            a->preset_name = optarg;
-            break;
-        case OPT_SHAPES:
-            a->shape_list = optarg;
-            break;
-        case OPT_DTYPE:
-            if (!cli_parse_dtype(optarg, &a->dtype))
-                return cli_usage_error(CMD, "--dtype '%s': expected bf16 or fp32", optarg);
-            break;
-        case OPT_MODE:
-            if (!cli_parse_mode(optarg, &a->mode))
-                return cli_usage_error(CMD, "--mode '%s': expected in-place or slot-reuse", optarg);
-            break;
-        case OPT_MULTICAST:
-            a->multicast = 1;
-            break;
-        case OPT_JSON:
-            a->json = true;
-            break;
-        case OPT_HELP:
-            cli_usage(CMD, false);
-            return CLI_EXIT_OK;
-        default:
-            return cli_bad_option(CMD, c, argv);
-        }
-        if (target != NULL && !cli_parse_int(optarg, target))
-            return cli_usage_error(CMD, "option '%s' expects an integer, got '%s'",
-                                   argv[optind - 1], optarg);
-    }
-    if (optind < argc) return cli_usage_error(CMD, "unexpected argument '%s'", argv[optind]);
-    if (!a->have_nodes) return cli_usage_error(CMD, "--nodes is required");
-    if (!a->have_gpus) return cli_usage_error(CMD, "--gpus-per-node is required");
-    if ((a->preset_name == NULL) == (a->shape_list == NULL))
-        return cli_usage_error(CMD, "give exactly one of --preset NAME or --shapes LIST");
-    return -1;
+    int rc = cli_group_parse(CMD, argc, argv, long_options, &a->group, &a->json, own_option, a);
+    return rc >= 0 ? rc : cli_group_opts_require(CMD, &a->group, NULL);
 }
 
 /* ------------------------------------------------------------------ text */
@@ -150,8 +64,8 @@ static void print_text(const show_ctx_t *x) {
            s->gpus_per_node, s->ranks, s->num_params);
     if (x->preset != NULL) printf(" (preset %s)", x->preset->name);
     printf("\n  dtypes: all-gather %s, gradients %s, shards %s; RS mode %s\n",
-           cli_dtype_name(x->args->dtype), cli_dtype_name(x->args->dtype),
-           cli_dtype_name(x->args->dtype), cli_mode_name(c->mode));
+           cli_dtype_name(x->args->group.dtype), cli_dtype_name(x->args->group.dtype),
+           cli_dtype_name(x->args->group.dtype), cli_mode_name(c->mode));
     printf("  tuning: W_wave %d, k %d, n_part %d, n_stg %d, sum CTAs %d, landing CTAs %d, "
            "multicast %s\n\n",
            c->wave_width, c->round_width, c->passes, c->staging_slots, c->sum_ctas, c->landing_ctas,
@@ -347,9 +261,9 @@ static int print_json(const show_ctx_t *x) {
     cli_json_int(root, "ranks", s->ranks);
     cli_json_int(root, "num_params", s->num_params);
     cli_json_string(root, "preset", x->preset ? x->preset->name : NULL);
-    cli_json_string(root, "ag_dtype", cli_dtype_name(x->args->dtype));
-    cli_json_string(root, "grad_dtype", cli_dtype_name(x->args->dtype));
-    cli_json_string(root, "shard_dtype", cli_dtype_name(x->args->dtype));
+    cli_json_string(root, "ag_dtype", cli_dtype_name(x->args->group.dtype));
+    cli_json_string(root, "grad_dtype", cli_dtype_name(x->args->group.dtype));
+    cli_json_string(root, "shard_dtype", cli_dtype_name(x->args->group.dtype));
     cli_json_string(root, "mode", cli_mode_name(c->mode));
     cli_json_int(root, "wave_width", c->wave_width);
     cli_json_int(root, "round_width", c->round_width);
@@ -372,22 +286,15 @@ static int print_json(const show_ctx_t *x) {
 
 /* ------------------------------------------------------------------ command */
 
-static int run(const show_args_t *a, const tide_group_desc_t *group, const tide_preset_t *preset) {
-    tide_config_t config = TIDE_CONFIG_INIT;
-    config.nodes = a->nodes;
-    config.gpus_per_node = a->gpus_per_node;
-    config.wave_width = a->wave_width;
-    config.round_width = a->round_width;
-    config.passes = a->passes;
-    config.staging_slots = a->staging_slots;
-    config.mode = a->mode;
-    config.multicast = a->multicast;
+int cli_cmd_show(int argc, char **argv) {
+    show_args_t a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0) return rc;
 
-    show_ctx_t x = {.args = a, .preset = preset};
-    tide_result_t res = tide_plan_create(&config, group, &x.plan);
-    if (res != TIDE_SUCCESS) return cli_lib_error(CMD, "tide_plan_create", res);
-    int rc = CLI_EXIT_OK;
-    res = tide_plan_get_summary(x.plan, &x.sum);
+    show_ctx_t x = {.args = &a};
+    rc = cli_group_plan(CMD, &a.group, &x.plan, &x.preset);
+    if (rc != CLI_EXIT_OK) return rc;
+    tide_result_t res = tide_plan_get_summary(x.plan, &x.sum);
     if (res != TIDE_SUCCESS) {
         rc = cli_lib_error(CMD, "tide_plan_get_summary", res);
         goto done;
@@ -405,37 +312,11 @@ static int run(const show_args_t *a, const tide_group_desc_t *group, const tide_
         rc = CLI_EXIT_ERROR;
         goto done;
     }
-    if (a->json)
+    if (a.json)
         rc = print_json(&x);
     else
         print_text(&x);
 done:
     tide_plan_destroy(x.plan);
-    return rc;
-}
-
-int cli_cmd_show(int argc, char **argv) {
-    show_args_t a;
-    int rc = parse_args(argc, argv, &a);
-    if (rc >= 0) return rc;
-
-    tide_group_desc_t group = {0};
-    group.ag_dtype = group.grad_dtype = group.shard_dtype = a.dtype;
-    const tide_preset_t *preset = NULL;
-    tide_param_shape_t *parsed = NULL;
-    if (a.preset_name != NULL) {
-        preset = tide_preset_find(a.preset_name);
-        if (preset == NULL)
-            return cli_usage_error(CMD, "unknown preset '%s' (presets: %s)", a.preset_name,
-                                   tide_preset_names());
-        group.num_params = preset->num_params;
-        group.shapes = preset->shapes;
-    } else {
-        tide_result_t res = tide_shapes_parse(a.shape_list, &parsed, &group.num_params);
-        if (res != TIDE_SUCCESS) return cli_usage_error(CMD, "--shapes: %s", tide_get_last_error());
-        group.shapes = parsed;
-    }
-    rc = run(&a, &group, preset);
-    free(parsed);
     return rc;
 }

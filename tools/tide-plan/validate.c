@@ -272,8 +272,8 @@ int cli_cmd_validate(int argc, char **argv) {
     int l = 0, mmax = 0, jobs = 0;
     bool have_l = false, have_m = false, json = false;
     opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":", long_options, NULL)) != -1) {
+    int c, li = -1, rc;
+    while ((c = getopt_long(argc, argv, ":", long_options, &li)) != -1) {
         int *target;
         switch (c) {
         case OPT_GPUS:
@@ -296,11 +296,11 @@ int cli_cmd_validate(int argc, char **argv) {
         default:
             return cli_bad_option(CMD, c, argv);
         }
-        if (!cli_parse_int(optarg, target))
-            return cli_usage_error(CMD, "option '%s' expects an integer, got '%s'",
-                                   argv[optind - 1], optarg);
+        rc = cli_int_option(CMD, long_options[li].name, optarg, target);
+        if (rc >= 0) return rc;
     }
-    if (optind < argc) return cli_usage_error(CMD, "unexpected argument '%s'", argv[optind]);
+    rc = cli_no_operands(CMD, argc, argv);
+    if (rc >= 0) return rc;
     if (!have_l) return cli_usage_error(CMD, "--gpus-per-node is required");
     if (!have_m) return cli_usage_error(CMD, "--max-nodes is required");
     if (l < 1 || l > TIDE_MAX_GPUS_PER_NODE)
@@ -324,7 +324,7 @@ int cli_cmd_validate(int argc, char **argv) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     validate_result_t r;
-    int rc = run_threads(&work, &r) ? CLI_EXIT_OK : CLI_EXIT_ERROR;
+    rc = run_threads(&work, &r) ? CLI_EXIT_OK : CLI_EXIT_ERROR;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (rc == CLI_EXIT_OK) {
         double seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
