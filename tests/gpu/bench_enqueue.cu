@@ -23,6 +23,9 @@
  * streams are synchronised after every call by default (--depth 1: no queued GPU work in
  * front of the enqueue); --depth D synchronises after every D iterations instead.
  *
+ * Every topology runs twice: batched copies (TIDE_CUDA_BATCH=1, runs of same-device copies
+ * as one kernel each) and per op (TIDE_CUDA_BATCH=0); every line names the mode.
+ *
  * Data check after timing: integer-valued inputs, so the landing slot of ranks 0 and N-1 must
  * equal the shards byte for byte, and their fp32 RS shards the exact sums (alpha = 1/N for a
  * power of two N).  Exit status 0 when every call succeeded and every check passed.
@@ -157,7 +160,7 @@ struct call_stats_t {
 
 /* Returns the number of failed checks; prints one block per topology. */
 static int run_topology(const opts_t &o, const std::vector<tide_param_shape_t> &shapes, int M,
-                        int L) {
+                        int L, int batch) {
     const int P = (int)shapes.size(), N = M * L;
     tide_config_t cfg = TIDE_CONFIG_INIT;
     cfg.nodes = M, cfg.gpus_per_node = L;
@@ -183,9 +186,10 @@ static int run_topology(const opts_t &o, const std::vector<tide_param_shape_t> &
         CK(cudaMemGetInfo(&fr, &tot));
         free_total += (double)fr;
     }
-    printf("\n== M=%d L=%d (N=%d virtual ranks on %d GPU%s), P=%d, S=%.2f MiB, group %.1f MiB, "
-           "arena %.1f MiB per rank, needs %.1f GiB of %.1f GiB free\n",
-           M, L, N, D, D > 1 ? "s" : "", P, sum.shard_bytes / 1048576.0,
+    printf("\n== M=%d L=%d (N=%d virtual ranks on %d GPU%s), %s copies (TIDE_CUDA_BATCH=%d), "
+           "P=%d, S=%.2f MiB, group %.1f MiB, arena %.1f MiB per rank, needs %.1f GiB of %.1f "
+           "GiB free\n",
+           M, L, N, D, D > 1 ? "s" : "", batch ? "batched" : "per-op", batch, P, sum.shard_bytes / 1048576.0,
            sum.group_bytes / 1048576.0, sum.arena_bytes / 1048576.0, need / 1073741824.0,
            free_total / 1073741824.0);
     if (need > 0.9 * free_total) {
@@ -193,6 +197,8 @@ static int run_topology(const opts_t &o, const std::vector<tide_param_shape_t> &
         return 0;
     }
 
+    /* The fabric reads TIDE_CUDA_BATCH when the world is created. */
+    setenv("TIDE_CUDA_BATCH", batch ? "1" : "0", 1);
     std::vector<tide_comm_t> comms(N);
     TK(tide_comm_init_all(TIDE_FABRIC_CUDA, M, L, comms.data()));
     std::vector<tide_group_t> groups(N);
@@ -305,15 +311,18 @@ static int run_topology(const opts_t &o, const std::vector<tide_param_shape_t> &
                (unsigned long long)cs[k].st.descriptors, (unsigned long long)cs[k].st.waits,
                (unsigned long long)cs[k].st.records, paper[k], pr / (paper[k] * 1e3),
                la / (paper[k] * 1e3));
-        printf("RESULT enqueue %s M=%d L=%d P=%d depth=%d: per-rank %.1f us, last rank %.1f us, "
-               "fabric %.1f us; paper %.2f ms (ratio %.2f per-rank, %.2f last); descriptors "
-               "%llu per rank (plan), %llu CUDA copies/kernels + %llu waits + %llu records per "
-               "call of all ranks (%s form)\n",
-               names[k], M, L, P, o.depth, pr, la, median(cs[k].fabric), paper[k],
+        printf("RESULT enqueue %s %s M=%d L=%d P=%d depth=%d: per-rank %.1f us, last rank %.1f "
+               "us, fabric %.1f us; paper %.2f ms (ratio %.2f per-rank, %.2f last); descriptors "
+               "%llu per rank (plan), %llu CUDA copies/kernels (%llu batched copy kernels "
+               "running %llu copies, %llu table uploads) + %llu waits + %llu records per call "
+               "of all ranks (%s form)\n",
+               names[k], batch ? "batched" : "per-op", M, L, P, o.depth, pr, la, median(cs[k].fabric), paper[k],
                pr / (paper[k] * 1e3), la / (paper[k] * 1e3),
                (unsigned long long)(k == 0 ? sum.ag_descriptors_max : sum.rs_descriptors),
-               (unsigned long long)cs[k].st.descriptors, (unsigned long long)cs[k].st.waits,
-               (unsigned long long)cs[k].st.records, cs[k].st.form ? "steady" : "fresh");
+               (unsigned long long)cs[k].st.descriptors, (unsigned long long)cs[k].st.batches,
+               (unsigned long long)cs[k].st.batched, (unsigned long long)cs[k].st.uploads,
+               (unsigned long long)cs[k].st.waits, (unsigned long long)cs[k].st.records,
+               cs[k].st.form ? "steady" : "fresh");
     }
     printf("   data check (ranks 0 and %d): AG %llu wrong elements, RS %llu wrong elements: %s\n",
            N - 1, (unsigned long long)wrong_ag, (unsigned long long)wrong_rs,
@@ -396,7 +405,10 @@ int main(int argc, char **argv) {
            "# (one process per rank: AG %.2f ms, RS %.2f ms median).\n",
            PAPER_AG_MS, PAPER_RS_MS);
     int bad = 0;
-    for (auto t : topos) bad += run_topology(o, shapes, t.first, t.second);
+    /* Both copy paths of the fabric: batched (the default) and per op. */
+    for (auto t : topos)
+        for (int batch = 1; batch >= 0; --batch)
+            bad += run_topology(o, shapes, t.first, t.second, batch);
     if (bad) printf("bench_enqueue: FAILED (%d data checks)\n", bad);
     return bad ? 1 : 0;
 }

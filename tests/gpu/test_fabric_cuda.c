@@ -8,12 +8,16 @@
  * per rank) and on the CUDA fabric (one thread driving all ranks, calls enqueued back to
  * back without host synchronisation, outputs copied back on each rank's stream after each
  * call), and compares every AG landing and every RS output of every rank and call with
- * memcmp.  One line per case: PASS, or FAIL with the first differing byte.
+ * memcmp.  Every case runs the CUDA fabric twice against one CPU run: with batched copies
+ * (TIDE_CUDA_BATCH=1: runs of same-device copies as one kernel) and per op
+ * (TIDE_CUDA_BATCH=0: one cudaMemcpyAsync per copy).  One line per case and mode: PASS, or
+ * FAIL with the first differing byte.
  *
  * Then a host-enqueue figure: the median host time of one call of all ranks (every rank's
  * tide_all_gather / tide_reduce_scatter; the last one enqueues the whole call) at P = 30,
  * M = 8, L = 1, with the descriptors, event waits and records of that call.  On one GPU the
- * copies run as SM kernels (same-device copies do not use copy engines).
+ * copies run as SM kernels (same-device copies do not use copy engines).  Both modes are
+ * timed; the batched mode must run batches.
  *
  * Usage: test_fabric_cuda [--small] [seed]   (--small: a few cases, for compute-sanitizer)
  * Exit status: 0 only if every case matched.
@@ -36,6 +40,14 @@
 #define MAX_RANKS 8
 #define MAX_PARAMS 32
 #define CALLS 3
+
+/* The CUDA fabric's copy path (TIDE_CUDA_BATCH, read when a world is created). */
+static int batch_mode = 1;
+static const char *batch_name(int mode) {
+    return mode ? "batched" : "per-op";
+}
+/* Batched copy kernels and copies of the batched runs so far (all cases). */
+static uint64_t batch_kernels_seen, batch_copies_seen;
 
 #define CK(call)                                                                                   \
     do {                                                                                           \
@@ -228,6 +240,7 @@ typedef struct {
 
 static bool gpu_open(case_t *c, gpu_world_t *w, char *err, size_t err_size) {
     memset(w, 0, sizeof(*w));
+    setenv("TIDE_CUDA_BATCH", batch_mode ? "1" : "0", 1);
     if (tide_comm_init_all(TIDE_FABRIC_CUDA, c->m, c->l, w->comms) != TIDE_SUCCESS) {
         snprintf(err, err_size, "cuda comm_init_all: %s", tide_get_last_error());
         return false;
@@ -341,6 +354,18 @@ static bool run_gpu(case_t *c, char *err, size_t err_size) {
         CK(cudaSetDevice(w.device[r]));
         CK(cudaDeviceSynchronize());
     }
+    for (int k = 0; ok && k < 2; ++k) {
+        tide_cuda_stats_t st;
+        tide_cuda_arena_stats(w.groups[0]->arena,
+                              k == 0 ? TIDE_COLL_ALL_GATHER : TIDE_COLL_REDUCE_SCATTER, &st);
+        if (!batch_mode && st.batches != 0) {
+            snprintf(err, err_size, "TIDE_CUDA_BATCH=0 ran %llu batched copy kernels",
+                     (unsigned long long)st.batches);
+            ok = false;
+        }
+        batch_kernels_seen += st.batches;
+        batch_copies_seen += st.batched;
+    }
     for (int e = 0; e < CALLS; ++e)
         for (int r = 0; r < n; ++r) {
             cudaFree(dshard[e][r]);
@@ -450,28 +475,39 @@ static bool run_case(int m, int l, int v) {
             memset(c.land[1][e][r], 0xa5, g->group_bytes);
             memset(c.out[1][e][r], 0xa5, g->fp32_shard_bytes);
         }
-    bool ok = run_cpu(&c, err, sizeof(err)) && run_gpu(&c, err, sizeof(err));
-    for (int e = 0; ok && e < CALLS; ++e)
-        for (int r = 0; ok && r < c.n; ++r) {
-            size_t at = 0;
-            if (first_diff(c.land[0][e][r], c.land[1][e][r], g->group_bytes, &at)) {
-                snprintf(err, sizeof(err),
-                         "AG call %d rank %d: landing differs at byte %zu of %llu", e, r, at,
-                         (unsigned long long)g->group_bytes);
-                ok = false;
-            } else if (first_diff(c.out[0][e][r], c.out[1][e][r], g->fp32_shard_bytes, &at)) {
-                snprintf(err, sizeof(err),
-                         "RS call %d (%s) rank %d: output differs at element "
-                         "%zu: cpu %.9g, cuda %.9g",
-                         e, mode_name(c.modes[e]), r, at / 4, (double)c.out[0][e][r][at / 4],
-                         (double)c.out[1][e][r][at / 4]);
-                ok = false;
+    bool cpu_ok = run_cpu(&c, err, sizeof(err)), all_ok = cpu_ok;
+    for (int mode = 1; mode >= 0; --mode) {
+        batch_mode = mode;
+        for (int e = 0; e < CALLS; ++e)
+            for (int r = 0; r < c.n; ++r) {
+                memset(c.land[1][e][r], 0xa5, g->group_bytes);
+                memset(c.out[1][e][r], 0xa5, g->fp32_shard_bytes);
             }
-        }
-    printf("%s %s%s%s\n", ok ? "PASS" : "FAIL", name, ok ? "" : ": ", ok ? "" : err);
-    fflush(stdout);
+        bool ok = cpu_ok && run_gpu(&c, err, sizeof(err));
+        for (int e = 0; ok && e < CALLS; ++e)
+            for (int r = 0; ok && r < c.n; ++r) {
+                size_t at = 0;
+                if (first_diff(c.land[0][e][r], c.land[1][e][r], g->group_bytes, &at)) {
+                    snprintf(err, sizeof(err),
+                             "AG call %d rank %d: landing differs at byte %zu of %llu", e, r, at,
+                             (unsigned long long)g->group_bytes);
+                    ok = false;
+                } else if (first_diff(c.out[0][e][r], c.out[1][e][r], g->fp32_shard_bytes, &at)) {
+                    snprintf(err, sizeof(err),
+                             "RS call %d (%s) rank %d: output differs at element "
+                             "%zu: cpu %.9g, cuda %.9g",
+                             e, mode_name(c.modes[e]), r, at / 4, (double)c.out[0][e][r][at / 4],
+                             (double)c.out[1][e][r][at / 4]);
+                    ok = false;
+                }
+            }
+        printf("%s %s %s%s%s\n", ok ? "PASS" : "FAIL", name, batch_name(mode), ok ? "" : ": ",
+               ok ? "" : err);
+        fflush(stdout);
+        all_ok = all_ok && ok;
+    }
     case_free(&c);
-    return ok;
+    return all_ok;
 }
 
 /* ------------------------------------------------------------------ host enqueue time */
@@ -488,7 +524,7 @@ static int by_double(const void *a, const void *b) {
 }
 
 /* Median host time of one call of all ranks, per collective, at P = 30, M = 8, L = 1. */
-static bool enqueue_timer(void) {
+static bool enqueue_timer(int mode) {
     enum { M = 8, L = 1, N = M * L, P = 30, ITERS = 25, WARMUP = 3 };
     case_t c;
     memset(&c, 0, sizeof(c));
@@ -505,6 +541,7 @@ static bool enqueue_timer(void) {
     }
     c.desc = (tide_group_desc_t){P, c.shapes, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16};
     char err[512] = "";
+    batch_mode = mode;
     if (tide_plan_create(&c.cfg, &c.desc, &c.plan) != TIDE_SUCCESS) {
         printf("FAIL enqueue timer: plan: %s\n", tide_get_last_error());
         return false;
@@ -554,12 +591,20 @@ static bool enqueue_timer(void) {
             qsort(us[k], ITERS, sizeof(double), by_double);
             const double med = us[k][ITERS / 2];
             const uint64_t calls = st[k].descriptors + st[k].waits + st[k].records;
-            printf("ENQUEUE %s M=%d L=%d P=%d (one GPU; copies run on SMs): median %.1f us per "
-                   "call of all %d ranks (%.1f us per rank), %s call: %llu descriptors, %llu "
-                   "event waits, %llu event records (%.2f us per CUDA call)\n",
-                   what[k], M, L, P, med, N, med / N, st[k].form ? "steady" : "fresh",
-                   (unsigned long long)st[k].descriptors, (unsigned long long)st[k].waits,
-                   (unsigned long long)st[k].records, calls > 0 ? med / (double)calls : 0.0);
+            printf("ENQUEUE %s %s M=%d L=%d P=%d (one GPU; copies run on SMs): median %.1f us "
+                   "per call of all %d ranks (%.1f us per rank), %s call: %llu descriptors "
+                   "(%llu batched copy kernels running %llu copies, %llu table uploads), %llu "
+                   "event waits, %llu event records, %llu CUDA calls (%.2f us per CUDA call)\n",
+                   what[k], batch_name(mode), M, L, P, med, N, med / N,
+                   st[k].form ? "steady" : "fresh", (unsigned long long)st[k].descriptors,
+                   (unsigned long long)st[k].batches, (unsigned long long)st[k].batched,
+                   (unsigned long long)st[k].uploads, (unsigned long long)st[k].waits,
+                   (unsigned long long)st[k].records, (unsigned long long)calls,
+                   calls > 0 ? med / (double)calls : 0.0);
+            if (mode && k == 0 && st[k].batches == 0) {
+                printf("FAIL enqueue timer: the batched all-gather ran no batch\n");
+                ok = false;
+            }
         }
     } else {
         printf("FAIL enqueue timer: %s\n", err);
@@ -601,7 +646,15 @@ int main(int argc, char **argv) {
             ++run;
             failed += !run_case(topo[t][0], topo[t][1], v);
         }
-    if (!small) failed += !enqueue_timer();
-    printf("%d case(s), %d failed\n", run, failed);
+    if (batch_kernels_seen == 0) {
+        printf("FAIL: the batched mode ran no batched copy kernel in any case\n");
+        ++failed;
+    }
+    printf("batched copy kernels: %llu, running %llu copies (all cases, last calls)\n",
+           (unsigned long long)batch_kernels_seen, (unsigned long long)batch_copies_seen);
+    if (!small)
+        for (int mode = 1; mode >= 0; --mode)
+            failed += !enqueue_timer(mode);
+    printf("%d case(s) x 2 modes, %d failed\n", run, failed);
     return failed != 0;
 }

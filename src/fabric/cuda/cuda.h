@@ -24,6 +24,7 @@
 #define TIDE_HAVE_CUDA 1
 #endif
 
+#include "fabric/cuda/batch_copy.h"
 #include "fabric/fabric.h"
 #include "kernels/launch.h"
 
@@ -48,7 +49,8 @@ typedef enum {
     TIDE_CUDA_CMD_UPLOAD = 5,      /* upload the rank's gradient pointer table */
     TIDE_CUDA_CMD_UPLOAD_WAIT = 6, /* wait for the rank's upload (made on another stream) */
     TIDE_CUDA_CMD_JOIN = 7,        /* the caller's stream waits for the thread's end */
-    TIDE_CUDA_CMD_KIND_COUNT = 8
+    TIDE_CUDA_CMD_BATCH = 8,       /* run batch `arg` (batch.c) as one copy kernel */
+    TIDE_CUDA_CMD_KIND_COUNT = 9
 } tide_cuda_cmd_kind_t;
 
 typedef struct {
@@ -129,6 +131,7 @@ typedef struct {
     int refs;
     int ranks;
     int num_devices;    /* devices used: min(visible, N) */
+    bool batch;         /* TIDE_CUDA_BATCH (default 1): runs of same-device copies batched */
     int *sm_count;      /* [num_devices] */
     size_t *max_pitch;  /* [num_devices] */
     cudaStream_t *pool; /* every stream created, pool_size entries */
@@ -183,6 +186,14 @@ typedef union {
     tide_land_args_t land;
 } tide_cuda_bound_t;
 
+/* A maximal run of same-device copies of one thread (batch.c): the descriptors
+ * [first, first + count) of the call's table, all of rank `rank`. */
+typedef struct {
+    int32_t rank;
+    int32_t first; /* global descriptor slot (slot_base[rank] + index in the rank's table) */
+    int32_t count;
+} tide_cuda_batch_t;
+
 /* A program's device-side state: its schedule, events, and segment tables. */
 typedef struct {
     bool ready;
@@ -192,7 +203,37 @@ typedef struct {
     const void ***table_dev;        /* [N][table]: device copy of each segment table */
     const tide_program_t **checked; /* [N]: the program each rank's ops were compared with */
     tide_cuda_bound_t *bound;       /* [num_ops]: the pending call's ops */
+    /* Batched copies (batch.c), when the world batches and the program has a run to batch. */
+    bool batched;
+    tide_cuda_cmd_t *bcmds[TIDE_CUDA_FORMS]; /* the command lists with BATCH commands */
+    int num_bcmds[TIDE_CUDA_FORMS];
+    tide_cuda_batch_t *batches;
+    int num_batches;
+    int max_batch;                       /* largest count */
+    int num_desc;                        /* descriptor slots of all ranks */
+    int *slot_base;                      /* [N + 1]: first slot of each rank */
+    int32_t *slot_op;                    /* [num_desc]: op id of each slot */
+    int32_t *slot_thread;                /* [num_desc]: its thread */
+    tide_cuda_copy_desc_t *desc_call;    /* [num_desc]: the pending call's descriptors */
+    tide_cuda_copy_desc_t *desc_host[2]; /* [parity] pinned, num_desc: upload sources */
+    tide_cuda_copy_desc_t *desc_last[2]; /* [parity] num_desc: what the device tables hold */
+    tide_cuda_copy_desc_t **desc_dev[2]; /* [parity][N]: device table of each rank */
+    bool *desc_valid[2];                 /* [parity][N] */
+    bool *desc_inflight[2];              /* [parity][N]: desc_done recorded after an upload */
+    cudaEvent_t *desc_done[2];           /* [parity][N] */
+    void *scratch;                       /* 2 * max_batch intervals (overlap check) */
 } tide_cuda_prepared_t;
+
+/* Batched copies (batch.c).  prepare: find the runs of the schedule's command lists, number
+ * their descriptors, allocate the tables (nothing when no run has two copies).  fill: the
+ * descriptors of rank r from the pending call's bound ops.  disjoint: whether the copies of a
+ * batch may run concurrently (no destination overlaps another copy's source or destination);
+ * otherwise the batch is issued copy by copy. */
+tide_result_t tide_cuda_batch_prepare(tide_cuda_shared_t *sh, tide_cuda_prepared_t *pp,
+                                      const tide_program_t *prog);
+void tide_cuda_batch_free(tide_cuda_prepared_t *pp, int ranks);
+void tide_cuda_batch_fill(tide_cuda_prepared_t *pp, int rank);
+bool tide_cuda_batch_disjoint(tide_cuda_prepared_t *pp, const tide_cuda_batch_t *b);
 
 /* Counts of the last enqueued call (host enqueue figures). */
 typedef struct {
@@ -201,7 +242,10 @@ typedef struct {
     uint64_t descriptors; /* copies, memsets and kernel launches */
     uint64_t waits;       /* cudaStreamWaitEvent, including forks and joins */
     uint64_t records;     /* cudaEventRecord */
-    uint64_t uploads;     /* gradient pointer tables uploaded */
+    uint64_t uploads;     /* gradient pointer and copy descriptor tables uploaded */
+    uint64_t batches;     /* batched copy kernels (counted in descriptors) */
+    uint64_t batched;     /* copies they ran */
+    uint64_t unbatched;   /* copies of batches issued one by one (overlapping copies) */
     uint64_t enqueue_ns;  /* host time of the last rank's execute (the whole enqueue) */
 } tide_cuda_stats_t;
 

@@ -33,7 +33,9 @@
  * it waits for was enqueued before it, hence is complete; every op ahead of it in its stream,
  * and in whatever hardware queue the driver maps that stream to, was enqueued before it as
  * well, hence is complete.  So it can run, and by induction every op completes, whatever the
- * number of streams, hardware queues or virtual ranks per GPU.
+ * number of streams, hardware queues or virtual ranks per GPU.  A batch of copies (batch.c)
+ * is enqueued at the position of its first op and holds only ops of one thread that follow
+ * each other with nothing of that thread between them, so it changes none of this.
  */
 #include "core/checks.h"
 #include "fabric/cuda/cuda.h"
@@ -197,6 +199,60 @@ static tide_result_t issue_upload(issue_t *is, int t) {
     return TIDE_SUCCESS;
 }
 
+/* Rank r's copy descriptors of this call into the device table of this parity, on the
+ * caller's stream before the call's start event, which every thread of r forks from
+ * (skipped when the table holds them already).  The fence the caller waited for ends every
+ * kernel that read this table before. */
+static tide_result_t batch_upload(issue_t *is, int r) {
+    tide_cuda_prepared_t *pp = is->pp;
+    const int p = is->parity, first = pp->slot_base[r], count = pp->slot_base[r + 1] - first;
+    if (count == 0) return TIDE_SUCCESS;
+    tide_cuda_batch_fill(pp, r);
+    const size_t bytes = (size_t)count * sizeof(tide_cuda_copy_desc_t);
+    tide_cuda_copy_desc_t *last = &pp->desc_last[p][first];
+    if (pp->desc_valid[p][r] && memcmp(last, &pp->desc_call[first], bytes) == 0)
+        return TIDE_SUCCESS;
+    /* The pinned rows may still feed the upload of call e - 2. */
+    if (pp->desc_inflight[p][r])
+        TIDE_CUDA_CALL(cudaEventSynchronize(pp->desc_done[p][r]),
+                       "cudaEventSynchronize(copy descriptors)");
+    tide_cuda_copy_desc_t *pinned = &pp->desc_host[p][first];
+    memcpy(pinned, &pp->desc_call[first], bytes);
+    pp->desc_valid[p][r] = false;
+    ++is->st.descriptors;
+    ++is->st.uploads;
+    const cudaStream_t s = caller_of(is, r);
+    TIDE_CUDA_CALL(cudaMemcpyAsync(pp->desc_dev[p][r], pinned, bytes, cudaMemcpyHostToDevice, s),
+                   "cudaMemcpyAsync(copy descriptors)");
+    TIDE_CHECK(record_on(is, pp->desc_done[p][r], s));
+    pp->desc_inflight[p][r] = true;
+    memcpy(last, pinned, bytes);
+    pp->desc_valid[p][r] = true;
+    return TIDE_SUCCESS;
+}
+
+/* A batch: one kernel, or its copies one by one in order when they overlap. */
+static tide_result_t issue_batch(issue_t *is, int b, int t) {
+    tide_cuda_prepared_t *pp = is->pp;
+    const tide_cuda_batch_t *bt = &pp->batches[b];
+    if (!tide_cuda_batch_disjoint(pp, bt)) {
+        is->st.unbatched += (uint64_t)bt->count;
+        for (int k = bt->first; k < bt->first + bt->count; ++k)
+            TIDE_CHECK(issue_op(is, pp->slot_op[k], t));
+        return TIDE_SUCCESS;
+    }
+    ++is->st.descriptors;
+    ++is->st.batches;
+    is->st.batched += (uint64_t)bt->count;
+    const tide_cuda_copy_desc_t *table =
+        pp->desc_dev[is->parity][bt->rank] + (bt->first - pp->slot_base[bt->rank]);
+    const cudaError_t e = tide_cuda_batch_copy(table, bt->count, is->sh->stream[t]);
+    if (e == cudaSuccess) return TIDE_SUCCESS;
+    const int id = pp->slot_op[bt->first];
+    const tide_op_t *op = tide_cuda_op(pp->checked[bt->rank], &pp->sched, id, t);
+    return op_failed(e, t, id - pp->sched.op_base[t], op, "tide_cuda_batch_copy");
+}
+
 static tide_result_t issue_cmd(issue_t *is, const tide_cuda_cmd_t *c) {
     const int t = c->thread, r = t / TIDE_CUDA_Q;
     const cudaStream_t s = is->sh->stream[t];
@@ -219,6 +275,8 @@ static tide_result_t issue_cmd(issue_t *is, const tide_cuda_cmd_t *c) {
     case TIDE_CUDA_CMD_JOIN:
         TIDE_CHECK(record_on(is, is->sh->end[t], s));
         return wait_on(is, caller_of(is, r), is->sh->end[t]);
+    case TIDE_CUDA_CMD_BATCH:
+        return issue_batch(is, c->arg, t);
     default:
         return TIDE_ERR(TIDE_ERR_INTERNAL, "cuda fabric: command kind %d", c->kind);
     }
@@ -231,10 +289,13 @@ static tide_result_t enqueue_commands(issue_t *is, int form, uint64_t epoch, int
     for (int r = 0; r < n; ++r) {
         TIDE_CHECK(on_device_of(is, r));
         if (fence >= 0) TIDE_CHECK(wait_on(is, caller_of(is, r), fam->fence[fence % 2]));
+        if (is->pp->batched) TIDE_CHECK(batch_upload(is, r));
         TIDE_CHECK(record_on(is, sh->start[r], caller_of(is, r)));
     }
-    const tide_cuda_cmd_t *cmds = is->pp->sched.cmds[form];
-    for (int i = 0; i < is->pp->sched.num_cmds[form]; ++i)
+    const bool batched = is->pp->batched;
+    const tide_cuda_cmd_t *cmds = batched ? is->pp->bcmds[form] : is->pp->sched.cmds[form];
+    const int num_cmds = batched ? is->pp->num_bcmds[form] : is->pp->sched.num_cmds[form];
+    for (int i = 0; i < num_cmds; ++i)
         TIDE_CHECK(issue_cmd(is, &cmds[i]));
     for (int r = 0; r < n; ++r) {
         TIDE_CHECK(on_device_of(is, r));
@@ -279,6 +340,7 @@ tide_result_t tide_cuda_enqueue(tide_cuda_group_t *g, tide_cuda_family_t *fam) {
     is.st = fam->stats;
     is.st.form = form;
     is.st.descriptors = is.st.waits = is.st.records = is.st.uploads = 0;
+    is.st.batches = is.st.batched = is.st.unbatched = 0;
     tide_result_t res = enqueue_commands(&is, form, e, fence);
     if (res != TIDE_SUCCESS) return res;
     fam->last_epoch = (int64_t)e;

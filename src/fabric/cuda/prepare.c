@@ -31,6 +31,7 @@ void tide_cuda_prepared_free(tide_cuda_prepared_t *pp, int ranks) {
     free(pp->table_dev);
     free(pp->checked);
     free(pp->bound);
+    tide_cuda_batch_free(pp, ranks);
     tide_cuda_schedule_free(&pp->sched);
     memset(pp, 0, sizeof(*pp));
 }
@@ -201,6 +202,7 @@ tide_result_t tide_cuda_prepare(tide_cuda_group_t *g, tide_cuda_family_t *fam,
     TIDE_CHECK_GOTO(events_create(sh, pp), res, fail);
     for (int r = 0; r < n; ++r)
         TIDE_CHECK_GOTO(tables_upload(sh, pp, &prog->ranks[r], r), res, fail);
+    if (sh->batch) TIDE_CHECK_GOTO(tide_cuda_batch_prepare(sh, pp, prog), res, fail);
     if (pp->sched.has_sum && fam->own_dev[0] == NULL)
         TIDE_CHECK_GOTO(own_tables_alloc(sh, fam, prog->plan->geom.num_params), res, fail);
     pp->ready = true;

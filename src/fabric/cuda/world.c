@@ -36,6 +36,13 @@ static int streams_per_device(void) {
     return TIDE_CUDA_STREAMS_DEFAULT;
 }
 
+/* TIDE_CUDA_BATCH=0 keeps every copy on cudaMemcpyAsync (the per-op path); anything else
+ * (default) runs each run of same-device copies as one batched copy kernel (batch.c). */
+static bool batch_enabled(void) {
+    const char *env = getenv("TIDE_CUDA_BATCH");
+    return env == NULL || strcmp(env, "0") != 0;
+}
+
 /* Release whatever was created; tolerates a partly built world. */
 static void shared_destroy(tide_cuda_shared_t *sh) {
     if (sh == NULL) return;
@@ -164,6 +171,7 @@ static tide_result_t shared_create(int n, tide_cuda_shared_t **out) {
         return TIDE_ERR(TIDE_ERR_FABRIC, "cuda fabric: pthread_cond_init failed");
     }
     sh->ranks = n;
+    sh->batch = batch_enabled();
     sh->num_devices = visible < n ? visible : n;
     sh->sm_count = calloc((size_t)sh->num_devices, sizeof(*sh->sm_count));
     sh->max_pitch = calloc((size_t)sh->num_devices, sizeof(*sh->max_pitch));
