@@ -19,6 +19,10 @@
  *   spin full-SM  C CTAs with the sum kernel's shared-memory footprint (one CTA per SM) spin
  *                 on a flag in host-mapped pinned memory for the whole GEMM loop;
  *   spin 1-warp   the same with 32 threads and no shared memory (a GEMM CTA fits beside it).
+ *   tide-RS fabric 1x8
+ *                 the whole TIDE-RS of an emulated 1 x 8 group through the CUDA fabric on the
+ *                 same GPU (every rank's tide_reduce_scatter, looping), at the same CTA budgets:
+ *                 these rows include the same-GPU copies, which run on SMs here.
  * TIDE scenarios run with the comm stream at normal and at the highest stream priority.
  *
  * The TIDE kernels run continuously here (the comm loop is enqueued for --comm-ms, default
@@ -26,13 +30,15 @@
  * last GEMM is repeated with twice the work).  In training they are resident for about a
  * third of a reduce-scatter (paper §2.2), so these figures bound the slowdown from above.
  * On one GPU the landing reads local inbox blocks instead of peers' through NVSwitch, and the
- * copy-engine traffic of TIDE-RS (Level-1 pushes) is not emulated: same-device copies would
- * run on SMs, so only the sum and landing kernels are part of this measurement.
+ * copy-engine traffic of TIDE-RS (Level-1 pushes) is not part of the kernel rows; the fabric
+ * rows run it as same-device copies, which take SMs on one GPU (a real node's copy engines do
+ * not), so the gap between the two is the copies' share, an overestimate for a real node.
  *
  * Spin kernels are released by a host store to the mapped flag, then their stream is
  * synchronised; nothing in this program touches the legacy default stream or synchronises the
- * device while a spin kernel runs (that would wait behind it).  A spin CTA also gives up after
- * 10 s of device time (reported as a failure), so the program cannot hang.
+ * device while a spin kernel runs (that would wait behind it).  A spin CTA polls the flag with
+ * a volatile load and sleeps SPIN_POLL_NS (2 us) between polls, and gives up after 10 s of
+ * device time (reported as a failure), so the program cannot hang.
  *
  * Exit status: 0 when every measurement is valid, 1 on a CUDA or cuBLAS error, a wrong GEMM,
  * a spin kernel that timed out or a comm loop that never covered the GEMMs.  Meeting the
@@ -42,6 +48,7 @@
 extern "C" {
 #include "kernels/kernels.h"
 #include "kernels/launch.h"
+#include "plan/presets.h"
 }
 
 #include "gpu_util.h"
@@ -111,6 +118,14 @@ struct spin_ctl_t {
 };
 #define SPIN_MAX_CTAS 64
 #define SPIN_TIMEOUT_NS 10000000000ull
+/* Between two polls a spin CTA sleeps this long: a poll is a read of host memory over PCIe,
+ * and a spin row must measure the CTAs it holds, not a stream of polls. */
+#define SPIN_POLL_NS 2000
+
+/* A load the compiler can neither hoist out of the loop nor cache. */
+__device__ __forceinline__ int load_volatile(const volatile int *p) {
+    return *p;
+}
 
 __device__ __forceinline__ uint64_t global_ns() {
     uint64_t t;
@@ -129,13 +144,13 @@ __global__ void spin_kernel(spin_ctl_t *ctl) {
         ctl->started[blockIdx.x] = 1;
         __threadfence_system();
         const uint64_t t0 = global_ns();
-        while (ctl->release == 0) {
+        while (load_volatile(&ctl->release) == 0) {
             if (global_ns() - t0 > SPIN_TIMEOUT_NS) {
                 ctl->timed_out[blockIdx.x] = 1;
                 __threadfence_system();
                 break;
             }
-            __nanosleep(500);
+            __nanosleep(SPIN_POLL_NS); /* the hardware sleeps roughly [0, 2 t] */
         }
     }
     __syncthreads();
@@ -415,6 +430,167 @@ static int run_tide(gemm_t *g, comm_t *c, int reps, int sum_ctas, int land_ctas,
     return covered ? 0 : 1;
 }
 
+/* ------------------------------------------------------------------ TIDE-RS on the CUDA fabric */
+
+/*
+ * The whole TIDE-RS of an emulated 1 x 8 group (llama3-70b-layer, dim0 / FABRIC_DIVISOR) on
+ * the GEMM's GPU: every rank's tide_reduce_scatter, looping.  Beside the sum and landing
+ * kernels this runs the fabric's same-device copies (Level-1 pushes, the packing of
+ * outboxes), which on one GPU are SM work (batched copy kernels or cudaMemcpyAsync), so these
+ * rows include the copies' SM time; on a real node the pushes go to peers over NVSwitch by
+ * copy engines and would not take SMs.
+ */
+#define FABRIC_L 8
+#define FABRIC_DIVISOR 8
+
+struct fabric_t {
+    int sum_ctas, land_ctas;
+    std::vector<tide_comm_t> comms;
+    std::vector<tide_group_t> groups;
+    std::vector<cudaStream_t> st;
+    std::vector<std::vector<void *>> grads;
+    std::vector<float *> out;
+    uint64_t group_bytes;
+};
+
+static void fabric_open(fabric_t *f, int sum_ctas, int land_ctas, int sms) {
+    const tide_preset_t *pr = tide_preset_find("llama3-70b-layer");
+    if (pr == NULL) {
+        fprintf(stderr, "bench_interference: preset llama3-70b-layer missing\n");
+        exit(1);
+    }
+    const int P = pr->num_params;
+    std::vector<tide_param_shape_t> shapes(pr->shapes, pr->shapes + P);
+    for (auto &sh : shapes) sh.dim0 = (sh.dim0 + FABRIC_DIVISOR - 1) / FABRIC_DIVISOR;
+    f->sum_ctas = sum_ctas;
+    f->land_ctas = land_ctas;
+    f->comms.assign(FABRIC_L, nullptr);
+    f->groups.assign(FABRIC_L, nullptr);
+    f->st.assign(FABRIC_L, nullptr);
+    f->grads.assign(FABRIC_L, std::vector<void *>(P, nullptr));
+    f->out.assign(FABRIC_L, nullptr);
+    TK(tide_comm_init_all(TIDE_FABRIC_CUDA, 1, FABRIC_L, f->comms.data()));
+    tide_config_t cfg = TIDE_CONFIG_INIT;
+    cfg.nodes = 1;
+    cfg.gpus_per_node = FABRIC_L;
+    cfg.sum_ctas = sum_ctas;
+    cfg.landing_ctas = land_ctas;
+    cfg.mode = TIDE_RS_IN_PLACE;
+    tide_group_desc_t desc = {P, shapes.data(), TIDE_DTYPE_BF16, TIDE_DTYPE_BF16,
+                              TIDE_DTYPE_BF16};
+    /* One thread registers every rank: the CUDA fabric's registration never waits. */
+    for (int r = 0; r < FABRIC_L; ++r)
+        TK(tide_group_register(f->comms[r], &cfg, &desc, &f->groups[r]));
+    tide_plan_t plan;
+    TK(tide_group_plan(f->groups[0], &plan));
+    tide_plan_summary_t sum;
+    TK(tide_plan_get_summary(plan, &sum));
+    f->group_bytes = sum.group_bytes;
+    CK(cudaSetDevice(0));
+    for (int r = 0; r < FABRIC_L; ++r) {
+        CK(cudaStreamCreateWithFlags(&f->st[r], cudaStreamNonBlocking));
+        CK(cudaMalloc(&f->out[r], sum.fp32_shard_bytes));
+        CK(cudaMemset(f->out[r], 0, sum.fp32_shard_bytes));
+        for (int p = 0; p < P; ++p) {
+            const uint64_t n = shapes[p].dim0 * shapes[p].inner;
+            CK(cudaMalloc(&f->grads[r][p], n * 2));
+            fill_bf16<<<4 * sms, 512>>>((uint16_t *)f->grads[r][p], n, 300 + 17 * r + p, 1.0f);
+            CK(cudaGetLastError());
+        }
+    }
+    CK(cudaDeviceSynchronize());
+}
+
+static void fabric_close(fabric_t *f) {
+    for (int r = 0; r < FABRIC_L; ++r) CK(cudaStreamSynchronize(f->st[r]));
+    for (int r = 0; r < FABRIC_L; ++r) TK(tide_group_deregister(f->groups[r]));
+    for (int r = 0; r < FABRIC_L; ++r) TK(tide_comm_destroy(f->comms[r]));
+    for (int r = 0; r < FABRIC_L; ++r) {
+        for (void *p : f->grads[r]) CK(cudaFree(p));
+        CK(cudaFree(f->out[r]));
+        CK(cudaStreamDestroy(f->st[r]));
+    }
+}
+
+/* One reduce-scatter of all ranks (the last rank's call enqueues the whole call). */
+static void fabric_call(fabric_t *f) {
+    for (int r = 0; r < FABRIC_L; ++r)
+        TK(tide_reduce_scatter(f->groups[r], (const void *const *)f->grads[r].data(), f->out[r],
+                               1.0f / FABRIC_L, 0, TIDE_RS_IN_PLACE, f->st[r]));
+}
+
+static void fabric_sync(fabric_t *f) {
+    for (int r = 0; r < FABRIC_L; ++r) CK(cudaStreamSynchronize(f->st[r]));
+    CK(cudaGetLastError());
+}
+
+/* Median ms of one call of all ranks alone, host-timed from an idle GPU to its end. */
+static double fabric_alone_ms(fabric_t *f) {
+    fabric_call(f);
+    fabric_call(f);
+    fabric_sync(f);
+    std::vector<double> t;
+    for (int i = 0; i < 7; ++i) {
+        double t0 = now_us();
+        fabric_call(f);
+        fabric_sync(f);
+        t.push_back((now_us() - t0) * 1e-3);
+    }
+    return median(t);
+}
+
+/* The fabric's RS loop beside the GEMMs; returns 0 when the loop covered every timed GEMM. */
+static int run_fabric(gemm_t *g, fabric_t *f, int reps, double comm_ms, double t_call,
+                      double base) {
+    cudaEvent_t started;
+    std::vector<cudaEvent_t> end(FABRIC_L);
+    CK(cudaEventCreateWithFlags(&started, cudaEventDisableTiming));
+    for (auto &e : end) CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    char ctas[32];
+    snprintf(ctas, sizeof ctas, "%d+%d+cp", f->sum_ctas, f->land_ctas);
+    const char *name = "tide-RS fabric 1x8";
+    int covered = 0;
+    for (int attempt = 0; attempt < 3 && !covered; ++attempt, comm_ms *= 2) {
+        const int n = std::min(4000, (int)std::ceil(comm_ms / t_call) + 2);
+        for (int i = 0; i < n; ++i) {
+            fabric_call(f);
+            if (i == 1) CK(cudaEventRecord(started, f->st[0]));
+        }
+        for (int r = 0; r < FABRIC_L; ++r) CK(cudaEventRecord(end[r], f->st[r]));
+        CK(cudaEventSynchronize(started)); /* the loop is under way */
+        gemm_enqueue(g, reps);
+        std::vector<double> t = gemm_collect(g, reps);
+        covered = 1;
+        for (int r = 0; r < FABRIC_L; ++r) {
+            cudaError_t q = cudaEventQuery(end[r]);
+            if (q != cudaSuccess && q != cudaErrorNotReady) CK(q);
+            covered &= q == cudaErrorNotReady;
+        }
+        fabric_sync(f);
+        if (covered) {
+            row_t r = make_row(name, ctas, "normal", t);
+            char note[128];
+            snprintf(note, sizeof note, "INCLUDES same-GPU copies on SMs; %d calls, loop %.0f ms",
+                     n, comm_ms);
+            r.note = note;
+            g_rows.push_back(r);
+            print_row(r, base);
+        } else {
+            printf("  %-24s %-7s: RS loop of %.0f ms ended before the GEMMs; retrying\n", name,
+                   ctas, comm_ms);
+        }
+    }
+    if (!covered) {
+        row_t r{name, ctas, "normal", 0, 0, 0, 0, "INVALID: RS loop never covered the GEMMs"};
+        g_rows.push_back(r);
+        print_row(r, base);
+        g_fail = 1;
+    }
+    CK(cudaEventDestroy(started));
+    for (auto &e : end) CK(cudaEventDestroy(e));
+    return covered ? 0 : 1;
+}
+
 static void run_spin(gemm_t *g, spin_ctl_t *ctl_host, spin_ctl_t *ctl_dev, int reps, int ctas,
                      bool full_sm, int smem_bytes, double base) {
     memset((void *)ctl_host, 0, sizeof *ctl_host);
@@ -458,7 +634,7 @@ static void run_spin(gemm_t *g, spin_ctl_t *ctl_host, spin_ctl_t *ctl_dev, int r
     }
     std::sort(sms.begin(), sms.end());
     int distinct = (int)(std::unique(sms.begin(), sms.end()) - sms.begin());
-    char cs[16], note[96];
+    char cs[16], note[128];
     snprintf(cs, sizeof cs, "%d", ctas);
     const char *name = full_sm ? "spin full-SM" : "spin 1-warp";
     if (resident != ctas || timed_out) {
@@ -471,7 +647,8 @@ static void run_spin(gemm_t *g, spin_ctl_t *ctl_host, spin_ctl_t *ctl_dev, int r
         return;
     }
     row_t r = make_row(name, cs, "normal", t);
-    snprintf(note, sizeof note, "%d threads, %d B smem, on %d SMs", threads, smem, distinct);
+    snprintf(note, sizeof note, "%d threads, %d B smem, on %d SMs, poll every %d ns", threads,
+             smem, distinct, SPIN_POLL_NS);
     r.note = note;
     g_rows.push_back(r);
     print_row(r, base);
@@ -493,6 +670,11 @@ int main(int argc, char **argv) {
         return 2;
     }
     setvbuf(stdout, nullptr, _IOLBF, 0);
+    /* The emulated fabric group places rank r on visible device r mod D: it must share the
+     * GEMM's GPU, so unless the caller chose devices, only the first one is visible. */
+    if (getenv("CUDA_VISIBLE_DEVICES") == nullptr) setenv("CUDA_VISIBLE_DEVICES", "0", 1);
+    int devices = 0;
+    CK(cudaGetDeviceCount(&devices));
     CK(cudaSetDevice(0));
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
@@ -527,11 +709,16 @@ int main(int argc, char **argv) {
     printf("# victim: cuBLAS GemmEx bf16 -> bf16, fp32 accumulate, M x N x K = %d x %d x %d "
            "(Y = X W^T), median of %d reps after 5 warm-ups\n",
            GM, GN, GK, reps);
-    printf("# Only TIDE-RS's SM kernels (Level-1 sum, landing) run beside the GEMM. The\n"
-           "# copy-engine traffic of TIDE's Level-1 pushes is NOT part of this measurement: on\n"
-           "# one GPU those same-device copies would run on SMs. The landing reads local blocks\n"
-           "# (peers' inboxes over NVSwitch in a real node). TIDE kernels loop continuously\n"
-           "# (in training they are resident ~1/3 of a reduce-scatter), so this is an upper bound.\n");
+    printf("# 'tide sum' rows: only TIDE-RS's SM kernels (Level-1 sum, landing) run beside the\n"
+           "# GEMM; the copy traffic of TIDE's Level-1 pushes is NOT part of them. The landing\n"
+           "# reads local blocks (peers' inboxes over NVSwitch in a real node).\n"
+           "# 'tide-RS fabric 1x8' rows: the whole TIDE-RS of an emulated 1x8 group (llama3-70b-\n"
+           "# layer, dim0/%d) through the CUDA fabric on this GPU, so they INCLUDE the same-GPU\n"
+           "# copies, which run on SMs here (copy engines and NVSwitch on a real node): their\n"
+           "# difference from the kernel rows is the copies' share of the slowdown.\n"
+           "# TIDE work loops continuously (in training it is resident ~1/3 of a reduce-scatter),\n"
+           "# so these are upper bounds. Spin CTAs poll their release flag every %d ns.\n",
+           FABRIC_DIVISOR, SPIN_POLL_NS);
 
     gemm_launch(&g);
     CK(cudaStreamSynchronize(g.st));
@@ -578,6 +765,24 @@ int main(int argc, char **argv) {
                 run_tide(&g, &c, reps, budgets[i][0], budgets[i][1], conc != 0, prio, comm_ms,
                          t_sum[i], t_land, base1);
 
+    /* The whole TIDE-RS through the CUDA fabric, copies included. */
+    if (devices != 1) {
+        printf("  tide-RS fabric 1x8: SKIPPED, %d devices visible (the emulated group must "
+               "share the GEMM's GPU; set CUDA_VISIBLE_DEVICES to one device)\n",
+               devices);
+    } else {
+        for (int i = 0; i < 2; ++i) {
+            fabric_t f;
+            fabric_open(&f, budgets[i][0], budgets[i][1], sms);
+            const double t_call = fabric_alone_ms(&f);
+            printf("tide-RS fabric alone: 1x8, %.1f MiB group, sum %d + landing %d CTAs, "
+                   "copies on SMs: %.3f ms per call of all ranks\n",
+                   f.group_bytes / 1048576.0, budgets[i][0], budgets[i][1], t_call);
+            run_fabric(&g, &f, reps, comm_ms, t_call, base1);
+            fabric_close(&f);
+        }
+    }
+
     spin_ctl_t *ctl_host, *ctl_dev;
     CK(cudaHostAlloc((void **)&ctl_host, sizeof *ctl_host, cudaHostAllocMapped));
     CK(cudaHostGetDevicePointer((void **)&ctl_dev, ctl_host, 0));
@@ -616,8 +821,16 @@ int main(int argc, char **argv) {
         printf("target <= 5%% (training config 16+4, %s, %s prio): %+.1f%% %s\n",
                r.scenario.c_str(), r.prio.c_str(), s, s <= 5.0 ? "MET" : "NOT MET");
     }
+    for (const row_t &r : g_rows) {
+        if (r.ctas != "16+4+cp" || !r.ok) continue;
+        printf("training config 16+4 with the same-GPU copies on SMs (%s): %+.1f%% (not the\n"
+               "# <= 5%% target's setting: on a real node the pushes take no SMs)\n",
+               r.scenario.c_str(), 100.0 * (r.med_us / base - 1.0));
+    }
     printf("# spin rows hold their CTAs for the whole GEMM loop (paper Figure 4 lines); the\n"
-           "# full-SM spin has the sum kernel's shared-memory footprint, so each CTA takes an SM.\n");
+           "# full-SM spin has the sum kernel's shared-memory footprint, so each CTA takes an SM.\n"
+           "# A spin CTA sleeps %d ns between two polls of its host-mapped release flag.\n",
+           SPIN_POLL_NS);
 
     comm_free(&c);
     CK(cudaFreeHost(ctl_host));

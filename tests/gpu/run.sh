@@ -6,6 +6,7 @@
 #   TIDE_GPU_QUICK=1 tests/gpu/run.sh  skip compute-sanitizer and the benchmarks
 #   TIDE_GPU_RACECHECK=0               skip the (slow) racecheck of the kernels
 #   TIDE_GPU_MEMCHECK_KERNELS=0        skip memcheck of the kernel test (the fabric's still runs)
+#   TIDE_GPU_MATRIX_SECONDS=S          time budget of test_fabric_cuda --matrix (default 240)
 #
 # Safety: NVLink multicast never runs here.  These are exported for every process this
 # script starts, and nothing in TIDE calls cuMulticast* or issues multimem instructions.
@@ -46,6 +47,8 @@ fi
 
 step test-kernels "$work/k/test_kernels"
 [ -x "$work/f/test_fabric_cuda" ] && step test-fabric-cuda "$work/f/test_fabric_cuda"
+[ -x "$work/f/test_fabric_cuda" ] && step test-fabric-matrix "$work/f/test_fabric_cuda" --matrix \
+    --max-seconds "${TIDE_GPU_MATRIX_SECONDS:-240}"
 
 if [ "${TIDE_GPU_QUICK:-0}" != 1 ]; then
     if command -v compute-sanitizer >/dev/null; then

@@ -19,8 +19,22 @@
  * copies run as SM kernels (same-device copies do not use copy engines).  Both modes are
  * timed; the batched mode must run batches.
  *
- * Usage: test_fabric_cuda [--small] [seed]   (--small: a few cases, for compute-sanitizer)
- * Exit status: 0 only if every case matched.
+ * --matrix walks the configuration space of tests/unit/test_matrix.c instead (the CPU
+ * configuration matrix): topologies M in {1, 2, 3, 4, 5, 8, 9} x L in {1, 2, 4, 8} (up to 72
+ * virtual ranks), random padded shapes, P up to 256, bf16 and fp32 gradients, integer-valued
+ * gradients, the alpha forms (AVG, PREMUL_SUM, FSDP2's divide factors), accumulate, both RS
+ * modes, W_wave < L with several waves, mixed-precision all-gather, resident shards and the
+ * tuning-knob variants.  The generator is a copy of test_matrix.c's (e2e_util.h includes
+ * cmocka), drawing from this program's own random stream: the same space, not the same draws.
+ * Every configuration runs on the CPU fabric and on the CUDA fabric with batched copies; the
+ * configurations with default knobs also run per op.  Configurations whose arenas and inputs
+ * do not fit in free GPU memory (cudaMemGetInfo) are skipped and listed; topologies run in
+ * order of rank count until --max-seconds (default 240) is spent, and what was not reached is
+ * reported.  A watchdog ends the program (exit 3) if it runs 300 s past the budget.
+ *
+ * Usage: test_fabric_cuda [--small | --matrix [--max-seconds S]] [seed]
+ *        (--small: a few cases, for compute-sanitizer)
+ * Exit status: 0 only if every case matched (--matrix: and at least one was compared).
  */
 #include "core/comm.h"
 #include "fabric/cuda/cuda.h"
@@ -31,14 +45,17 @@
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
-#define MAX_RANKS 8
-#define MAX_PARAMS 32
+/* The largest topology of the configuration matrix: M = 9 nodes of L = 8 GPUs. */
+#define MAX_RANKS (9 * TIDE_MAX_GPUS_PER_NODE)
+#define MAX_PARAMS TIDE_MAX_PARAMS
 #define CALLS 3
 
 /* The CUDA fabric's copy path (TIDE_CUDA_BATCH, read when a world is created). */
@@ -60,6 +77,16 @@ static uint64_t batch_kernels_seen, batch_copies_seen;
     } while (0)
 
 /* ------------------------------------------------------------------ inputs */
+
+/* Host memory of the test itself: running out ends the program with a clear message. */
+static void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes > 0 ? bytes : 1);
+    if (p == NULL) {
+        fprintf(stderr, "FAIL: out of host memory (%zu bytes)\n", bytes);
+        exit(2);
+    }
+    return p;
+}
 
 static uint64_t rng_state;
 static uint64_t rnd(void) {
@@ -86,6 +113,8 @@ typedef struct {
     tide_plan_t plan;
     bool resident;    /* AG reads the resident region (shard = NULL) */
     bool null_stream; /* calls pass stream = NULL (legacy default stream) */
+    bool integer;     /* gradients are small integers (every sum exact) */
+    bool pooled;      /* one device allocation per rank for its inputs and output */
     float alpha;
     int accumulate[CALLS];
     tide_rs_mode_t modes[CALLS];
@@ -95,6 +124,7 @@ typedef struct {
     float *out0[MAX_RANKS];             /* RS output before the first call */
     uint8_t *land[2][CALLS][MAX_RANKS]; /* [fabric][call][rank] AG landing (pinned for CUDA) */
     float *out[2][CALLS][MAX_RANKS];    /* [fabric][call][rank] RS output */
+    uint8_t *pinned;                    /* the CUDA fabric's land[1] and out[1], carved */
 } case_t;
 
 static bool case_plan(case_t *c) {
@@ -113,7 +143,7 @@ static void case_inputs(case_t *c) {
     c->shard_operand = g->cast ? g->fp32_shard_bytes : g->shard_bytes;
     for (int e = 0; e < CALLS; ++e)
         for (int r = 0; r < c->n; ++r) {
-            c->shards[e][r] = malloc(c->shard_operand);
+            c->shards[e][r] = xmalloc(c->shard_operand);
             if (g->cast)
                 for (size_t i = 0; i < c->shard_operand / 4; ++i)
                     ((float *)c->shards[e][r])[i] = rnd_normal() * 8.0f;
@@ -122,9 +152,9 @@ static void case_inputs(case_t *c) {
                     c->shards[e][r][i] = (uint8_t)rnd();
             for (int p = 0; p < g->num_params; ++p) {
                 const uint64_t elems = g->params[p].dim0 * g->params[p].inner;
-                c->grads[e][r][p] = malloc(elems * g->grad_item);
+                c->grads[e][r][p] = xmalloc(elems * g->grad_item);
                 for (uint64_t i = 0; i < elems; ++i) {
-                    float v = rnd_normal();
+                    float v = c->integer ? (float)rnd_int(-8, 8) : rnd_normal();
                     if (g->grad_item == 2)
                         ((uint16_t *)c->grads[e][r][p])[i] = tide_float_to_bf16(v);
                     else
@@ -133,7 +163,7 @@ static void case_inputs(case_t *c) {
             }
         }
     for (int r = 0; r < c->n; ++r) {
-        c->out0[r] = malloc(g->fp32_shard_bytes);
+        c->out0[r] = xmalloc(g->fp32_shard_bytes);
         for (uint64_t i = 0; i < g->shard_elems; ++i)
             c->out0[r][i] = rnd_normal();
     }
@@ -147,12 +177,38 @@ static void case_free(case_t *c) {
                 free(c->grads[e][r][p]);
             free(c->land[0][e][r]);
             free(c->out[0][e][r]);
-            if (c->land[1][e][r] != NULL) cudaFreeHost(c->land[1][e][r]);
-            if (c->out[1][e][r] != NULL) cudaFreeHost(c->out[1][e][r]);
         }
+    if (c->pinned != NULL) cudaFreeHost(c->pinned);
     for (int r = 0; r < c->n; ++r)
         free(c->out0[r]);
     tide_plan_destroy(c->plan);
+}
+
+static uint64_t align_up(uint64_t v) {
+    return (v + 255) & ~(uint64_t)255;
+}
+
+/* Outputs of both fabrics.  The CUDA fabric's are pinned (copied out asynchronously), carved
+ * from one allocation: a pinned allocation per buffer costs milliseconds at 72 ranks. */
+static bool case_outputs(case_t *c) {
+    const tide_geom_t *g = &c->plan->geom;
+    const uint64_t per = align_up(g->group_bytes) + align_up(g->fp32_shard_bytes);
+    CK(cudaMallocHost((void **)&c->pinned, per * CALLS * (uint64_t)c->n));
+    uint8_t *at = c->pinned;
+    for (int e = 0; e < CALLS; ++e)
+        for (int r = 0; r < c->n; ++r) {
+            c->land[0][e][r] = calloc(1, g->group_bytes > 0 ? g->group_bytes : 1);
+            c->out[0][e][r] = calloc(1, g->fp32_shard_bytes > 0 ? g->fp32_shard_bytes : 4);
+            if (c->land[0][e][r] == NULL || c->out[0][e][r] == NULL) {
+                fprintf(stderr, "FAIL: out of host memory\n");
+                exit(2);
+            }
+            c->land[1][e][r] = at;
+            at += align_up(g->group_bytes);
+            c->out[1][e][r] = (float *)at;
+            at += align_up(g->fp32_shard_bytes);
+        }
+    return true;
 }
 
 /* ------------------------------------------------------------------ the CPU fabric (oracle) */
@@ -187,7 +243,7 @@ static void *cpu_rank(void *arg) {
         else
             memcpy(c->land[0][e][r], land, g->group_bytes);
     }
-    float *out = malloc(g->fp32_shard_bytes);
+    float *out = xmalloc(g->fp32_shard_bytes);
     memcpy(out, c->out0[r], g->fp32_shard_bytes);
     for (int e = 0; e < CALLS && j->error[0] == '\0'; ++e) {
         if (tide_reduce_scatter(grp, (const void *const *)c->grads[e][r], out, c->alpha,
@@ -210,11 +266,19 @@ static bool run_cpu(case_t *c, char *err, size_t err_size) {
         return false;
     }
     pthread_t th[MAX_RANKS];
-    cpu_job_t jobs[MAX_RANKS];
+    cpu_job_t *jobs = calloc(MAX_RANKS, sizeof(*jobs));
+    if (jobs == NULL) {
+        fprintf(stderr, "FAIL: out of host memory\n");
+        exit(2);
+    }
     for (int r = 0; r < c->n; ++r) {
         jobs[r] = (cpu_job_t){.c = c, .rank = r};
         memcpy(jobs[r].comms, comms, sizeof(comms));
-        pthread_create(&th[r], NULL, cpu_rank, &jobs[r]);
+        /* A rank that cannot start would leave the others waiting for it forever. */
+        if (pthread_create(&th[r], NULL, cpu_rank, &jobs[r]) != 0) {
+            fprintf(stderr, "FAIL: pthread_create for CPU rank %d of %d\n", r, c->n);
+            exit(2);
+        }
     }
     bool ok = true;
     for (int r = 0; r < c->n; ++r) {
@@ -226,6 +290,7 @@ static bool run_cpu(case_t *c, char *err, size_t err_size) {
     }
     for (int r = 0; r < c->n; ++r)
         tide_comm_destroy(comms[r]);
+    free(jobs);
     return ok;
 }
 
@@ -276,23 +341,98 @@ static void *device_copy(int device, const void *host, size_t bytes) {
     return d;
 }
 
+/* Device copies of one case's inputs and the RS outputs. */
+typedef struct {
+    void *shard[CALLS][MAX_RANKS];
+    void *grad[CALLS][MAX_RANKS][MAX_PARAMS];
+    float *out[MAX_RANKS];
+    uint8_t *pool[MAX_RANKS]; /* pooled: everything of rank r */
+} gpu_inputs_t;
+
+static uint64_t grad_bytes(const tide_geom_t *g, int p) {
+    return g->params[p].dim0 * g->params[p].inner * g->grad_item;
+}
+
+/* Device bytes of one rank's pooled inputs and output. */
+static uint64_t pooled_bytes(const case_t *c) {
+    const tide_geom_t *g = &c->plan->geom;
+    uint64_t bytes = align_up(g->fp32_shard_bytes);
+    for (int e = 0; e < CALLS; ++e) {
+        bytes += align_up(c->shard_operand);
+        for (int p = 0; p < g->num_params; ++p)
+            bytes += align_up(grad_bytes(g, p));
+    }
+    return bytes;
+}
+
+static void gpu_inputs(const case_t *c, const gpu_world_t *w, gpu_inputs_t *in) {
+    const tide_geom_t *g = &c->plan->geom;
+    const int np = g->num_params;
+    if (!c->pooled) { /* one allocation per buffer: what compute-sanitizer checks bounds of */
+        for (int e = 0; e < CALLS; ++e)
+            for (int r = 0; r < c->n; ++r) {
+                in->shard[e][r] = device_copy(w->device[r], c->shards[e][r], c->shard_operand);
+                for (int p = 0; p < np; ++p)
+                    in->grad[e][r][p] =
+                        device_copy(w->device[r], c->grads[e][r][p], grad_bytes(g, p));
+            }
+        for (int r = 0; r < c->n; ++r)
+            in->out[r] = device_copy(w->device[r], c->out0[r], g->fp32_shard_bytes);
+        return;
+    }
+    /* Pooled: staged on the host, one allocation and one copy per rank. */
+    const uint64_t bytes = pooled_bytes(c);
+    uint8_t *host = xmalloc(bytes);
+    for (int r = 0; r < c->n; ++r) {
+        uint64_t at = 0;
+        CK(cudaSetDevice(w->device[r]));
+        CK(cudaMalloc((void **)&in->pool[r], bytes));
+        for (int e = 0; e < CALLS; ++e) {
+            memcpy(host + at, c->shards[e][r], c->shard_operand);
+            in->shard[e][r] = in->pool[r] + at;
+            at += align_up(c->shard_operand);
+            for (int p = 0; p < np; ++p) {
+                memcpy(host + at, c->grads[e][r][p], grad_bytes(g, p));
+                in->grad[e][r][p] = in->pool[r] + at;
+                at += align_up(grad_bytes(g, p));
+            }
+        }
+        memcpy(host + at, c->out0[r], g->fp32_shard_bytes);
+        in->out[r] = (float *)(in->pool[r] + at);
+        CK(cudaMemcpy(in->pool[r], host, bytes, cudaMemcpyHostToDevice));
+    }
+    free(host);
+}
+
+static void gpu_inputs_free(const case_t *c, gpu_inputs_t *in) {
+    for (int r = 0; r < c->n; ++r) {
+        if (c->pooled) {
+            cudaFree(in->pool[r]);
+            continue;
+        }
+        for (int e = 0; e < CALLS; ++e) {
+            cudaFree(in->shard[e][r]);
+            for (int p = 0; p < c->desc.num_params; ++p)
+                cudaFree(in->grad[e][r][p]);
+        }
+        cudaFree(in->out[r]);
+    }
+    free(in);
+}
+
 static bool run_gpu(case_t *c, char *err, size_t err_size) {
     const tide_geom_t *g = &c->plan->geom;
-    const int n = c->n, np = g->num_params;
+    const int n = c->n;
     gpu_world_t w;
     bool ok = gpu_open(c, &w, err, err_size);
-    void *dshard[CALLS][MAX_RANKS] = {{0}};
-    void *dgrad[CALLS][MAX_RANKS][MAX_PARAMS] = {{{0}}};
-    float *dout[MAX_RANKS] = {0};
-    for (int e = 0; ok && e < CALLS; ++e)
-        for (int r = 0; r < n; ++r) {
-            dshard[e][r] = device_copy(w.device[r], c->shards[e][r], c->shard_operand);
-            for (int p = 0; p < np; ++p)
-                dgrad[e][r][p] = device_copy(w.device[r], c->grads[e][r][p],
-                                             g->params[p].dim0 * g->params[p].inner * g->grad_item);
-        }
-    for (int r = 0; ok && r < n; ++r)
-        dout[r] = device_copy(w.device[r], c->out0[r], g->fp32_shard_bytes);
+    gpu_inputs_t *in = calloc(1, sizeof(*in));
+    if (in == NULL) {
+        fprintf(stderr, "FAIL: out of host memory\n");
+        exit(2);
+    }
+    if (ok) gpu_inputs(c, &w, in);
+    void *(*dshard)[MAX_RANKS] = in->shard;
+    float **dout = in->out;
 
     /* AG: three calls back to back.  Once every rank called (the last call enqueued the
      * whole call), each rank's landing is copied out on its stream: behind call e there,
@@ -336,7 +476,7 @@ static bool run_gpu(case_t *c, char *err, size_t err_size) {
         for (int r = 0; ok && r < n; ++r) {
             cudaStream_t s = c->null_stream ? NULL : w.stream[r];
             CK(cudaSetDevice(w.device[r]));
-            if (tide_reduce_scatter(w.groups[r], (const void *const *)dgrad[e][r], dout[r],
+            if (tide_reduce_scatter(w.groups[r], (const void *const *)in->grad[e][r], dout[r],
                                     c->alpha, c->accumulate[e], c->modes[e], s) != TIDE_SUCCESS) {
                 snprintf(err, err_size, "cuda reduce_scatter %d rank %d: %s", e, r,
                          tide_get_last_error());
@@ -366,14 +506,7 @@ static bool run_gpu(case_t *c, char *err, size_t err_size) {
         batch_kernels_seen += st.batches;
         batch_copies_seen += st.batched;
     }
-    for (int e = 0; e < CALLS; ++e)
-        for (int r = 0; r < n; ++r) {
-            cudaFree(dshard[e][r]);
-            for (int p = 0; p < np; ++p)
-                cudaFree(dgrad[e][r][p]);
-        }
-    for (int r = 0; r < n; ++r)
-        cudaFree(dout[r]);
+    gpu_inputs_free(c, in);
     gpu_close(c, &w);
     return ok;
 }
@@ -450,54 +583,35 @@ static bool case_init(case_t *c, int m, int l, int v) {
     return case_plan(c);
 }
 
-static bool run_case(int m, int l, int v) {
-    case_t c;
+/* Run case c (inputs and outputs in place) on the CPU fabric once and on the CUDA fabric with
+ * batched copies and, when per_op, one copy per op; compare every landing and output. */
+static bool case_compare(case_t *c, const char *name, bool per_op) {
+    const tide_geom_t *g = &c->plan->geom;
     char err[768] = "";
-    if (!case_init(&c, m, l, v)) {
-        printf("FAIL M=%d L=%d v%d: plan: %s\n", m, l, v, tide_get_last_error());
-        return false;
-    }
-    const tide_geom_t *g = &c.plan->geom;
-    char name[256];
-    snprintf(name, sizeof(name),
-             "M=%d L=%d P=%d ag=%s%s grad=%s rs=%s,%s,%s acc=%d%d%d alpha=%g%s%s", m, l,
-             c.desc.num_params, dtype_name(c.desc.ag_dtype), g->cast ? "(cast)" : "",
-             dtype_name(c.desc.grad_dtype), mode_name(c.modes[0]), mode_name(c.modes[1]),
-             mode_name(c.modes[2]), c.accumulate[0], c.accumulate[1], c.accumulate[2],
-             (double)c.alpha, c.resident ? " resident" : "", c.null_stream ? " null-stream" : "");
-    case_inputs(&c);
-    for (int e = 0; e < CALLS; ++e)
-        for (int r = 0; r < c.n; ++r) {
-            c.land[0][e][r] = calloc(1, g->group_bytes);
-            c.out[0][e][r] = calloc(1, g->fp32_shard_bytes);
-            CK(cudaMallocHost((void **)&c.land[1][e][r], g->group_bytes));
-            CK(cudaMallocHost((void **)&c.out[1][e][r], g->fp32_shard_bytes));
-            memset(c.land[1][e][r], 0xa5, g->group_bytes);
-            memset(c.out[1][e][r], 0xa5, g->fp32_shard_bytes);
-        }
-    bool cpu_ok = run_cpu(&c, err, sizeof(err)), all_ok = cpu_ok;
-    for (int mode = 1; mode >= 0; --mode) {
+    bool cpu_ok = run_cpu(c, err, sizeof(err)), all_ok = cpu_ok;
+    for (int mode = 1; mode >= (per_op ? 0 : 1); --mode) {
         batch_mode = mode;
         for (int e = 0; e < CALLS; ++e)
-            for (int r = 0; r < c.n; ++r) {
-                memset(c.land[1][e][r], 0xa5, g->group_bytes);
-                memset(c.out[1][e][r], 0xa5, g->fp32_shard_bytes);
+            for (int r = 0; r < c->n; ++r) {
+                memset(c->land[1][e][r], 0xa5, g->group_bytes);
+                memset(c->out[1][e][r], 0xa5, g->fp32_shard_bytes);
             }
-        bool ok = cpu_ok && run_gpu(&c, err, sizeof(err));
+        bool ok = cpu_ok && run_gpu(c, err, sizeof(err));
         for (int e = 0; ok && e < CALLS; ++e)
-            for (int r = 0; ok && r < c.n; ++r) {
+            for (int r = 0; ok && r < c->n; ++r) {
                 size_t at = 0;
-                if (first_diff(c.land[0][e][r], c.land[1][e][r], g->group_bytes, &at)) {
+                if (first_diff(c->land[0][e][r], c->land[1][e][r], g->group_bytes, &at)) {
                     snprintf(err, sizeof(err),
                              "AG call %d rank %d: landing differs at byte %zu of %llu", e, r, at,
                              (unsigned long long)g->group_bytes);
                     ok = false;
-                } else if (first_diff(c.out[0][e][r], c.out[1][e][r], g->fp32_shard_bytes, &at)) {
+                } else if (first_diff(c->out[0][e][r], c->out[1][e][r], g->fp32_shard_bytes,
+                                      &at)) {
                     snprintf(err, sizeof(err),
                              "RS call %d (%s) rank %d: output differs at element "
                              "%zu: cpu %.9g, cuda %.9g",
-                             e, mode_name(c.modes[e]), r, at / 4, (double)c.out[0][e][r][at / 4],
-                             (double)c.out[1][e][r][at / 4]);
+                             e, mode_name(c->modes[e]), r, at / 4,
+                             (double)c->out[0][e][r][at / 4], (double)c->out[1][e][r][at / 4]);
                     ok = false;
                 }
             }
@@ -506,8 +620,38 @@ static bool run_case(int m, int l, int v) {
         fflush(stdout);
         all_ok = all_ok && ok;
     }
-    case_free(&c);
     return all_ok;
+}
+
+static case_t *case_alloc(void) {
+    case_t *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        fprintf(stderr, "FAIL: out of host memory\n");
+        exit(2);
+    }
+    return c;
+}
+
+static bool run_case(int m, int l, int v) {
+    case_t *c = case_alloc();
+    if (!case_init(c, m, l, v)) {
+        printf("FAIL M=%d L=%d v%d: plan: %s\n", m, l, v, tide_get_last_error());
+        free(c);
+        return false;
+    }
+    const tide_geom_t *g = &c->plan->geom;
+    char name[256];
+    snprintf(name, sizeof(name),
+             "M=%d L=%d P=%d ag=%s%s grad=%s rs=%s,%s,%s acc=%d%d%d alpha=%g%s%s", m, l,
+             c->desc.num_params, dtype_name(c->desc.ag_dtype), g->cast ? "(cast)" : "",
+             dtype_name(c->desc.grad_dtype), mode_name(c->modes[0]), mode_name(c->modes[1]),
+             mode_name(c->modes[2]), c->accumulate[0], c->accumulate[1], c->accumulate[2],
+             (double)c->alpha, c->resident ? " resident" : "", c->null_stream ? " null-stream" : "");
+    case_inputs(c);
+    bool ok = case_outputs(c) && case_compare(c, name, true);
+    case_free(c);
+    free(c);
+    return ok;
 }
 
 /* ------------------------------------------------------------------ host enqueue time */
@@ -620,24 +764,370 @@ static bool enqueue_timer(int mode) {
     return ok;
 }
 
+/* ------------------------------------------------------------------ the configuration matrix */
+
+/*
+ * The space of tests/unit/test_matrix.c (its generator, copied: e2e_util.h includes cmocka).
+ * A data set is (topology, shapes, dtypes, alpha, integer gradients); it runs with the default
+ * knobs and with the tuning-knob variants, one CUDA-vs-CPU comparison each.
+ */
+typedef struct {
+    const char *name;
+    int staging_slots, passes, sum_ctas, landing_ctas, round_width;
+    tide_rs_mode_t mode;
+    bool in_largest; /* also run on the topologies of 64 and 72 ranks */
+} knobs_t;
+
+static const knobs_t BASE = {"base", 0, 0, 0, 0, 0, TIDE_RS_IN_PLACE, true};
+static const knobs_t VARIANTS[] = {
+    {"slot-reuse", 0, 0, 0, 0, 0, TIDE_RS_SLOT_REUSE, true},
+    {"staging 1", 1, 0, 0, 0, 0, TIDE_RS_IN_PLACE, true},
+    {"staging 3", 3, 0, 0, 0, 0, TIDE_RS_IN_PLACE, false},
+    {"passes 2", 0, 2, 0, 0, 0, TIDE_RS_IN_PLACE, true},
+    {"passes 3 slot-reuse", 0, 3, 0, 0, 0, TIDE_RS_SLOT_REUSE, false},
+    {"ctas 1/7", 0, 0, 1, 7, 0, TIDE_RS_IN_PLACE, true},
+    {"k 1", 0, 0, 0, 0, 1, TIDE_RS_IN_PLACE, false},
+    {"k 4 slot-reuse", 0, 0, 0, 0, 4, TIDE_RS_SLOT_REUSE, true},
+    {"staging 1 passes 2 ctas 2/3 k 3 slot-reuse", 1, 2, 2, 3, 3, TIDE_RS_SLOT_REUSE, true},
+};
+#define NUM_VARIANTS ((int)(sizeof(VARIANTS) / sizeof(VARIANTS[0])))
+
+typedef struct {
+    int m, l, n;
+    int num_params;
+    tide_param_shape_t shapes[MAX_PARAMS];
+    tide_dtype_t ag, grad, shard;
+    bool integer;
+    float alpha;
+} dataset_t;
+
+static struct {
+    double deadline_s;
+    int compared, per_op, failed, skipped_memory, refused, not_reached;
+    int max_n_compared;
+    uint64_t min_free; /* the least free memory over the visible devices, before a case */
+    int devices;
+} mx;
+
+static double now_s(void) {
+    return now_us() * 1e-6;
+}
+
+/* The least free memory over the visible devices (printed when print). */
+static uint64_t least_free(bool print) {
+    uint64_t least = UINT64_MAX;
+    for (int dev = 0; dev < mx.devices; ++dev) {
+        size_t free_b = 0, total_b = 0;
+        CK(cudaSetDevice(dev));
+        CK(cudaMemGetInfo(&free_b, &total_b));
+        if (print)
+            printf("device %d: %.1f of %.1f GiB free\n", dev, free_b / 1073741824.0,
+                   total_b / 1073741824.0);
+        if ((uint64_t)free_b < least) least = free_b;
+    }
+    return least;
+}
+
+static tide_rs_mode_t other_mode(tide_rs_mode_t m) {
+    return m == TIDE_RS_IN_PLACE ? TIDE_RS_SLOT_REUSE : TIDE_RS_IN_PLACE;
+}
+
+/* The W_wave below min(L, M) that divides L (Prop. 4.1), or 0 when every W_wave gives one
+ * wave. */
+static int multiwave_width(int m, int l) {
+    for (int w = l - 1; w >= 1; --w)
+        if (l % w == 0 && w < m) return w;
+    return 0;
+}
+
+/* FSDP2's divide factors folded into alpha. */
+static float alpha_fsdp2_divide(int n) {
+    int pre = 1;
+    while (n % (pre * 2) == 0 && n / (pre * 2) >= pre * 2)
+        pre *= 2;
+    return tide_alpha_divide((float)pre, (float)n / (float)pre);
+}
+
+static float alpha_of(int which, int n, bool integer) {
+    switch (which % 3) {
+    case 0:
+        return tide_alpha_avg(n);
+    case 1:
+        return integer ? 0.5f : 1.3f; /* PREMUL_SUM factor */
+    default:
+        return alpha_fsdp2_divide(n);
+    }
+}
+
+static bool is_pow2(float a) {
+    int e;
+    return a > 0.0f && isfinite(a) && frexpf(a, &e) == 0.5f;
+}
+
+/* P shapes of at most max_rows x max_inner, the first one with padding when N > 1. */
+static void dataset_init(dataset_t *d, int m, int l, int p, int max_rows, int max_inner,
+                         tide_dtype_t ag, tide_dtype_t grad, tide_dtype_t shard, bool integer,
+                         float alpha) {
+    memset(d, 0, sizeof(*d));
+    d->m = m;
+    d->l = l;
+    d->n = m * l;
+    d->num_params = p;
+    for (int i = 0; i < p; ++i) {
+        d->shapes[i].dim0 = (uint64_t)rnd_int(1, max_rows);
+        d->shapes[i].inner = (uint64_t)rnd_int(1, max_inner);
+    }
+    if (d->n > 1 && d->shapes[0].dim0 % (uint64_t)d->n == 0) d->shapes[0].dim0 += 1;
+    d->ag = ag;
+    d->grad = grad;
+    d->shard = shard;
+    d->integer = integer;
+    d->alpha = alpha;
+}
+
+/* Per-device bytes a case needs: arenas and inputs of the ranks on the busiest device, plus
+ * the fabric's own tables (a generous allowance). */
+static uint64_t case_device_bytes(const case_t *c) {
+    const int per_device = (c->n + mx.devices - 1) / mx.devices;
+    return (uint64_t)per_device * (c->plan->arena.total_bytes + pooled_bytes(c) + (1u << 20));
+}
+
+/* One data set with one knob set: the CUDA fabric against the CPU fabric. */
+static void matrix_one(const dataset_t *d, const knobs_t *k, int wave, bool ag_resident,
+                       bool per_op) {
+    if (now_s() > mx.deadline_s) {
+        ++mx.not_reached;
+        return;
+    }
+    case_t *c = case_alloc();
+    c->m = d->m;
+    c->l = d->l;
+    c->n = d->n;
+    c->pooled = true;
+    c->integer = d->integer;
+    c->alpha = d->alpha;
+    c->resident = ag_resident;
+    memcpy(c->shapes, d->shapes, sizeof(d->shapes));
+    tide_config_t cfg = TIDE_CONFIG_INIT;
+    cfg.nodes = d->m;
+    cfg.gpus_per_node = d->l;
+    cfg.wave_width = wave;
+    cfg.staging_slots = k->staging_slots;
+    cfg.passes = k->passes;
+    cfg.sum_ctas = k->sum_ctas;
+    cfg.landing_ctas = k->landing_ctas;
+    cfg.round_width = k->round_width;
+    cfg.mode = k->mode;
+    c->cfg = cfg;
+    /* Overwrite, accumulate in the other mode, accumulate again in the registered mode. */
+    c->modes[0] = c->modes[2] = k->mode;
+    c->modes[1] = other_mode(k->mode);
+    c->accumulate[0] = 0;
+    c->accumulate[1] = c->accumulate[2] = 1;
+    c->desc = (tide_group_desc_t){d->num_params, c->shapes, d->ag, d->grad, d->shard};
+    char name[320];
+    snprintf(name, sizeof(name),
+             "matrix M=%d L=%d W=%d P=%d ag=%s grad=%s%s shard=%s alpha=%g%s knobs=\"%s\"", d->m,
+             d->l, wave, d->num_params, dtype_name(d->ag), dtype_name(d->grad),
+             d->integer ? "(int)" : "", dtype_name(d->shard), (double)d->alpha,
+             ag_resident ? " resident" : "", k->name);
+    if (tide_plan_create(&c->cfg, &c->desc, &c->plan) != TIDE_SUCCESS) {
+        /* The same plan is refused on either fabric: nothing to compare. */
+        printf("SKIP %s: the planner refuses it: %s\n", name, tide_get_last_error());
+        ++mx.refused;
+        free(c);
+        return;
+    }
+    const uint64_t need = case_device_bytes(c);
+    mx.min_free = least_free(false); /* now: whatever earlier cases left allocated counts */
+    if (need + need / 2 + (256u << 20) > mx.min_free) {
+        printf("SKIP %s: needs about %.1f MiB per device (arena %llu B per rank), %.1f MiB "
+               "free\n",
+               name, need / 1048576.0, (unsigned long long)c->plan->arena.total_bytes,
+               mx.min_free / 1048576.0);
+        ++mx.skipped_memory;
+        tide_plan_destroy(c->plan);
+        free(c);
+        return;
+    }
+    case_inputs(c);
+    const bool ok = case_outputs(c) && case_compare(c, name, per_op);
+    ++mx.compared;
+    mx.per_op += per_op;
+    mx.failed += !ok;
+    if (ok && c->n > mx.max_n_compared) mx.max_n_compared = c->n;
+    case_free(c);
+    free(c);
+}
+
+/* The configurations test_matrix.c runs on topology (m, l); index as there. */
+static void matrix_topology(int m, int l, int index) {
+    const int n = m * l;
+    const bool both = n <= 16; /* larger topologies run one gradient dtype */
+    const int max_rows = 2 * n + 3, max_inner = n > 16 ? 3 : 5;
+    const int wave = multiwave_width(m, l);
+    static const int P_CYCLE[] = {3, 1, 5, 17, 2};
+    const double t0 = now_s();
+    const int c0 = mx.compared;
+    dataset_t *d = calloc(1, sizeof(*d));
+    if (d == NULL) exit(2);
+    for (int di = 0; di < (both ? 2 : 1); ++di) {
+        const tide_dtype_t dt = (both ? di : index % 2) ? TIDE_DTYPE_FP32 : TIDE_DTYPE_BF16;
+        dataset_init(d, m, l, P_CYCLE[(index + di) % 5], max_rows, max_inner, dt, dt, dt, false,
+                     alpha_of(index + di, n, false));
+        /* fp32 groups adopt their shard in place; bf16 groups pass it. */
+        matrix_one(d, &BASE, 0, dt == TIDE_DTYPE_FP32, true);
+        for (int v = 0; v < NUM_VARIANTS; ++v)
+            if (n < 64 || VARIANTS[v].in_largest) matrix_one(d, &VARIANTS[v], 0, false, false);
+        if (wave > 0) { /* several waves per pass, both inbox generations */
+            matrix_one(d, &BASE, wave, false, true);
+            matrix_one(d, &VARIANTS[8], wave, false, false);
+            matrix_one(d, &VARIANTS[4], wave, false, false);
+            if (n < 64) matrix_one(d, &VARIANTS[6], wave, false, false);
+        }
+    }
+    { /* integer gradients */
+        const tide_dtype_t dt = index % 2 ? TIDE_DTYPE_BF16 : TIDE_DTYPE_FP32;
+        float alpha = alpha_of(index, n, true);
+        if (!is_pow2(alpha) && (wave > 0 || m > l)) alpha = index % 2 ? 1.0f : 0.25f;
+        dataset_init(d, m, l, P_CYCLE[(index + 2) % 5], max_rows, max_inner, dt, dt, dt, true,
+                     alpha);
+        matrix_one(d, &BASE, wave, false, true);
+        matrix_one(d, &VARIANTS[8], wave, false, false);
+    }
+    if (both || index % 3 == 0) { /* mixed precision: fp32 master shards cast to bf16 */
+        dataset_init(d, m, l, P_CYCLE[(index + 3) % 5], max_rows, max_inner, TIDE_DTYPE_BF16,
+                     TIDE_DTYPE_BF16, TIDE_DTYPE_FP32, false, alpha_of(index + 1, n, false));
+        matrix_one(d, &BASE, 0, false, true);
+    }
+    free(d);
+    printf("MATRIX M=%d L=%d (N=%d): %d configuration(s) compared, %.1f s\n", m, l, n,
+           mx.compared - c0, now_s() - t0);
+    fflush(stdout);
+}
+
+/* P = 256 (TIDE_MAX_PARAMS) on small topologies, and P = 17 with several waves and the
+ * mixed-precision all-gather (test_matrix.c's test_many_params). */
+static void matrix_many_params(void) {
+    static const int topo[][2] = {{2, 2}, {1, 2}, {3, 1}};
+    dataset_t *d = calloc(1, sizeof(*d));
+    if (d == NULL) exit(2);
+    for (int ti = 0; ti < 3; ++ti) {
+        const int m = topo[ti][0], l = topo[ti][1], n = m * l;
+        const tide_dtype_t dt = ti % 2 ? TIDE_DTYPE_FP32 : TIDE_DTYPE_BF16;
+        dataset_init(d, m, l, TIDE_MAX_PARAMS, n + 2, 3, dt, dt, dt, ti == 2,
+                     alpha_of(ti, n, ti == 2));
+        matrix_one(d, &BASE, 0, ti == 1, true);
+        matrix_one(d, &VARIANTS[8], 0, false, false);
+    }
+    dataset_init(d, 3, 2, 17, 40, 6, TIDE_DTYPE_BF16, TIDE_DTYPE_FP32, TIDE_DTYPE_FP32, false,
+                 alpha_of(2, 6, false));
+    matrix_one(d, &BASE, 1, false, true);
+    matrix_one(d, &VARIANTS[4], 1, false, false);
+    free(d);
+    printf("MATRIX many parameters: done\n");
+}
+
+static void watchdog(int sig) {
+    (void)sig;
+    static const char msg[] = "FAIL: test_fabric_cuda --matrix ran 300 s past its budget\n";
+    if (write(STDOUT_FILENO, msg, sizeof(msg) - 1) < 0) _exit(3);
+    _exit(3);
+}
+
+static int run_matrix(double max_seconds) {
+    static const int NODES[] = {1, 2, 3, 4, 5, 8, 9};
+    static const int GPUS[] = {1, 2, 4, 8};
+    CK(cudaGetDeviceCount(&mx.devices));
+    mx.min_free = least_free(true);
+    const double t0 = now_s();
+    mx.deadline_s = t0 + max_seconds;
+    signal(SIGALRM, watchdog);
+    alarm((unsigned)max_seconds + 300);
+
+    matrix_many_params();
+    /* Topologies in order of rank count, so that a budget cut leaves out the largest. */
+    int order[28][3], count = 0;
+    for (int mi = 0; mi < 7; ++mi)
+        for (int li = 0; li < 4; ++li) {
+            order[count][0] = NODES[mi];
+            order[count][1] = GPUS[li];
+            order[count][2] = mi * 4 + li; /* test_matrix.c's index */
+            ++count;
+        }
+    for (int i = 1; i < count; ++i) /* insertion sort by N, stable */
+        for (int j = i; j > 0 && order[j][0] * order[j][1] < order[j - 1][0] * order[j - 1][1];
+             --j) {
+            int t[3];
+            memcpy(t, order[j], sizeof(t));
+            memcpy(order[j], order[j - 1], sizeof(t));
+            memcpy(order[j - 1], t, sizeof(t));
+        }
+    char missed[512] = "";
+    for (int i = 0; i < count; ++i) {
+        if (now_s() > mx.deadline_s) {
+            const size_t used = strlen(missed);
+            snprintf(missed + used, sizeof(missed) - used, " %dx%d", order[i][0], order[i][1]);
+            continue;
+        }
+        matrix_topology(order[i][0], order[i][1], order[i][2]);
+    }
+    alarm(0);
+    if (batch_kernels_seen == 0 && mx.compared > 0) {
+        printf("FAIL: the batched mode ran no batched copy kernel in any configuration\n");
+        ++mx.failed;
+    }
+    printf("configuration matrix on the CUDA fabric: %d configuration(s) compared with the CPU "
+           "fabric bit for bit (%d also per op), %d failed; largest topology compared: %d "
+           "ranks; %d skipped for GPU memory, %d refused by the planner, %d configuration(s) of "
+           "started topologies not reached within --max-seconds %.0f (%.1f s used)%s%s\n",
+           mx.compared, mx.per_op, mx.failed, mx.max_n_compared, mx.skipped_memory, mx.refused,
+           mx.not_reached, max_seconds, now_s() - t0,
+           missed[0] ? "; topologies not started:" : "", missed);
+    if (mx.compared == 0) printf("FAIL: no configuration was compared\n");
+    return mx.failed != 0 || mx.compared == 0;
+}
+
 int main(int argc, char **argv) {
-    bool small = false;
+    bool small = false, matrix = false;
+    double max_seconds = 240;
     uint64_t seed = 0;
     for (int i = 1; i < argc; ++i) {
-        if (strcmp(argv[i], "--small") == 0)
+        char *end = NULL;
+        if (strcmp(argv[i], "--small") == 0) {
             small = true;
-        else
-            seed = strtoull(argv[i], NULL, 0);
+        } else if (strcmp(argv[i], "--matrix") == 0) {
+            matrix = true;
+        } else if (strcmp(argv[i], "--max-seconds") == 0 && i + 1 < argc) {
+            max_seconds = strtod(argv[++i], &end);
+            if (*end != '\0' || !(max_seconds > 0 && max_seconds < 86400)) {
+                fprintf(stderr, "test_fabric_cuda: --max-seconds needs a number in (0, 86400)\n");
+                return 2;
+            }
+        } else {
+            seed = strtoull(argv[i], &end, 0);
+            if (argv[i][0] == '-' || *end != '\0') {
+                fprintf(stderr, "usage: test_fabric_cuda [--small | --matrix [--max-seconds S]] "
+                                "[seed]\n");
+                return 2;
+            }
+        }
+    }
+    if (small && matrix) {
+        fprintf(stderr, "test_fabric_cuda: --small and --matrix exclude each other\n");
+        return 2;
     }
     if (seed == 0) seed = (uint64_t)time(NULL);
     rng_state = seed;
-    printf("test_fabric_cuda seed %llu%s\n", (unsigned long long)seed, small ? " (small)" : "");
+    printf("test_fabric_cuda seed %llu%s\n", (unsigned long long)seed,
+           small ? " (small)" : matrix ? " (matrix)" : "");
     int devices = 0;
     cudaError_t e = cudaGetDeviceCount(&devices);
     if (e != cudaSuccess || devices < 1) {
         printf("FAIL: no CUDA device (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "none");
         return 1;
     }
+    if (matrix) return run_matrix(max_seconds);
     static const int topo[][2] = {{1, 2}, {1, 8}, {2, 2}, {2, 4}, {3, 2}, {4, 2}};
     int failed = 0, run = 0;
     for (size_t t = 0; t < sizeof(topo) / sizeof(topo[0]); ++t)
