@@ -221,24 +221,11 @@ static tide_result_t emit_done(ag_ctx_t *c, int rank) {
 }
 
 static tide_result_t check_plan(const struct tide_plan *plan) {
-    TIDE_ARG_CHECK(plan != NULL, "plan is NULL");
-    const tide_topo_t *t = &plan->topo;
-    const tide_geom_t *g = &plan->geom;
-    TIDE_ARG_CHECK(t->nodes >= 1 && t->gpus_per_node >= 1 &&
-                       t->gpus_per_node <= TIDE_MAX_GPUS_PER_NODE &&
-                       t->ranks == t->nodes * t->gpus_per_node,
-                   "plan topology M = %d, L = %d, N = %d is inconsistent", t->nodes,
-                   t->gpus_per_node, t->ranks);
-    TIDE_ARG_CHECK(g->ranks == t->ranks && g->num_params >= 1 && g->params != NULL,
-                   "plan geometry (N = %d, P = %d) does not match its topology", g->ranks,
-                   g->num_params);
-    TIDE_ARG_CHECK(g->shard_bytes > 0, "plan geometry has an empty shard");
+    TIDE_CHECK(tide_program_check_plan(plan));
+    TIDE_ARG_CHECK(plan->geom.shard_bytes > 0, "plan geometry has an empty shard");
     if (plan->ag.num_rounds > TIDE_CTR_AG_MAX_ROUNDS)
         return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "AG: %d rounds exceed %d round counters",
                         plan->ag.num_rounds, TIDE_CTR_AG_MAX_ROUNDS);
-    if (!tide_ctr_fits(plan))
-        return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "plan needs %llu counters, the arena has %d",
-                        (unsigned long long)tide_ctr_count(plan), TIDE_ARENA_SIGNAL_SLOTS);
     return TIDE_SUCCESS;
 }
 

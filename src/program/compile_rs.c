@@ -317,18 +317,10 @@ static tide_result_t check_region(const struct tide_plan *plan, tide_region_t re
 }
 
 static tide_result_t check_plan(const struct tide_plan *plan) {
-    TIDE_ARG_CHECK(plan != NULL, "plan is NULL");
+    TIDE_CHECK(tide_program_check_plan(plan));
     const tide_topo_t *t = &plan->topo;
     const tide_geom_t *g = &plan->geom;
     const tide_rs_schedule_t *rs = &plan->rs;
-    TIDE_ARG_CHECK(t->nodes >= 1 && t->gpus_per_node >= 1 &&
-                       t->gpus_per_node <= TIDE_MAX_GPUS_PER_NODE &&
-                       t->ranks == t->nodes * t->gpus_per_node,
-                   "plan topology M = %d, L = %d, N = %d is inconsistent", t->nodes,
-                   t->gpus_per_node, t->ranks);
-    TIDE_ARG_CHECK(g->ranks == t->ranks && g->num_params >= 1 && g->params != NULL,
-                   "plan geometry (N = %d, P = %d) does not match its topology", g->ranks,
-                   g->num_params);
     TIDE_ARG_CHECK(g->grad_item == 2 || g->grad_item == 4,
                    "plan gradient item size %zu is not bf16 or fp32", g->grad_item);
     TIDE_ARG_CHECK(rs->nodes == t->nodes && rs->gpus_per_node == t->gpus_per_node &&
@@ -343,9 +335,6 @@ static tide_result_t check_plan(const struct tide_plan *plan) {
     if (rs->inbox_generations < 1 || rs->inbox_generations > TIDE_CTR_RS_MAX_GENERATIONS)
         return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "TIDE-RS: %d inbox generations exceed %d counters",
                         rs->inbox_generations, TIDE_CTR_RS_MAX_GENERATIONS);
-    if (!tide_ctr_fits(plan))
-        return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "plan needs %llu counters, the arena has %d",
-                        (unsigned long long)tide_ctr_count(plan), TIDE_ARENA_SIGNAL_SLOTS);
     /* D = n_part M sums per call must count in an int (and thresholds in int64). */
     if ((int64_t)rs->passes * t->nodes > INT32_MAX / TIDE_MAX_GPUS_PER_NODE)
         return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "TIDE-RS: %d passes x %d nodes", rs->passes,

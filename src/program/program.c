@@ -9,6 +9,7 @@
 #include "program/program.h"
 
 #include "core/checks.h"
+#include "program/counters.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -196,4 +197,22 @@ tide_result_t tide_program_clone(const tide_program_t *src, tide_program_t *dst_
 fail_ranks:
     tide_program_free(&copy);
     return res;
+}
+
+tide_result_t tide_program_check_plan(const struct tide_plan *plan) {
+    TIDE_ARG_CHECK(plan != NULL, "plan is NULL");
+    const tide_topo_t *t = &plan->topo;
+    const tide_geom_t *g = &plan->geom;
+    TIDE_ARG_CHECK(t->nodes >= 1 && t->gpus_per_node >= 1 &&
+                       t->gpus_per_node <= TIDE_MAX_GPUS_PER_NODE &&
+                       t->ranks == t->nodes * t->gpus_per_node,
+                   "plan topology M = %d, L = %d, N = %d is inconsistent", t->nodes,
+                   t->gpus_per_node, t->ranks);
+    TIDE_ARG_CHECK(g->ranks == t->ranks && g->num_params >= 1 && g->params != NULL,
+                   "plan geometry (N = %d, P = %d) does not match its topology", g->ranks,
+                   g->num_params);
+    if (!tide_ctr_fits(plan))
+        return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "plan needs %llu counters, the arena has %d",
+                        (unsigned long long)tide_ctr_count(plan), TIDE_ARENA_SIGNAL_SLOTS);
+    return TIDE_SUCCESS;
 }

@@ -149,6 +149,10 @@ tide_result_t tide_program_compile_rs(const struct tide_plan *plan, tide_rs_mode
                                       tide_program_t *prog_out);
 void tide_program_free(tide_program_t *prog);
 
+/* What both compilers require of a plan: a consistent topology and geometry, and counters
+ * that fit the arena's signal slots (TIDE_ERR_UNSUPPORTED otherwise). */
+tide_result_t tide_program_check_plan(const struct tide_plan *plan);
+
 /* Deep copy (fault injection mutates copies). */
 tide_result_t tide_program_clone(const tide_program_t *src, tide_program_t *dst_out);
 

@@ -30,6 +30,7 @@
  * equal the shards byte for byte, and their fp32 RS shards the exact sums (alpha = 1/N for a
  * power of two N).  Exit status 0 when every call succeeded and every check passed.
  */
+#include "gpu_util.h"
 #include "tide.h"
 extern "C" {
 #include "core/comm.h"
@@ -46,24 +47,6 @@ extern "C" {
 #include <cstdlib>
 #include <cstring>
 #include <vector>
-
-#define CK(x)                                                                                  \
-    do {                                                                                       \
-        cudaError_t e_ = (x);                                                                  \
-        if (e_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
-#define TK(x)                                                                                  \
-    do {                                                                                       \
-        tide_result_t r_ = (x);                                                                \
-        if (r_ != TIDE_SUCCESS) {                                                              \
-            fprintf(stderr, "%s:%d %s: %s (%s)\n", __FILE__, __LINE__, #x,                     \
-                    tide_get_error_string(r_), tide_get_last_error());                         \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
 
 static const double PAPER_AG_MS = 0.62, PAPER_RS_MS = 0.80;
 
@@ -90,18 +73,6 @@ __global__ void fill_ints(uint16_t *p, uint64_t n, uint64_t seed) {
 }
 static uint64_t shard_seed(int r) { return 1000 + (uint64_t)r; }
 static uint64_t grad_seed(int r, int p) { return 7 * (uint64_t)r + 13 * (uint64_t)p + 5; }
-
-static double now_us() {
-    return std::chrono::duration<double, std::micro>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
-static double median(std::vector<double> v) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* Wrong elements of a landing slot (N S bytes): Landing(p, u) must hold rank u's shard of p. */
 static uint64_t check_landing(const std::vector<tide_param_geometry_t> &geo, int N,
