@@ -41,6 +41,7 @@
 #include "kernels/kernels.h"
 #include "plan/plan.h"
 #include "tide.h"
+#include "../unit/matrix_gen.h"
 
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -828,37 +829,6 @@ static uint64_t least_free(bool print) {
     return least;
 }
 
-static tide_rs_mode_t other_mode(tide_rs_mode_t m) {
-    return m == TIDE_RS_IN_PLACE ? TIDE_RS_SLOT_REUSE : TIDE_RS_IN_PLACE;
-}
-
-/* The W_wave below min(L, M) that divides L (Prop. 4.1), or 0 when every W_wave gives one
- * wave. */
-static int multiwave_width(int m, int l) {
-    for (int w = l - 1; w >= 1; --w)
-        if (l % w == 0 && w < m) return w;
-    return 0;
-}
-
-/* FSDP2's divide factors folded into alpha. */
-static float alpha_fsdp2_divide(int n) {
-    int pre = 1;
-    while (n % (pre * 2) == 0 && n / (pre * 2) >= pre * 2)
-        pre *= 2;
-    return tide_alpha_divide((float)pre, (float)n / (float)pre);
-}
-
-static float alpha_of(int which, int n, bool integer) {
-    switch (which % 3) {
-    case 0:
-        return tide_alpha_avg(n);
-    case 1:
-        return integer ? 0.5f : 1.3f; /* PREMUL_SUM factor */
-    default:
-        return alpha_fsdp2_divide(n);
-    }
-}
-
 static bool is_pow2(float a) {
     int e;
     return a > 0.0f && isfinite(a) && frexpf(a, &e) == 0.5f;
@@ -921,7 +891,7 @@ static void matrix_one(const dataset_t *d, const knobs_t *k, int wave, bool ag_r
     c->cfg = cfg;
     /* Overwrite, accumulate in the other mode, accumulate again in the registered mode. */
     c->modes[0] = c->modes[2] = k->mode;
-    c->modes[1] = other_mode(k->mode);
+    c->modes[1] = matrix_other_mode(k->mode);
     c->accumulate[0] = 0;
     c->accumulate[1] = c->accumulate[2] = 1;
     c->desc = (tide_group_desc_t){d->num_params, c->shapes, d->ag, d->grad, d->shard};
@@ -965,7 +935,7 @@ static void matrix_topology(int m, int l, int index) {
     const int n = m * l;
     const bool both = n <= 16; /* larger topologies run one gradient dtype */
     const int max_rows = 2 * n + 3, max_inner = n > 16 ? 3 : 5;
-    const int wave = multiwave_width(m, l);
+    const int wave = matrix_multiwave_width(m, l);
     static const int P_CYCLE[] = {3, 1, 5, 17, 2};
     const double t0 = now_s();
     const int c0 = mx.compared;
@@ -974,7 +944,7 @@ static void matrix_topology(int m, int l, int index) {
     for (int di = 0; di < (both ? 2 : 1); ++di) {
         const tide_dtype_t dt = (both ? di : index % 2) ? TIDE_DTYPE_FP32 : TIDE_DTYPE_BF16;
         dataset_init(d, m, l, P_CYCLE[(index + di) % 5], max_rows, max_inner, dt, dt, dt, false,
-                     alpha_of(index + di, n, false));
+                     matrix_alpha_of(index + di, n, false));
         /* fp32 groups adopt their shard in place; bf16 groups pass it. */
         matrix_one(d, &BASE, 0, dt == TIDE_DTYPE_FP32, true);
         for (int v = 0; v < NUM_VARIANTS; ++v)
@@ -988,7 +958,7 @@ static void matrix_topology(int m, int l, int index) {
     }
     { /* integer gradients */
         const tide_dtype_t dt = index % 2 ? TIDE_DTYPE_BF16 : TIDE_DTYPE_FP32;
-        float alpha = alpha_of(index, n, true);
+        float alpha = matrix_alpha_of(index, n, true);
         if (!is_pow2(alpha) && (wave > 0 || m > l)) alpha = index % 2 ? 1.0f : 0.25f;
         dataset_init(d, m, l, P_CYCLE[(index + 2) % 5], max_rows, max_inner, dt, dt, dt, true,
                      alpha);
@@ -997,7 +967,7 @@ static void matrix_topology(int m, int l, int index) {
     }
     if (both || index % 3 == 0) { /* mixed precision: fp32 master shards cast to bf16 */
         dataset_init(d, m, l, P_CYCLE[(index + 3) % 5], max_rows, max_inner, TIDE_DTYPE_BF16,
-                     TIDE_DTYPE_BF16, TIDE_DTYPE_FP32, false, alpha_of(index + 1, n, false));
+                     TIDE_DTYPE_BF16, TIDE_DTYPE_FP32, false, matrix_alpha_of(index + 1, n, false));
         matrix_one(d, &BASE, 0, false, true);
     }
     free(d);
@@ -1016,12 +986,12 @@ static void matrix_many_params(void) {
         const int m = topo[ti][0], l = topo[ti][1], n = m * l;
         const tide_dtype_t dt = ti % 2 ? TIDE_DTYPE_FP32 : TIDE_DTYPE_BF16;
         dataset_init(d, m, l, TIDE_MAX_PARAMS, n + 2, 3, dt, dt, dt, ti == 2,
-                     alpha_of(ti, n, ti == 2));
+                     matrix_alpha_of(ti, n, ti == 2));
         matrix_one(d, &BASE, 0, ti == 1, true);
         matrix_one(d, &VARIANTS[8], 0, false, false);
     }
     dataset_init(d, 3, 2, 17, 40, 6, TIDE_DTYPE_BF16, TIDE_DTYPE_FP32, TIDE_DTYPE_FP32, false,
-                 alpha_of(2, 6, false));
+                 matrix_alpha_of(2, 6, false));
     matrix_one(d, &BASE, 1, false, true);
     matrix_one(d, &VARIANTS[4], 1, false, false);
     free(d);

@@ -22,6 +22,7 @@
  * The last test prints how many distinct (topology, shapes, dtypes, knobs) configurations ran.
  */
 #include "e2e_util.h"
+#include "matrix_gen.h"
 
 #include <float.h>
 
@@ -350,10 +351,6 @@ static const knobs_t VARIANTS[] = {
 };
 #define NUM_VARIANTS ((int)(sizeof(VARIANTS) / sizeof(VARIANTS[0])))
 
-static tide_rs_mode_t other_mode(tide_rs_mode_t m) {
-    return m == TIDE_RS_IN_PLACE ? TIDE_RS_SLOT_REUSE : TIDE_RS_IN_PLACE;
-}
-
 /*
  * Register the data set's group with knobs k and run: [AG_CALLS all-gathers when ag] then
  * RS calls  0: overwrite (k's mode),  1: accumulate onto prev (the other mode),
@@ -390,7 +387,7 @@ static e2e_job_t *run_job(const data_t *d, const knobs_t *k, int wave_width, boo
         j->resident = resident;
     }
     j->grads = (void *const *const *)d->grads;
-    const tide_rs_mode_t mode = k->mode, other = other_mode(k->mode);
+    const tide_rs_mode_t mode = k->mode, other = matrix_other_mode(k->mode);
     j->rs[0] = (e2e_rs_call_t){d->alpha, 0, mode, NULL};
     j->rs[1] = (e2e_rs_call_t){d->alpha, 1, other, d->prev};
     j->num_rs = 2;
@@ -449,34 +446,6 @@ static void job_free(e2e_job_t *j) {
     free(j);
 }
 
-/* The W_wave below min(L, M) that divides L (Prop. 4.1), or 0 when every W_wave gives one
- * wave (M = 1). */
-static int multiwave_width(int m, int l) {
-    for (int w = l - 1; w >= 1; --w)
-        if (l % w == 0 && w < m) return w;
-    return 0;
-}
-
-/* FSDP2's divide factors: predivide by the largest power of two whose square stays below N
- * (while N divides evenly), postdivide by the rest. */
-static float alpha_fsdp2_divide(int n) {
-    int pre = 1;
-    while (n % (pre * 2) == 0 && n / (pre * 2) >= pre * 2)
-        pre *= 2;
-    return tide_alpha_divide((float)pre, (float)n / (float)pre);
-}
-
-static float alpha_of(int which, int n, bool integer) {
-    switch (which % 3) {
-    case 0:
-        return tide_alpha_avg(n);
-    case 1:
-        return integer ? 0.5f : 1.3f; /* PREMUL_SUM factor */
-    default:
-        return alpha_fsdp2_divide(n);
-    }
-}
-
 /* ------------------------------------------------------------------ one topology */
 
 /* Up to 16 ranks both gradient dtypes run every variant; larger topologies run one dtype. */
@@ -490,7 +459,7 @@ static void topology_case(int m, int l, level_t level, int index) {
     topo_open(&t, m, l);
     const int n = m * l;
     const int max_rows = 2 * n + 3, max_inner = n > 16 ? 3 : 5;
-    const int wave = multiwave_width(m, l);
+    const int wave = matrix_multiwave_width(m, l);
     const int num_dtypes = level == LEVEL_BOTH_DTYPES ? 2 : 1;
     for (int di = 0; di < num_dtypes; ++di) {
         const tide_dtype_t dt =
@@ -498,7 +467,7 @@ static void topology_case(int m, int l, level_t level, int index) {
         const int p = P_CYCLE[(index + di) % 5];
         data_t d;
         data_init(&d, &t, &g, p, max_rows, max_inner, dt, dt, dt, false,
-                  alpha_of(index + di, n, false));
+                  matrix_alpha_of(index + di, n, false));
         /* fp32 groups adopt their shard in place; bf16 groups pass it. */
         e2e_job_t *base = run_job(&d, &BASE, 0, true, dt == TIDE_DTYPE_FP32, true, NULL);
         for (int v = 0; v < NUM_VARIANTS; ++v)
@@ -520,7 +489,7 @@ static void topology_case(int m, int l, level_t level, int index) {
     {
         const tide_dtype_t dt = index % 2 ? TIDE_DTYPE_BF16 : TIDE_DTYPE_FP32;
         /* Several waves round alpha once per wave: keep the scaling exact there. */
-        float alpha = alpha_of(index, n, true);
+        float alpha = matrix_alpha_of(index, n, true);
         if (!is_pow2(alpha) && (wave > 0 || m > l)) alpha = index % 2 ? 1.0f : 0.25f;
         data_t d;
         data_init(&d, &t, &g, P_CYCLE[(index + 2) % 5], max_rows, max_inner, dt, dt, dt, true,
@@ -535,7 +504,7 @@ static void topology_case(int m, int l, level_t level, int index) {
     if (level == LEVEL_BOTH_DTYPES || index % 3 == 0) {
         data_t d;
         data_init(&d, &t, &g, P_CYCLE[(index + 3) % 5], max_rows, max_inner, TIDE_DTYPE_BF16,
-                  TIDE_DTYPE_BF16, TIDE_DTYPE_FP32, false, alpha_of(index + 1, n, false));
+                  TIDE_DTYPE_BF16, TIDE_DTYPE_FP32, false, matrix_alpha_of(index + 1, n, false));
         job_free(run_job(&d, &BASE, 0, true, false, false, NULL));
         data_free(&d);
     }
@@ -604,7 +573,7 @@ static void test_many_params(void **state) {
         const tide_dtype_t dt = ti % 2 ? TIDE_DTYPE_FP32 : TIDE_DTYPE_BF16;
         data_t d;
         data_init(&d, &t, &g, TIDE_MAX_PARAMS, t.n + 2, 3, dt, dt, dt, ti == 2,
-                  alpha_of(ti, t.n, ti == 2));
+                  matrix_alpha_of(ti, t.n, ti == 2));
         e2e_job_t *base = run_job(&d, &BASE, 0, true, ti == 1, true, NULL);
         job_free(run_job(&d, &VARIANTS[8], 0, false, false, false, base));
         job_free(base);
@@ -615,7 +584,7 @@ static void test_many_params(void **state) {
     topo_open(&t, 3, 2);
     data_t d;
     data_init(&d, &t, &g, 17, 40, 6, TIDE_DTYPE_BF16, TIDE_DTYPE_FP32, TIDE_DTYPE_FP32, false,
-              alpha_of(2, t.n, false));
+              matrix_alpha_of(2, t.n, false));
     e2e_job_t *base = run_job(&d, &BASE, 1, true, false, true, NULL);
     job_free(run_job(&d, &VARIANTS[4], 1, false, false, false, base));
     job_free(base);
