@@ -23,8 +23,12 @@
  * streams are synchronised after every call by default (--depth 1: no queued GPU work in
  * front of the enqueue); --depth D synchronises after every D iterations instead.
  *
- * Every topology runs twice: batched copies (TIDE_CUDA_BATCH=1, runs of same-device copies
- * as one kernel each) and per op (TIDE_CUDA_BATCH=0); every line names the mode.
+ * Every topology runs in three copy modes: "batched", the default (TIDE_CUDA_BATCH=1 with
+ * the size threshold TIDE_CUDA_BATCH_MAX_BYTES, 64 MiB unless the environment sets it: runs of
+ * smaller same-device copies as one kernel each, larger copies per op), "batched-all"
+ * (TIDE_CUDA_BATCH_MAX_BYTES=0: no threshold, every same-device copy may join a batch) and
+ * "per-op" (TIDE_CUDA_BATCH=0); every line names the mode, and the RESULT lines end with the
+ * copies the threshold issued per op.
  *
  * Data check after timing: integer-valued inputs, so the landing slot of ranks 0 and N-1 must
  * equal the shards byte for byte, and their fp32 RS shards the exact sums (alpha = 1/N for a
@@ -49,6 +53,34 @@ extern "C" {
 #include <vector>
 
 static const double PAPER_AG_MS = 0.62, PAPER_RS_MS = 0.80;
+
+/* Copy modes of the fabric (TIDE_CUDA_BATCH, TIDE_CUDA_BATCH_MAX_BYTES). */
+enum { MODE_PER_OP = 0, MODE_BATCHED = 1, MODE_BATCHED_ALL = 2 };
+static const char *mode_name(int mode) {
+    return mode == MODE_PER_OP ? "per-op" : mode == MODE_BATCHED ? "batched" : "batched-all";
+}
+/* TIDE_CUDA_BATCH_MAX_BYTES as the caller's environment set it (empty: the default). */
+static char user_max_bytes[64];
+
+/* Set the fabric's variables for a mode (read when the world is created); returns the
+ * threshold in words. */
+static const char *mode_setenv(int mode) {
+    static char what[128];
+    setenv("TIDE_CUDA_BATCH", mode == MODE_PER_OP ? "0" : "1", 1);
+    if (mode == MODE_BATCHED_ALL) {
+        setenv("TIDE_CUDA_BATCH_MAX_BYTES", "0", 1);
+        return "TIDE_CUDA_BATCH_MAX_BYTES=0";
+    }
+    if (user_max_bytes[0] != '\0') {
+        setenv("TIDE_CUDA_BATCH_MAX_BYTES", user_max_bytes, 1);
+        snprintf(what, sizeof what, "TIDE_CUDA_BATCH_MAX_BYTES=%s", user_max_bytes);
+    } else {
+        unsetenv("TIDE_CUDA_BATCH_MAX_BYTES");
+        snprintf(what, sizeof what, "TIDE_CUDA_BATCH_MAX_BYTES unset: %llu",
+                 (unsigned long long)TIDE_CUDA_BATCH_MAX_BYTES_DEFAULT);
+    }
+    return what;
+}
 
 /* Small integers (-4..4): exact in bf16, and sums of up to 2^21 of them exact in fp32. */
 __host__ __device__ inline int int_value(uint64_t i, uint64_t seed) {
@@ -131,7 +163,7 @@ struct call_stats_t {
 
 /* Returns the number of failed checks; prints one block per topology. */
 static int run_topology(const opts_t &o, const std::vector<tide_param_shape_t> &shapes, int M,
-                        int L, int batch) {
+                        int L, int mode) {
     const int P = (int)shapes.size(), N = M * L;
     tide_config_t cfg = TIDE_CONFIG_INIT;
     cfg.nodes = M, cfg.gpus_per_node = L;
@@ -157,10 +189,14 @@ static int run_topology(const opts_t &o, const std::vector<tide_param_shape_t> &
         CK(cudaMemGetInfo(&fr, &tot));
         free_total += (double)fr;
     }
-    printf("\n== M=%d L=%d (N=%d virtual ranks on %d GPU%s), %s copies (TIDE_CUDA_BATCH=%d), "
+    /* The fabric reads its variables when the world is created. */
+    const char *threshold = mode_setenv(mode);
+    printf("\n== M=%d L=%d (N=%d virtual ranks on %d GPU%s), %s copies (TIDE_CUDA_BATCH=%d%s%s), "
            "P=%d, S=%.2f MiB, group %.1f MiB, arena %.1f MiB per rank, needs %.1f GiB of %.1f "
            "GiB free\n",
-           M, L, N, D, D > 1 ? "s" : "", batch ? "batched" : "per-op", batch, P, sum.shard_bytes / 1048576.0,
+           M, L, N, D, D > 1 ? "s" : "", mode_name(mode), mode != MODE_PER_OP,
+           mode != MODE_PER_OP ? ", " : "", mode != MODE_PER_OP ? threshold : "", P,
+           sum.shard_bytes / 1048576.0,
            sum.group_bytes / 1048576.0, sum.arena_bytes / 1048576.0, need / 1073741824.0,
            free_total / 1073741824.0);
     if (need > 0.9 * free_total) {
@@ -168,8 +204,6 @@ static int run_topology(const opts_t &o, const std::vector<tide_param_shape_t> &
         return 0;
     }
 
-    /* The fabric reads TIDE_CUDA_BATCH when the world is created. */
-    setenv("TIDE_CUDA_BATCH", batch ? "1" : "0", 1);
     std::vector<tide_comm_t> comms(N);
     TK(tide_comm_init_all(TIDE_FABRIC_CUDA, M, L, comms.data()));
     std::vector<tide_group_t> groups(N);
@@ -286,14 +320,14 @@ static int run_topology(const opts_t &o, const std::vector<tide_param_shape_t> &
                "us, fabric %.1f us; paper %.2f ms (ratio %.2f per-rank, %.2f last); descriptors "
                "%llu per rank (plan), %llu CUDA copies/kernels (%llu batched copy kernels "
                "running %llu copies, %llu table uploads) + %llu waits + %llu records per call "
-               "of all ranks (%s form)\n",
-               names[k], batch ? "batched" : "per-op", M, L, P, o.depth, pr, la, median(cs[k].fabric), paper[k],
+               "of all ranks (%s form); %llu copies per op over the size threshold\n",
+               names[k], mode_name(mode), M, L, P, o.depth, pr, la, median(cs[k].fabric), paper[k],
                pr / (paper[k] * 1e3), la / (paper[k] * 1e3),
                (unsigned long long)(k == 0 ? sum.ag_descriptors_max : sum.rs_descriptors),
                (unsigned long long)cs[k].st.descriptors, (unsigned long long)cs[k].st.batches,
                (unsigned long long)cs[k].st.batched, (unsigned long long)cs[k].st.uploads,
                (unsigned long long)cs[k].st.waits, (unsigned long long)cs[k].st.records,
-               cs[k].st.form ? "steady" : "fresh");
+               cs[k].st.form ? "steady" : "fresh", (unsigned long long)cs[k].st.over_threshold);
     }
     printf("   data check (ranks 0 and %d): AG %llu wrong elements, RS %llu wrong elements: %s\n",
            N - 1, (unsigned long long)wrong_ag, (unsigned long long)wrong_rs,
@@ -376,10 +410,17 @@ int main(int argc, char **argv) {
            "# (one process per rank: AG %.2f ms, RS %.2f ms median).\n",
            PAPER_AG_MS, PAPER_RS_MS);
     int bad = 0;
-    /* Both copy paths of the fabric: batched (the default) and per op. */
+    /* The copy modes of the fabric: batched with the size threshold (the default), batched
+     * without it, and per op. */
+    const char *user = getenv("TIDE_CUDA_BATCH_MAX_BYTES");
+    if (user != nullptr && strlen(user) >= sizeof user_max_bytes) {
+        fprintf(stderr, "bench_enqueue: TIDE_CUDA_BATCH_MAX_BYTES is too long\n");
+        return 2;
+    }
+    if (user != nullptr) snprintf(user_max_bytes, sizeof user_max_bytes, "%s", user);
+    static const int modes[3] = {MODE_BATCHED, MODE_BATCHED_ALL, MODE_PER_OP};
     for (auto t : topos)
-        for (int batch = 1; batch >= 0; --batch)
-            bad += run_topology(o, shapes, t.first, t.second, batch);
+        for (int mode : modes) bad += run_topology(o, shapes, t.first, t.second, mode);
     if (bad) printf("bench_enqueue: FAILED (%d data checks)\n", bad);
     return bad ? 1 : 0;
 }

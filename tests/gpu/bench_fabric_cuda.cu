@@ -14,12 +14,21 @@
  * On one GPU every copy of either path runs on SMs (same-device copies do not use copy
  * engines), so these ratios compare layouts and descriptor counts, not copy engines.
  *
+ * Every topology runs in the fabric's three copy modes, one world after the other on the same
+ * inputs, each interleaved with its own stock runs: "batched", the default (runs of
+ * same-device copies below TIDE_CUDA_BATCH_MAX_BYTES, 64 MiB unless the environment sets it, as
+ * one kernel; larger copies per op), "batched-all" (TIDE_CUDA_BATCH_MAX_BYTES=0: no
+ * threshold) and "per-op" (TIDE_CUDA_BATCH=0).  The first line of a topology keeps the format
+ * it had before the modes existed and gives the default mode; a "mode" row per mode follows.
+ *
  * Inputs are integer-valued, so both paths produce exact results: the data check after
  * timing compares them element by element on the device (#wrong); any wrong element makes
  * the exit status non-zero.
  */
 #include "tide.h"
 extern "C" {
+#include "core/comm.h"
+#include "fabric/cuda/cuda.h"
 #include "plan/presets.h"
 }
 
@@ -101,9 +110,34 @@ __global__ void count_diff(const uint32_t *a, const uint32_t *b, uint64_t n,
     if (local) atomicAdd(wrong, local);
 }
 
+/* Copy modes of the fabric (TIDE_CUDA_BATCH, TIDE_CUDA_BATCH_MAX_BYTES, read when a world is
+ * created), in the order they run. */
+enum { MODE_BATCHED = 0, MODE_BATCHED_ALL = 1, MODE_PER_OP = 2, MODE_COUNT = 3 };
+static const char *const MODE_NAMES[MODE_COUNT] = {"batched", "batched-all", "per-op"};
+/* TIDE_CUDA_BATCH_MAX_BYTES as the caller's environment set it (empty: the default). */
+static char user_max_bytes[64];
+
+/* Set the fabric's variables for a mode; `max_out` gets the threshold in bytes as text. */
+static void mode_setenv(int mode, char *max_out, size_t max_size) {
+    setenv("TIDE_CUDA_BATCH", mode == MODE_PER_OP ? "0" : "1", 1);
+    if (mode == MODE_PER_OP) {
+        snprintf(max_out, max_size, "-");
+    } else if (mode == MODE_BATCHED_ALL) {
+        setenv("TIDE_CUDA_BATCH_MAX_BYTES", "0", 1);
+        snprintf(max_out, max_size, "none");
+    } else if (user_max_bytes[0] != '\0') {
+        setenv("TIDE_CUDA_BATCH_MAX_BYTES", user_max_bytes, 1);
+        snprintf(max_out, max_size, "%s", user_max_bytes);
+    } else {
+        unsetenv("TIDE_CUDA_BATCH_MAX_BYTES");
+        snprintf(max_out, max_size, "%llu", (unsigned long long)TIDE_CUDA_BATCH_MAX_BYTES_DEFAULT);
+    }
+}
+
 struct result_t {
     double tide_ms, stock_ms, enqueue_us;
     unsigned long long wrong;
+    tide_cuda_stats_t st; /* the fabric's counts of the last call */
 };
 
 static unsigned long long diff_words(const void *a, const void *b, uint64_t bytes,
@@ -116,157 +150,219 @@ static unsigned long long diff_words(const void *a, const void *b, uint64_t byte
     return w;
 }
 
-static void run_topology(const char *preset_name, int M, int L, int divisor, int iters,
-                         tide_rs_mode_t mode, result_t *ag, result_t *rs) {
-    const tide_preset_t *pr = tide_preset_find(preset_name);
-    if (!pr) {
-        fprintf(stderr, "unknown preset %s\n", preset_name);
-        exit(2);
-    }
-    int P = pr->num_params, N = M * L;
-    std::vector<tide_param_shape_t> shapes(pr->shapes, pr->shapes + P);
-    for (auto &s : shapes) s.dim0 = (s.dim0 + divisor - 1) / divisor;
-
-    std::vector<tide_comm_t> comms(N);
-    TK(tide_comm_init_all(TIDE_FABRIC_CUDA, M, L, comms.data()));
-    tide_config_t cfg = TIDE_CONFIG_INIT;
-    cfg.nodes = M, cfg.gpus_per_node = L;
-    tide_group_desc_t desc = {P, shapes.data(), TIDE_DTYPE_BF16, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16};
-    std::vector<tide_group_t> groups(N);
-    for (int r = 0; r < N; ++r) TK(tide_group_register(comms[r], &cfg, &desc, &groups[r]));
-    tide_plan_t plan;
-    TK(tide_group_plan(groups[0], &plan));
-    tide_plan_summary_t sum;
-    TK(tide_plan_get_summary(plan, &sum));
-    std::vector<tide_param_geometry_t> geo(P);
-    for (int p = 0; p < P; ++p) TK(tide_plan_get_param(plan, p, &geo[p]));
-    const uint64_t S = sum.shard_bytes, NS = sum.group_bytes, E = sum.fp32_shard_bytes / 4;
-
-    /* Buffers (plain cudaMalloc; all on the current device). */
-    std::vector<uint16_t *> shard(N), flat(N), landing(N);
-    std::vector<std::vector<uint16_t *>> grads(N, std::vector<uint16_t *>(P));
-    std::vector<float *> pack(N), out_tide(N), out_stock(N);
-    for (int r = 0; r < N; ++r) {
-        CK(cudaMalloc(&shard[r], S));
-        CK(cudaMalloc(&flat[r], NS));
-        CK(cudaMalloc(&landing[r], NS));
-        CK(cudaMalloc(&pack[r], E * 4 * (uint64_t)N));
-        CK(cudaMalloc(&out_tide[r], E * 4));
-        CK(cudaMalloc(&out_stock[r], E * 4));
-        fill_ints<<<264, 512>>>(shard[r], S / 2, 1000 + r);
-        for (int p = 0; p < P; ++p) {
-            uint64_t n = shapes[p].dim0 * shapes[p].inner;
-            CK(cudaMalloc(&grads[r][p], n * 2));
-            fill_ints<<<264, 512>>>(grads[r][p], n, 7 * r + 13 * p + 5);
-        }
-    }
-    /* Copy-out table (same for every rank: from flat u S + o_p to o_p N + u s_p). */
+/* The inputs and the stock path's buffers of one topology, shared by the copy modes. */
+struct bench_t {
+    int M, L, N, P;
+    tide_config_t cfg;
+    std::vector<tide_param_shape_t> shapes;
+    tide_group_desc_t desc;
+    uint64_t S, NS, E;
+    std::vector<uint16_t *> shard, flat, landing;
+    std::vector<std::vector<uint16_t *>> grads;
+    std::vector<float *> pack, out_tide, out_stock;
     std::vector<seg_t> segs;
-    for (int p = 0; p < P; ++p)
-        for (int u = 0; u < N; ++u)
-            segs.push_back({u * S + geo[p].shard_offset, geo[p].shard_offset * N + u * geo[p].shard_bytes,
-                            geo[p].shard_bytes});
     seg_t *d_segs;
-    CK(cudaMalloc(&d_segs, segs.size() * sizeof(seg_t)));
-    CK(cudaMemcpy(d_segs, segs.data(), segs.size() * sizeof(seg_t), cudaMemcpyHostToDevice));
-    std::vector<pack_param_t *> d_pp(N);
-    for (int r = 0; r < N; ++r) {
-        std::vector<pack_param_t> pp(P);
-        for (int p = 0; p < P; ++p)
-            pp[p] = {grads[r][p], geo[p].rows_per_rank * geo[p].inner,
-                     geo[p].dim0 * geo[p].inner, geo[p].fp32_offset / 4};
-        CK(cudaMalloc(&d_pp[r], P * sizeof(pack_param_t)));
-        CK(cudaMemcpy(d_pp[r], pp.data(), P * sizeof(pack_param_t), cudaMemcpyHostToDevice));
-    }
+    std::vector<pack_param_t *> d_pp;
     float **d_packs;
-    CK(cudaMalloc(&d_packs, N * sizeof(float *)));
-    CK(cudaMemcpy(d_packs, pack.data(), N * sizeof(float *), cudaMemcpyHostToDevice));
     unsigned long long *d_wrong;
-    CK(cudaMalloc(&d_wrong, sizeof(*d_wrong)));
-    CK(cudaDeviceSynchronize());
-
     cudaStream_t st;
-    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    float alpha = (N & (N - 1)) == 0 ? 1.0f / N : 1.0f;
+    float alpha;
+};
+
+/* One copy mode: a world and groups of its own, the iterations (TIDE and stock, interleaved
+ * as before the modes existed), the data check. */
+static void run_mode(bench_t &b, int iters, tide_rs_mode_t mode, result_t *ag, result_t *rs) {
+    const int N = b.N, P = b.P;
+    std::vector<tide_comm_t> comms(N);
+    TK(tide_comm_init_all(TIDE_FABRIC_CUDA, b.M, b.L, comms.data()));
+    std::vector<tide_group_t> groups(N);
+    for (int r = 0; r < N; ++r) TK(tide_group_register(comms[r], &b.cfg, &b.desc, &groups[r]));
+    const uint64_t S = b.S, E = b.E;
+    cudaStream_t st = b.st;
     std::vector<double> t_ag, t_ags, t_rs, t_rss, enq_ag, enq_rs;
     int last_slot = 0;
     for (int it = -1; it < iters; ++it) {
         int slot = (it + 1) % 2;
         double ms;
         /* TIDE-AG: every rank's call, then the caller's stream joins the call. */
-        CK(cudaEventRecord(e0, st));
+        CK(cudaEventRecord(b.e0, st));
         double h0 = now_us();
-        for (int r = 0; r < N; ++r) TK(tide_all_gather(groups[r], shard[r], slot, st));
+        for (int r = 0; r < N; ++r) TK(tide_all_gather(groups[r], b.shard[r], slot, st));
         double h1 = now_us();
-        CK(cudaEventRecord(e1, st));
-        ms = event_ms(e0, e1);
+        CK(cudaEventRecord(b.e1, st));
+        ms = event_ms(b.e0, b.e1);
         if (it >= 0) t_ag.push_back(ms), enq_ag.push_back((h1 - h0) / N);
         last_slot = slot;
         /* Stock AG. */
-        CK(cudaEventRecord(e0, st));
+        CK(cudaEventRecord(b.e0, st));
         for (int r = 0; r < N; ++r) {
             for (int u = 0; u < N; ++u)
-                CK(cudaMemcpyAsync((uint8_t *)flat[r] + u * S, shard[u], S,
+                CK(cudaMemcpyAsync((uint8_t *)b.flat[r] + u * S, b.shard[u], S,
                                    cudaMemcpyDeviceToDevice, st));
-            copy_segments<<<1056, 512, 0, st>>>(d_segs, (int)segs.size(), (const uint8_t *)flat[r],
-                                                (uint8_t *)landing[r]);
+            copy_segments<<<1056, 512, 0, st>>>(b.d_segs, (int)b.segs.size(),
+                                                (const uint8_t *)b.flat[r],
+                                                (uint8_t *)b.landing[r]);
         }
-        CK(cudaEventRecord(e1, st));
-        ms = event_ms(e0, e1);
+        CK(cudaEventRecord(b.e1, st));
+        ms = event_ms(b.e0, b.e1);
         if (it >= 0) t_ags.push_back(ms);
         /* TIDE-RS. */
-        CK(cudaEventRecord(e0, st));
+        CK(cudaEventRecord(b.e0, st));
         h0 = now_us();
         for (int r = 0; r < N; ++r)
-            TK(tide_reduce_scatter(groups[r], (const void *const *)grads[r].data(), out_tide[r],
-                                   alpha, 0, mode, st));
+            TK(tide_reduce_scatter(groups[r], (const void *const *)b.grads[r].data(),
+                                   b.out_tide[r], b.alpha, 0, mode, st));
         h1 = now_us();
-        CK(cudaEventRecord(e1, st));
-        ms = event_ms(e0, e1);
+        CK(cudaEventRecord(b.e1, st));
+        ms = event_ms(b.e0, b.e1);
         if (it >= 0) t_rs.push_back(ms), enq_rs.push_back((h1 - h0) / N);
         /* Stock RS. */
-        CK(cudaEventRecord(e0, st));
-        for (int r = 0; r < N; ++r) chunk_cat<<<1056, 512, 0, st>>>(d_pp[r], P, N, E, pack[r]);
+        CK(cudaEventRecord(b.e0, st));
         for (int r = 0; r < N; ++r)
-            reduce_chunk<<<1056, 512, 0, st>>>(d_packs, N, (uint64_t)r * E, E, alpha, out_stock[r]);
+            chunk_cat<<<1056, 512, 0, st>>>(b.d_pp[r], P, N, E, b.pack[r]);
+        for (int r = 0; r < N; ++r)
+            reduce_chunk<<<1056, 512, 0, st>>>(b.d_packs, N, (uint64_t)r * E, E, b.alpha,
+                                               b.out_stock[r]);
         CK(cudaGetLastError());
-        CK(cudaEventRecord(e1, st));
-        ms = event_ms(e0, e1);
+        CK(cudaEventRecord(b.e1, st));
+        ms = event_ms(b.e0, b.e1);
         if (it >= 0) t_rss.push_back(ms);
     }
-    /* Data check after timing. */
+    TK(tide_cuda_arena_stats(groups[0]->arena, TIDE_COLL_ALL_GATHER, &ag->st));
+    TK(tide_cuda_arena_stats(groups[0]->arena, TIDE_COLL_REDUCE_SCATTER, &rs->st));
+    /* Data check after timing; the outputs are poisoned for the next mode. */
     ag->wrong = rs->wrong = 0;
     for (int r = 0; r < N; ++r) {
         void *land;
         TK(tide_group_landing(groups[r], last_slot, &land));
-        ag->wrong += diff_words(land, landing[r], NS, d_wrong);
-        rs->wrong += diff_words(out_tide[r], out_stock[r], E * 4, d_wrong);
+        ag->wrong += diff_words(land, b.landing[r], b.NS, b.d_wrong);
+        rs->wrong += diff_words(b.out_tide[r], b.out_stock[r], E * 4, b.d_wrong);
+        CK(cudaMemset(b.out_tide[r], 0xff, E * 4));
     }
     /* The reported "median" is the upper middle value, v[n / 2], for an even --iters. */
     ag->tide_ms = quantile(t_ag, 0.5), ag->stock_ms = quantile(t_ags, 0.5);
     ag->enqueue_us = quantile(enq_ag, 0.5);
     rs->tide_ms = quantile(t_rs, 0.5), rs->stock_ms = quantile(t_rss, 0.5);
     rs->enqueue_us = quantile(enq_rs, 0.5);
-    printf("%-22s %dx%d dim0/%-3d P=%-3d group %8.1f MiB | AG tide %8.3f ms stock %8.3f ms "
-           "ratio %5.2fx enqueue %7.1f us/rank desc %llu wrong %llu | RS tide %8.3f ms stock "
-           "%8.3f ms ratio %5.2fx enqueue %7.1f us/rank desc %llu wrong %llu\n",
-           preset_name, M, L, divisor, P, NS / 1048576.0, ag->tide_ms, ag->stock_ms,
-           ag->stock_ms / ag->tide_ms, ag->enqueue_us, (unsigned long long)sum.ag_descriptors_max,
-           ag->wrong, rs->tide_ms, rs->stock_ms, rs->stock_ms / rs->tide_ms, rs->enqueue_us,
-           (unsigned long long)sum.rs_descriptors, rs->wrong);
-    fflush(stdout);
     for (int r = 0; r < N; ++r) TK(tide_group_deregister(groups[r]));
     for (int r = 0; r < N; ++r) TK(tide_comm_destroy(comms[r]));
-    for (int r = 0; r < N; ++r) {
-        cudaFree(shard[r]), cudaFree(flat[r]), cudaFree(landing[r]), cudaFree(pack[r]);
-        cudaFree(out_tide[r]), cudaFree(out_stock[r]), cudaFree(d_pp[r]);
-        for (int p = 0; p < P; ++p) cudaFree(grads[r][p]);
+}
+
+static void print_mode_side(const char *what, const result_t &x, const result_t &per_op) {
+    printf(" | %s tide %8.3f ms stock %8.3f ms ratio %5.2fx per-op/tide %5.2fx enqueue %7.1f "
+           "us/rank batches %llu batched %llu over-threshold %llu wrong %llu",
+           what, x.tide_ms, x.stock_ms, x.stock_ms / x.tide_ms, per_op.tide_ms / x.tide_ms,
+           x.enqueue_us, (unsigned long long)x.st.batches, (unsigned long long)x.st.batched,
+           (unsigned long long)x.st.over_threshold, x.wrong);
+}
+
+/* Returns the wrong elements of every mode. */
+static unsigned long long run_topology(const char *preset_name, int M, int L, int divisor,
+                                       int iters, tide_rs_mode_t mode) {
+    const tide_preset_t *pr = tide_preset_find(preset_name);
+    if (!pr) {
+        fprintf(stderr, "unknown preset %s\n", preset_name);
+        exit(2);
     }
-    cudaFree(d_segs), cudaFree(d_packs), cudaFree(d_wrong);
-    cudaStreamDestroy(st), cudaEventDestroy(e0), cudaEventDestroy(e1);
+    bench_t b;
+    b.M = M, b.L = L, b.N = M * L, b.P = pr->num_params;
+    const int P = b.P, N = b.N;
+    b.shapes.assign(pr->shapes, pr->shapes + P);
+    for (auto &s : b.shapes) s.dim0 = (s.dim0 + divisor - 1) / divisor;
+    b.cfg = TIDE_CONFIG_INIT;
+    b.cfg.nodes = M, b.cfg.gpus_per_node = L;
+    b.desc = {P, b.shapes.data(), TIDE_DTYPE_BF16, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16};
+    /* Every mode's groups plan the same geometry as this plan. */
+    tide_plan_t plan;
+    TK(tide_plan_create(&b.cfg, &b.desc, &plan));
+    tide_plan_summary_t sum;
+    TK(tide_plan_get_summary(plan, &sum));
+    std::vector<tide_param_geometry_t> geo(P);
+    for (int p = 0; p < P; ++p) TK(tide_plan_get_param(plan, p, &geo[p]));
+    tide_plan_destroy(plan);
+    b.S = sum.shard_bytes, b.NS = sum.group_bytes, b.E = sum.fp32_shard_bytes / 4;
+    const uint64_t S = b.S, NS = b.NS, E = b.E;
+
+    /* Buffers (plain cudaMalloc; all on the current device). */
+    b.shard.resize(N), b.flat.resize(N), b.landing.resize(N);
+    b.grads.assign(N, std::vector<uint16_t *>(P));
+    b.pack.resize(N), b.out_tide.resize(N), b.out_stock.resize(N);
+    for (int r = 0; r < N; ++r) {
+        CK(cudaMalloc(&b.shard[r], S));
+        CK(cudaMalloc(&b.flat[r], NS));
+        CK(cudaMalloc(&b.landing[r], NS));
+        CK(cudaMalloc(&b.pack[r], E * 4 * (uint64_t)N));
+        CK(cudaMalloc(&b.out_tide[r], E * 4));
+        CK(cudaMalloc(&b.out_stock[r], E * 4));
+        fill_ints<<<264, 512>>>(b.shard[r], S / 2, 1000 + r);
+        for (int p = 0; p < P; ++p) {
+            uint64_t n = b.shapes[p].dim0 * b.shapes[p].inner;
+            CK(cudaMalloc(&b.grads[r][p], n * 2));
+            fill_ints<<<264, 512>>>(b.grads[r][p], n, 7 * r + 13 * p + 5);
+        }
+    }
+    /* Copy-out table (same for every rank: from flat u S + o_p to o_p N + u s_p). */
+    for (int p = 0; p < P; ++p)
+        for (int u = 0; u < N; ++u)
+            b.segs.push_back({u * S + geo[p].shard_offset,
+                              geo[p].shard_offset * N + u * geo[p].shard_bytes,
+                              geo[p].shard_bytes});
+    CK(cudaMalloc(&b.d_segs, b.segs.size() * sizeof(seg_t)));
+    CK(cudaMemcpy(b.d_segs, b.segs.data(), b.segs.size() * sizeof(seg_t),
+                  cudaMemcpyHostToDevice));
+    b.d_pp.resize(N);
+    for (int r = 0; r < N; ++r) {
+        std::vector<pack_param_t> pp(P);
+        for (int p = 0; p < P; ++p)
+            pp[p] = {b.grads[r][p], geo[p].rows_per_rank * geo[p].inner,
+                     geo[p].dim0 * geo[p].inner, geo[p].fp32_offset / 4};
+        CK(cudaMalloc(&b.d_pp[r], P * sizeof(pack_param_t)));
+        CK(cudaMemcpy(b.d_pp[r], pp.data(), P * sizeof(pack_param_t), cudaMemcpyHostToDevice));
+    }
+    CK(cudaMalloc(&b.d_packs, N * sizeof(float *)));
+    CK(cudaMemcpy(b.d_packs, b.pack.data(), N * sizeof(float *), cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&b.d_wrong, sizeof(*b.d_wrong)));
+    CK(cudaDeviceSynchronize());
+    CK(cudaStreamCreateWithFlags(&b.st, cudaStreamNonBlocking));
+    CK(cudaEventCreate(&b.e0));
+    CK(cudaEventCreate(&b.e1));
+    b.alpha = (N & (N - 1)) == 0 ? 1.0f / N : 1.0f;
+
+    result_t ag[MODE_COUNT], rs[MODE_COUNT];
+    char max_bytes[MODE_COUNT][64];
+    for (int m = 0; m < MODE_COUNT; ++m) {
+        mode_setenv(m, max_bytes[m], sizeof(max_bytes[m]));
+        run_mode(b, iters, mode, &ag[m], &rs[m]);
+        if (m != MODE_BATCHED) continue;
+        /* The line of the default mode, as before the modes existed. */
+        printf("%-22s %dx%d dim0/%-3d P=%-3d group %8.1f MiB | AG tide %8.3f ms stock %8.3f ms "
+               "ratio %5.2fx enqueue %7.1f us/rank desc %llu wrong %llu | RS tide %8.3f ms "
+               "stock %8.3f ms ratio %5.2fx enqueue %7.1f us/rank desc %llu wrong %llu\n",
+               preset_name, M, L, divisor, P, NS / 1048576.0, ag[m].tide_ms, ag[m].stock_ms,
+               ag[m].stock_ms / ag[m].tide_ms, ag[m].enqueue_us,
+               (unsigned long long)sum.ag_descriptors_max, ag[m].wrong, rs[m].tide_ms,
+               rs[m].stock_ms, rs[m].stock_ms / rs[m].tide_ms, rs[m].enqueue_us,
+               (unsigned long long)sum.rs_descriptors, rs[m].wrong);
+        fflush(stdout);
+    }
+    unsigned long long wrong = 0;
+    for (int m = 0; m < MODE_COUNT; ++m) {
+        printf("  mode %-11s %dx%d max_bytes %-9s", MODE_NAMES[m], M, L, max_bytes[m]);
+        print_mode_side("AG", ag[m], ag[MODE_PER_OP]);
+        print_mode_side("RS", rs[m], rs[MODE_PER_OP]);
+        printf("\n");
+        wrong += ag[m].wrong + rs[m].wrong;
+    }
+    fflush(stdout);
+    for (int r = 0; r < N; ++r) {
+        cudaFree(b.shard[r]), cudaFree(b.flat[r]), cudaFree(b.landing[r]), cudaFree(b.pack[r]);
+        cudaFree(b.out_tide[r]), cudaFree(b.out_stock[r]), cudaFree(b.d_pp[r]);
+        for (int p = 0; p < P; ++p) cudaFree(b.grads[r][p]);
+    }
+    cudaFree(b.d_segs), cudaFree(b.d_packs), cudaFree(b.d_wrong);
+    cudaStreamDestroy(b.st), cudaEventDestroy(b.e0), cudaEventDestroy(b.e1);
+    return wrong;
 }
 
 int main(int argc, char **argv) {
@@ -289,15 +385,24 @@ int main(int argc, char **argv) {
     }
     if (topos.empty()) topos = {{1, 8}, {2, 4}};
     if (divisor < 1 || iters < 1) return 2;
+    const char *user = getenv("TIDE_CUDA_BATCH_MAX_BYTES");
+    if (user != nullptr && strlen(user) >= sizeof user_max_bytes) {
+        fprintf(stderr, "bench_fabric_cuda: TIDE_CUDA_BATCH_MAX_BYTES is too long\n");
+        return 2;
+    }
+    if (user != nullptr) snprintf(user_max_bytes, sizeof user_max_bytes, "%s", user);
     printf("# emulated topologies on one GPU: every byte moves on SMs (same-device copies do not\n"
            "# use copy engines). Times: medians of %d iterations (GPU events on the caller's\n"
-           "# stream); enqueue: host time per rank per call; ratio = stock / tide.\n",
-           iters);
+           "# stream); enqueue: host time per rank per call; ratio = stock / tide.\n"
+           "# The first line per topology is the default copy mode; the \"mode\" rows give the\n"
+           "# three copy modes, each with a world of its own: batched (TIDE_CUDA_BATCH_MAX_BYTES,\n"
+           "# default %llu: larger same-device copies per op), batched-all (no threshold) and\n"
+           "# per-op (TIDE_CUDA_BATCH=0); per-op/tide = per-op GPU time / this mode's; batches,\n"
+           "# batched, over-threshold: batch kernels, the copies they ran, copies per op because\n"
+           "# of the threshold, in the last call.\n",
+           iters, (unsigned long long)TIDE_CUDA_BATCH_MAX_BYTES_DEFAULT);
     unsigned long long wrong = 0;
-    for (auto t : topos) {
-        result_t ag, rs;
-        run_topology(preset, t.first, t.second, divisor, iters, TIDE_RS_IN_PLACE, &ag, &rs);
-        wrong += ag.wrong + rs.wrong;
-    }
+    for (auto t : topos)
+        wrong += run_topology(preset, t.first, t.second, divisor, iters, TIDE_RS_IN_PLACE);
     return wrong ? 1 : 0;
 }

@@ -8,16 +8,23 @@
  * per rank) and on the CUDA fabric (one thread driving all ranks, calls enqueued back to
  * back without host synchronisation, outputs copied back on each rank's stream after each
  * call), and compares every AG landing and every RS output of every rank and call with
- * memcmp.  Every case runs the CUDA fabric twice against one CPU run: with batched copies
- * (TIDE_CUDA_BATCH=1: runs of same-device copies as one kernel) and per op
- * (TIDE_CUDA_BATCH=0: one cudaMemcpyAsync per copy).  One line per case and mode: PASS, or
- * FAIL with the first differing byte.
+ * memcmp.  Every case runs the CUDA fabric three times against one CPU run: with batched
+ * copies and no size threshold (TIDE_CUDA_BATCH=1, TIDE_CUDA_BATCH_MAX_BYTES=0: runs of
+ * same-device copies as one kernel), with a size threshold (TIDE_CUDA_BATCH_MAX_BYTES = the
+ * median of the distinct copy sizes of the case's programs, so that copies at or above it go
+ * per op and the smaller ones still batch, both inside one call), and per op
+ * (TIDE_CUDA_BATCH=0: one cudaMemcpyAsync per copy).  The test's shapes are tiny (copies of
+ * a few to a few hundred bytes), so a fixed threshold such as 4 KiB would split nothing.  One
+ * line per case and mode: PASS, or FAIL with the first differing byte.  The threshold mode
+ * must, over all cases, issue copies per op because of the threshold in a call that also
+ * ran batches.
  *
  * Then a host-enqueue figure: the median host time of one call of all ranks (every rank's
  * tide_all_gather / tide_reduce_scatter; the last one enqueues the whole call) at P = 30,
  * M = 8, L = 1, with the descriptors, event waits and records of that call.  On one GPU the
- * copies run as SM kernels (same-device copies do not use copy engines).  Both modes are
- * timed; the batched mode must run batches.
+ * copies run as SM kernels (same-device copies do not use copy engines).  All three modes
+ * are timed, the threshold mode at the median copy size of that group (its per-rank copies
+ * are 256 B to 64 KiB); the batched mode must run batches.
  *
  * --matrix walks the configuration space of tests/unit/test_matrix.c instead (the CPU
  * configuration matrix): topologies M in {1, 2, 3, 4, 5, 8, 9} x L in {1, 2, 4, 8} (up to 72
@@ -26,14 +33,14 @@
  * modes, W_wave < L with several waves, mixed-precision all-gather, resident shards and the
  * tuning-knob variants.  The generator is a copy of test_matrix.c's (e2e_util.h includes
  * cmocka), drawing from this program's own random stream: the same space, not the same draws.
- * Every configuration runs on the CPU fabric and on the CUDA fabric with batched copies; the
- * configurations with default knobs also run per op.  Configurations whose arenas and inputs
- * do not fit in free GPU memory (cudaMemGetInfo) are skipped and listed; topologies run in
- * order of rank count until --max-seconds (default 240) is spent, and what was not reached is
- * reported.  A watchdog ends the program (exit 3) if it runs 300 s past the budget.
+ * Every configuration runs on the CPU fabric and on the CUDA fabric with batched copies and
+ * with the threshold mode; the configurations with default knobs also run per op.
+ * Configurations whose arenas and inputs do not fit in free GPU memory (cudaMemGetInfo) are
+ * skipped and listed; topologies run in order of rank count until --max-seconds (default 240)
+ * is spent, and what was not reached is reported.  A watchdog ends the program (exit 3) if it runs 300 s past the budget.
  *
  * Usage: test_fabric_cuda [--small | --matrix [--max-seconds S]] [seed]
- *        (--small: a few cases, for compute-sanitizer)
+ *        (--small: a few cases, for compute-sanitizer; batched and per op only)
  * Exit status: 0 only if every case matched (--matrix: and at least one was compared).
  */
 #include "core/comm.h"
@@ -59,13 +66,24 @@
 #define MAX_PARAMS TIDE_MAX_PARAMS
 #define CALLS 3
 
-/* The CUDA fabric's copy path (TIDE_CUDA_BATCH, read when a world is created). */
-static int batch_mode = 1;
+/* The CUDA fabric's copy path (TIDE_CUDA_BATCH and TIDE_CUDA_BATCH_MAX_BYTES, read when a
+ * world is created): per op, batched without a size threshold, batched with the threshold
+ * batch_threshold. */
+enum { MODE_PER_OP = 0, MODE_BATCHED = 1, MODE_THRESHOLD = 2 };
+static int batch_mode = MODE_BATCHED;
+static uint64_t batch_threshold = 4096;
 static const char *batch_name(int mode) {
-    return mode ? "batched" : "per-op";
+    static char name[48];
+    if (mode == MODE_PER_OP) return "per-op";
+    if (mode == MODE_BATCHED) return "batched";
+    snprintf(name, sizeof(name), "threshold=%llu", (unsigned long long)batch_threshold);
+    return name;
 }
-/* Batched copy kernels and copies of the batched runs so far (all cases). */
+/* Batched copy kernels and copies of the batched runs so far (batched mode, all cases). */
 static uint64_t batch_kernels_seen, batch_copies_seen;
+/* Threshold mode, all cases: copies per op over the threshold, copies batched, and calls
+ * that did both. */
+static uint64_t split_over_seen, split_batched_seen, split_both_calls;
 
 #define CK(call)                                                                                   \
     do {                                                                                           \
@@ -306,7 +324,11 @@ typedef struct {
 
 static bool gpu_open(case_t *c, gpu_world_t *w, char *err, size_t err_size) {
     memset(w, 0, sizeof(*w));
-    setenv("TIDE_CUDA_BATCH", batch_mode ? "1" : "0", 1);
+    char max_bytes[32];
+    snprintf(max_bytes, sizeof(max_bytes), "%llu",
+             (unsigned long long)(batch_mode == MODE_THRESHOLD ? batch_threshold : 0));
+    setenv("TIDE_CUDA_BATCH", batch_mode == MODE_PER_OP ? "0" : "1", 1);
+    setenv("TIDE_CUDA_BATCH_MAX_BYTES", max_bytes, 1);
     if (tide_comm_init_all(TIDE_FABRIC_CUDA, c->m, c->l, w->comms) != TIDE_SUCCESS) {
         snprintf(err, err_size, "cuda comm_init_all: %s", tide_get_last_error());
         return false;
@@ -499,13 +521,24 @@ static bool run_gpu(case_t *c, char *err, size_t err_size) {
         tide_cuda_stats_t st;
         tide_cuda_arena_stats(w.groups[0]->arena,
                               k == 0 ? TIDE_COLL_ALL_GATHER : TIDE_COLL_REDUCE_SCATTER, &st);
-        if (!batch_mode && st.batches != 0) {
+        if (batch_mode == MODE_PER_OP && st.batches != 0) {
             snprintf(err, err_size, "TIDE_CUDA_BATCH=0 ran %llu batched copy kernels",
                      (unsigned long long)st.batches);
             ok = false;
         }
-        batch_kernels_seen += st.batches;
-        batch_copies_seen += st.batched;
+        if (batch_mode != MODE_THRESHOLD && st.over_threshold != 0) {
+            snprintf(err, err_size, "no size threshold, yet %llu copies went per op over it",
+                     (unsigned long long)st.over_threshold);
+            ok = false;
+        }
+        if (batch_mode == MODE_BATCHED) {
+            batch_kernels_seen += st.batches;
+            batch_copies_seen += st.batched;
+        } else if (batch_mode == MODE_THRESHOLD) {
+            split_over_seen += st.over_threshold;
+            split_batched_seen += st.batched;
+            split_both_calls += st.over_threshold > 0 && st.batches > 0;
+        }
     }
     gpu_inputs_free(c, in);
     gpu_close(c, &w);
@@ -584,13 +617,63 @@ static bool case_init(case_t *c, int m, int l, int v) {
     return case_plan(c);
 }
 
+static void sizes_of(const tide_program_t *prog, uint64_t *v, int *n, int cap) {
+    for (int r = 0; r < prog->num_ranks; ++r)
+        for (int q = 0; q < TIDE_Q_COUNT; ++q)
+            for (int i = 0; i < prog->ranks[r].queues[q].num_ops; ++i) {
+                const tide_op_t *op = &prog->ranks[r].queues[q].ops[i];
+                const uint64_t b =
+                    op->kind == TIDE_OP_COPY     ? op->bytes
+                    : op->kind == TIDE_OP_COPY2D ? op->bytes * op->rows
+                                                 : 0;
+                if (b > 0 && *n < cap) v[(*n)++] = b;
+            }
+}
+
+static int by_u64(const void *a, const void *b) {
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The threshold mode's TIDE_CUDA_BATCH_MAX_BYTES for case c: the median of the distinct copy
+ * sizes of its AG and RS programs, so that the smallest copies batch and the others go per
+ * op (4096 when the programs cannot be compiled here or have one copy size only). */
+static uint64_t case_threshold(const case_t *c) {
+    enum { CAP = 1 << 16 };
+    uint64_t *v = xmalloc(CAP * sizeof(*v));
+    int n = 0;
+    tide_program_t prog;
+    if (tide_program_compile_ag(c->plan, &prog) == TIDE_SUCCESS) {
+        sizes_of(&prog, v, &n, CAP);
+        tide_program_free(&prog);
+    }
+    for (int e = 0; e < CALLS; ++e)
+        if ((e == 0 || c->modes[e] != c->modes[0]) &&
+            tide_program_compile_rs(c->plan, c->modes[e], &prog) == TIDE_SUCCESS) {
+            sizes_of(&prog, v, &n, CAP);
+            tide_program_free(&prog);
+        }
+    qsort(v, (size_t)n, sizeof(*v), by_u64);
+    int distinct = 0;
+    for (int i = 0; i < n; ++i)
+        if (distinct == 0 || v[i] != v[distinct - 1]) v[distinct++] = v[i];
+    const uint64_t t = distinct >= 2 ? v[distinct / 2] : 4096;
+    free(v);
+    return t;
+}
+
 /* Run case c (inputs and outputs in place) on the CPU fabric once and on the CUDA fabric with
- * batched copies and, when per_op, one copy per op; compare every landing and output. */
-static bool case_compare(case_t *c, const char *name, bool per_op) {
+ * batched copies, with the size threshold when threshold, and one copy per op when per_op;
+ * compare every landing and output. */
+static bool case_compare(case_t *c, const char *name, bool threshold, bool per_op) {
     const tide_geom_t *g = &c->plan->geom;
     char err[768] = "";
     bool cpu_ok = run_cpu(c, err, sizeof(err)), all_ok = cpu_ok;
-    for (int mode = 1; mode >= (per_op ? 0 : 1); --mode) {
+    const int modes[3] = {MODE_BATCHED, MODE_THRESHOLD, MODE_PER_OP};
+    if (threshold) batch_threshold = case_threshold(c);
+    for (int mi = 0; mi < 3; ++mi) {
+        const int mode = modes[mi];
+        if ((mode == MODE_THRESHOLD && !threshold) || (mode == MODE_PER_OP && !per_op)) continue;
         batch_mode = mode;
         for (int e = 0; e < CALLS; ++e)
             for (int r = 0; r < c->n; ++r) {
@@ -633,7 +716,7 @@ static case_t *case_alloc(void) {
     return c;
 }
 
-static bool run_case(int m, int l, int v) {
+static bool run_case(int m, int l, int v, bool threshold) {
     case_t *c = case_alloc();
     if (!case_init(c, m, l, v)) {
         printf("FAIL M=%d L=%d v%d: plan: %s\n", m, l, v, tide_get_last_error());
@@ -649,7 +732,7 @@ static bool run_case(int m, int l, int v) {
              mode_name(c->modes[2]), c->accumulate[0], c->accumulate[1], c->accumulate[2],
              (double)c->alpha, c->resident ? " resident" : "", c->null_stream ? " null-stream" : "");
     case_inputs(c);
-    bool ok = case_outputs(c) && case_compare(c, name, true);
+    bool ok = case_outputs(c) && case_compare(c, name, threshold, true);
     case_free(c);
     free(c);
     return ok;
@@ -687,10 +770,14 @@ static bool enqueue_timer(int mode) {
     c.desc = (tide_group_desc_t){P, c.shapes, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16};
     char err[512] = "";
     batch_mode = mode;
+    for (int e = 0; e < CALLS; ++e)
+        c.modes[e] = TIDE_RS_IN_PLACE;
     if (tide_plan_create(&c.cfg, &c.desc, &c.plan) != TIDE_SUCCESS) {
         printf("FAIL enqueue timer: plan: %s\n", tide_get_last_error());
         return false;
     }
+    /* Copies of 256 B to 64 KiB per rank: the median size splits the runs of this group. */
+    batch_threshold = case_threshold(&c);
     const tide_geom_t *g = &c.plan->geom;
     gpu_world_t w;
     bool ok = gpu_open(&c, &w, err, sizeof(err));
@@ -739,14 +826,16 @@ static bool enqueue_timer(int mode) {
             printf("ENQUEUE %s %s M=%d L=%d P=%d (one GPU; copies run on SMs): median %.1f us "
                    "per call of all %d ranks (%.1f us per rank), %s call: %llu descriptors "
                    "(%llu batched copy kernels running %llu copies, %llu table uploads), %llu "
-                   "event waits, %llu event records, %llu CUDA calls (%.2f us per CUDA call)\n",
+                   "event waits, %llu event records, %llu CUDA calls (%.2f us per CUDA call), "
+                   "%llu copies per op over the size threshold\n",
                    what[k], batch_name(mode), M, L, P, med, N, med / N,
                    st[k].form ? "steady" : "fresh", (unsigned long long)st[k].descriptors,
                    (unsigned long long)st[k].batches, (unsigned long long)st[k].batched,
                    (unsigned long long)st[k].uploads, (unsigned long long)st[k].waits,
                    (unsigned long long)st[k].records, (unsigned long long)calls,
-                   calls > 0 ? med / (double)calls : 0.0);
-            if (mode && k == 0 && st[k].batches == 0) {
+                   calls > 0 ? med / (double)calls : 0.0,
+                   (unsigned long long)st[k].over_threshold);
+            if (mode == MODE_BATCHED && k == 0 && st[k].batches == 0) {
                 printf("FAIL enqueue timer: the batched all-gather ran no batch\n");
                 ok = false;
             }
@@ -921,7 +1010,7 @@ static void matrix_one(const dataset_t *d, const knobs_t *k, int wave, bool ag_r
         return;
     }
     case_inputs(c);
-    const bool ok = case_outputs(c) && case_compare(c, name, per_op);
+    const bool ok = case_outputs(c) && case_compare(c, name, true, per_op);
     ++mx.compared;
     mx.per_op += per_op;
     mx.failed += !ok;
@@ -998,6 +1087,19 @@ static void matrix_many_params(void) {
     printf("MATRIX many parameters: done\n");
 }
 
+/* The threshold mode must have split runs: copies per op over the threshold in a call that
+ * also ran batches. */
+static bool split_seen(const char *what) {
+    printf("threshold mode: %llu copies per op over the threshold, %llu copies batched, %llu "
+           "call(s) with both (all %s, last calls)\n",
+           (unsigned long long)split_over_seen, (unsigned long long)split_batched_seen,
+           (unsigned long long)split_both_calls, what);
+    if (split_both_calls > 0) return true;
+    printf("FAIL: the threshold mode never issued copies per op over the threshold in a call "
+           "that also ran batches\n");
+    return false;
+}
+
 static void watchdog(int sig) {
     (void)sig;
     static const char msg[] = "FAIL: test_fabric_cuda --matrix ran 300 s past its budget\n";
@@ -1047,6 +1149,7 @@ static int run_matrix(double max_seconds) {
         printf("FAIL: the batched mode ran no batched copy kernel in any configuration\n");
         ++mx.failed;
     }
+    if (mx.compared > 0 && !split_seen("configurations")) ++mx.failed;
     printf("configuration matrix on the CUDA fabric: %d configuration(s) compared with the CPU "
            "fabric bit for bit (%d also per op), %d failed; largest topology compared: %d "
            "ranks; %d skipped for GPU memory, %d refused by the planner, %d configuration(s) of "
@@ -1104,7 +1207,7 @@ int main(int argc, char **argv) {
         for (int v = 0; v < 4; ++v) {
             if (small && (v != (int)t % 4 || t % 2 == 1)) continue;
             ++run;
-            failed += !run_case(topo[t][0], topo[t][1], v);
+            failed += !run_case(topo[t][0], topo[t][1], v, !small);
         }
     if (batch_kernels_seen == 0) {
         printf("FAIL: the batched mode ran no batched copy kernel in any case\n");
@@ -1112,9 +1215,12 @@ int main(int argc, char **argv) {
     }
     printf("batched copy kernels: %llu, running %llu copies (all cases, last calls)\n",
            (unsigned long long)batch_kernels_seen, (unsigned long long)batch_copies_seen);
-    if (!small)
-        for (int mode = 1; mode >= 0; --mode)
-            failed += !enqueue_timer(mode);
-    printf("%d case(s) x 2 modes, %d failed\n", run, failed);
+    if (!small) {
+        failed += !split_seen("cases");
+        const int modes[3] = {MODE_BATCHED, MODE_THRESHOLD, MODE_PER_OP};
+        for (int mi = 0; mi < 3; ++mi)
+            failed += !enqueue_timer(modes[mi]);
+    }
+    printf("%d case(s) x %d modes, %d failed\n", run, small ? 2 : 3, failed);
     return failed != 0;
 }

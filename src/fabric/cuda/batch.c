@@ -6,11 +6,22 @@
  * list whose ops are COPY or COPY2D with source and destination on the thread's device, with
  * no other command of that thread between them: a WAIT, a RECORD (a fused signal somebody
  * waits for ends the run after its op, since the event must follow that copy), a FORK, an
- * UPLOAD, another op kind or a copy to or from another device (kept on cudaMemcpyAsync, the
- * copy engines) ends it.  A SIGNAL op whose record was dropped issues nothing and is passed
- * over; so is a WAIT pruned by the vector clocks (it emits no command).  A run of two copies
- * or more becomes one BATCH command at the position of its first op, and the commands of its
- * other ops are dropped.
+ * UPLOAD, another op kind, a copy to or from another device (kept on cudaMemcpyAsync, the
+ * copy engines) or a same-device copy of TIDE_CUDA_BATCH_MAX_BYTES or more ends it.  A SIGNAL
+ * op whose record was dropped issues nothing and is passed over; so is a WAIT pruned by the
+ * vector clocks (it emits no command).  A run of two copies or more becomes one BATCH command
+ * at the position of its first op, and the commands of its other ops are dropped.
+ *
+ * Large copies.  The batch kernel's grid grows with the batch's bytes up to two CTAs per SM
+ * (batch_copy.h), which moves a lone copy of up to 64 MiB at most about 2 us slower than a
+ * same-device cudaMemcpyAsync, but a lone 256 MiB copy about 10 us slower, more than the host
+ * time (about 3.5 us) a batch saves per copy (cuda.h, TIDE_CUDA_BATCH_MAX_BYTES_DEFAULT).  A
+ * same-device copy of TIDE_CUDA_BATCH_MAX_BYTES or more therefore ends the run exactly like a
+ * copy to another device: it keeps its own OP command, in its place in its thread's stream,
+ * and the copies before and after it form runs of their own.  Nothing moves across it, so it
+ * keeps every stream and event dependency it has on the per-op path.  The copies a threshold
+ * keeps out of runs they would otherwise have joined are counted per form (over_threshold)
+ * for the stats.
  *
  * The deadlock argument (execute.c) still holds: the batch is enqueued at the position of its
  * first op, all of its ops are on one stream in program order with nothing of their thread
@@ -65,10 +76,27 @@ static int ref_device(const tide_cuda_shared_t *sh, const tide_ref_t *ref, int r
     }
 }
 
-static bool op_batchable(const tide_cuda_shared_t *sh, const tide_op_t *op, int rank) {
+/* Bytes a copy moves (saturated: a product past 64 bits is above any threshold). */
+static uint64_t copy_bytes(const tide_op_t *op) {
+    uint64_t b = op->bytes;
+    if (op->kind == TIDE_OP_COPY2D && !tide_mul_u64(op->bytes, op->rows, &b)) return UINT64_MAX;
+    return b;
+}
+
+static bool op_same_device_copy(const tide_cuda_shared_t *sh, const tide_op_t *op, int rank) {
     if (op->kind != TIDE_OP_COPY && op->kind != TIDE_OP_COPY2D) return false;
     const int d = tide_cuda_device_of(sh, rank);
     return ref_device(sh, &op->dst, rank) == d && ref_device(sh, &op->src, rank) == d;
+}
+
+/* Whether a copy of `bytes` bytes stays per op under the threshold (0: no threshold). */
+static bool over_threshold(uint64_t max_bytes, uint64_t bytes) {
+    return max_bytes > 0 && bytes >= max_bytes;
+}
+
+static bool op_batchable(const tide_cuda_shared_t *sh, const tide_op_t *op, int rank,
+                         uint64_t max_bytes) {
+    return op_same_device_copy(sh, op, rank) && !over_threshold(max_bytes, copy_bytes(op));
 }
 
 /* A run found in one form: command indices of its first and last copy. */
@@ -96,9 +124,11 @@ static tide_result_t runs_push(runs_t *l, run_t r) {
     return TIDE_SUCCESS;
 }
 
-/* The runs of one form's command list with at least BATCH_MIN_COPIES copies. */
+/* The runs of one form's command list with at least BATCH_MIN_COPIES copies, copies of
+ * max_bytes or more (0: no threshold) ending runs. */
 static tide_result_t find_runs(const tide_cuda_shared_t *sh, const tide_cuda_prepared_t *pp,
-                               const tide_program_t *prog, int form, run_t *open, runs_t *out) {
+                               const tide_program_t *prog, int form, uint64_t max_bytes,
+                               run_t *open, runs_t *out) {
     const tide_cuda_schedule_t *s = &pp->sched;
     for (int t = 0; t < s->num_threads; ++t)
         open[t].copies = 0;
@@ -111,7 +141,7 @@ static tide_result_t find_runs(const tide_cuda_shared_t *sh, const tide_cuda_pre
             if (c->kind == TIDE_CUDA_CMD_OP) {
                 const tide_op_t *op = tide_cuda_op(prog, s, c->arg, t);
                 if (op->kind == TIDE_OP_SIGNAL) continue; /* issues nothing */
-                if (op_batchable(sh, op, t / TIDE_CUDA_Q)) {
+                if (op_batchable(sh, op, t / TIDE_CUDA_Q, max_bytes)) {
                     run_t *r = &open[t];
                     if (r->copies == 0) *r = (run_t){t, i, i, c->arg, c->arg, 0};
                     r->last_cmd = i;
@@ -135,10 +165,42 @@ static bool is_copy(const tide_op_t *op) {
     return op->kind == TIDE_OP_COPY || op->kind == TIDE_OP_COPY2D;
 }
 
+/* The grid of a batch: one CTA per TIDE_CUDA_BATCH_BYTES_PER_CTA of its copies, between
+ * TIDE_CUDA_BATCH_CTAS and TIDE_CUDA_BATCH_CTAS_PER_SM per SM of its device (batch_copy.h).
+ * The sizes are the program's, the same in every call. */
+static int32_t batch_ctas(const tide_cuda_shared_t *sh, const tide_cuda_prepared_t *pp,
+                          const tide_program_t *prog, const run_t *r) {
+    const tide_cuda_schedule_t *s = &pp->sched;
+    uint64_t total = 0;
+    for (int id = r->first_op; id <= r->last_op; ++id) {
+        const tide_op_t *op = tide_cuda_op(prog, s, id, r->thread);
+        if (is_copy(op) && !tide_add_u64(total, copy_bytes(op), &total)) total = UINT64_MAX;
+    }
+    const uint64_t sms = (uint64_t)sh->sm_count[tide_cuda_device_of(sh, r->thread / TIDE_CUDA_Q)];
+    const uint64_t most = sms * TIDE_CUDA_BATCH_CTAS_PER_SM;
+    const uint64_t cap = most > TIDE_CUDA_BATCH_CTAS ? most : TIDE_CUDA_BATCH_CTAS;
+    const uint64_t want = tide_div_ceil_u64(total, TIDE_CUDA_BATCH_BYTES_PER_CTA);
+    return (int32_t)(want < TIDE_CUDA_BATCH_CTAS ? TIDE_CUDA_BATCH_CTAS : want > cap ? cap : want);
+}
+
+/* Copies over the threshold inside the runs found without one: those it keeps per op. */
+static int count_over_threshold(const tide_cuda_shared_t *sh, const tide_cuda_prepared_t *pp,
+                                const tide_program_t *prog, const runs_t *whole) {
+    int count = 0;
+    for (int k = 0; k < whole->n; ++k) {
+        const run_t *r = &whole->v[k];
+        for (int id = r->first_op; id <= r->last_op; ++id) {
+            const tide_op_t *op = tide_cuda_op(prog, &pp->sched, id, r->thread);
+            count += is_copy(op) && over_threshold(sh->batch_max_bytes, copy_bytes(op));
+        }
+    }
+    return count;
+}
+
 /* Descriptor slots: every copy in some run of either form, per rank in op id order
  * (slot_of[id], -1: none); then the batches and the command lists with BATCH commands. */
-static tide_result_t build(tide_cuda_prepared_t *pp, const tide_program_t *prog, const runs_t *runs,
-                           int32_t *slot_of) {
+static tide_result_t build(const tide_cuda_shared_t *sh, tide_cuda_prepared_t *pp,
+                           const tide_program_t *prog, const runs_t *runs, int32_t *slot_of) {
     const tide_cuda_schedule_t *s = &pp->sched;
     const int n = s->num_ranks;
     for (int id = 0; id < s->num_ops; ++id)
@@ -189,7 +251,8 @@ static tide_result_t build(tide_cuda_prepared_t *pp, const tide_program_t *prog,
                 break;
             }
             const int b = pp->num_batches++;
-            pp->batches[b] = (tide_cuda_batch_t){r->thread / TIDE_CUDA_Q, first, r->copies};
+            pp->batches[b] = (tide_cuda_batch_t){r->thread / TIDE_CUDA_Q, first, r->copies,
+                                                 batch_ctas(sh, pp, prog, r)};
             if (r->copies > pp->max_batch) pp->max_batch = r->copies;
             for (int i = r->first_cmd; i <= r->last_cmd; ++i)
                 if (s->cmds[f][i].thread == r->thread) fate[i] = -2;
@@ -282,6 +345,7 @@ void tide_cuda_batch_free(tide_cuda_prepared_t *pp, int ranks) {
     pp->slot_thread = pp->slot_op = NULL;
     pp->slot_base = NULL;
     pp->num_batches = pp->max_batch = pp->num_desc = 0;
+    pp->over_threshold[0] = pp->over_threshold[1] = 0;
     pp->batched = false;
 }
 
@@ -289,24 +353,33 @@ tide_result_t tide_cuda_batch_prepare(tide_cuda_shared_t *sh, tide_cuda_prepared
                                       const tide_program_t *prog) {
     const tide_cuda_schedule_t *s = &pp->sched;
     tide_result_t res = TIDE_SUCCESS;
-    runs_t runs[TIDE_CUDA_FORMS];
+    runs_t runs[TIDE_CUDA_FORMS], whole;
     memset(runs, 0, sizeof(runs));
+    memset(&whole, 0, sizeof(whole));
     run_t *open = calloc((size_t)s->num_threads, sizeof(*open));
     int32_t *slot_of = calloc((size_t)s->num_ops + 1, sizeof(*slot_of));
     if (open == NULL || slot_of == NULL) {
         res = TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda fabric: copy runs of %d ops", s->num_ops);
         goto done;
     }
-    for (int f = 0; f < TIDE_CUDA_FORMS; ++f)
-        TIDE_CHECK_GOTO(find_runs(sh, pp, prog, f, open, &runs[f]), res, done);
+    for (int f = 0; f < TIDE_CUDA_FORMS; ++f) {
+        TIDE_CHECK_GOTO(find_runs(sh, pp, prog, f, sh->batch_max_bytes, open, &runs[f]), res,
+                        done);
+        pp->over_threshold[f] = 0;
+        if (sh->batch_max_bytes == 0) continue;
+        whole.n = 0;
+        TIDE_CHECK_GOTO(find_runs(sh, pp, prog, f, 0, open, &whole), res, done);
+        pp->over_threshold[f] = count_over_threshold(sh, pp, prog, &whole);
+    }
     if (runs[0].n + runs[1].n == 0) goto done; /* nothing to batch: the per-op lists */
-    TIDE_CHECK_GOTO(build(pp, prog, runs, slot_of), res, fail);
+    TIDE_CHECK_GOTO(build(sh, pp, prog, runs, slot_of), res, fail);
     TIDE_CHECK_GOTO(tables_alloc(sh, pp), res, fail);
     pp->batched = true;
     goto done;
 fail:
     tide_cuda_batch_free(pp, sh->ranks);
 done:
+    free(whole.v);
     free(runs[0].v);
     free(runs[1].v);
     free(slot_of);

@@ -32,17 +32,26 @@ typedef struct {
     uint64_t dst_pitch;
 } tide_cuda_copy_desc_t;
 
-/* CTA budget of the batched copy kernel.  The copies it replaces are small (a few KiB to a
- * few MiB each) and run next to the landing and sum kernels; a small fixed grid keeps the
- * batch from taking the whole GPU while 32 CTAs of 256 threads with 16-byte accesses still
- * move tens of GB/s per batch, and grid-striding makes any budget correct. */
+/* Grid of the batched copy kernel, fixed per batch when the program is prepared (batch.c):
+ * one CTA per TIDE_CUDA_BATCH_BYTES_PER_CTA bytes of the batch's copies, at least
+ * TIDE_CUDA_BATCH_CTAS and at most TIDE_CUDA_BATCH_CTAS_PER_SM per SM of the device.  Most
+ * batches are small (a few KiB to a few MiB in all) and run next to the landing and sum
+ * kernels: the floor of 32 CTAs keeps them from taking the whole GPU, as the fixed 32-CTA
+ * grid did.  A batch of many MiB crawled on 32 CTAs (one 64 MiB copy: 90 us, against 35 us
+ * for a same-device cudaMemcpyAsync on an H200), so it grows with its bytes.  With four
+ * 16-byte loads in flight per thread (batch_copy.cu), one CTA per SM moved that copy in 42 us
+ * and two per SM in 36-37 us; more per SM gained nothing.  Threads grid-stride over the units
+ * and each unit is written once by one thread, so any grid gives the same bytes. */
 #define TIDE_CUDA_BATCH_CTAS 32
+#define TIDE_CUDA_BATCH_CTAS_PER_SM 2
+#define TIDE_CUDA_BATCH_BYTES_PER_CTA (256u << 10)
 #define TIDE_CUDA_BATCH_THREADS 256
 
-/* Enqueue the copies table[0 .. count) (a device pointer) on `stream` as one kernel launch.
- * The copies of one table must not overlap each other's destinations (they run
- * concurrently).  count <= 0 enqueues nothing. */
-cudaError_t tide_cuda_batch_copy(const tide_cuda_copy_desc_t *table, int count,
+/* Enqueue the copies table[0 .. count) (a device pointer) on `stream` as one kernel launch
+ * of `ctas` CTAs (any ctas >= 1 gives the same result).  The copies of one table must not
+ * overlap each other's destinations (they run concurrently).  count <= 0 enqueues
+ * nothing. */
+cudaError_t tide_cuda_batch_copy(const tide_cuda_copy_desc_t *table, int count, int ctas,
                                  cudaStream_t stream);
 
 #ifdef __cplusplus

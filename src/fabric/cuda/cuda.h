@@ -37,6 +37,16 @@
 /* Streams per device unless TIDE_CUDA_STREAMS says otherwise: (rank, queue) pairs beyond it
  * share streams round-robin (correct, see the deadlock argument; only less concurrent). */
 #define TIDE_CUDA_STREAMS_DEFAULT 64
+/* Same-device copies of at least this many bytes (bytes x rows for a 2D copy) stay on
+ * cudaMemcpyAsync instead of joining a batch, unless TIDE_CUDA_BATCH_MAX_BYTES says otherwise
+ * (docs/cuda-fabric.md, "Batched copies", has the measurements).  With the batch grid scaled
+ * to the batch's bytes, a lone copy in a batch takes longer on the GPU than as one
+ * cudaMemcpyAsync by 2.3 us at 16 MiB, 2.1 us at 64 MiB and about 10 us at 256 MiB (H200),
+ * while each copy a batch takes saves about 3.5 us of host time, and several copies in one
+ * batch run faster than as memcpys at every size measured.  The crossover is near 100 MiB;
+ * 64 MiB is the power of two below it.  A 1 MiB threshold measured worse on both counts: it
+ * gave back most of batching's host saving, and GPU time as well. */
+#define TIDE_CUDA_BATCH_MAX_BYTES_DEFAULT ((uint64_t)64 << 20)
 
 /* ------------------------------------------------------------------ schedules (host only) */
 
@@ -132,6 +142,7 @@ typedef struct {
     int ranks;
     int num_devices;    /* devices used: min(visible, N) */
     bool batch;         /* TIDE_CUDA_BATCH (default 1): runs of same-device copies batched */
+    uint64_t batch_max_bytes; /* TIDE_CUDA_BATCH_MAX_BYTES: larger copies stay per op; 0: none */
     int *sm_count;      /* [num_devices] */
     size_t *max_pitch;  /* [num_devices] */
     cudaStream_t *pool; /* every stream created, pool_size entries */
@@ -192,6 +203,7 @@ typedef struct {
     int32_t rank;
     int32_t first; /* global descriptor slot (slot_base[rank] + index in the rank's table) */
     int32_t count;
+    int32_t ctas; /* grid of its kernel: scaled with its bytes (batch_copy.h) */
 } tide_cuda_batch_t;
 
 /* A program's device-side state: its schedule, events, and segment tables. */
@@ -210,6 +222,7 @@ typedef struct {
     tide_cuda_batch_t *batches;
     int num_batches;
     int max_batch;                       /* largest count */
+    int over_threshold[TIDE_CUDA_FORMS]; /* copies of runs kept per op by the size threshold */
     int num_desc;                        /* descriptor slots of all ranks */
     int *slot_base;                      /* [N + 1]: first slot of each rank */
     int32_t *slot_op;                    /* [num_desc]: op id of each slot */
@@ -224,8 +237,9 @@ typedef struct {
     void *scratch;                       /* 2 * max_batch intervals (overlap check) */
 } tide_cuda_prepared_t;
 
-/* Batched copies (batch.c).  prepare: find the runs of the schedule's command lists, number
- * their descriptors, allocate the tables (nothing when no run has two copies).  fill: the
+/* Batched copies (batch.c).  prepare: find the runs of the schedule's command lists (a copy
+ * of sh->batch_max_bytes or more ends a run and stays per op), number their descriptors,
+ * allocate the tables (nothing when no run has two copies).  fill: the
  * descriptors of rank r from the pending call's bound ops.  disjoint: whether the copies of a
  * batch may run concurrently (no destination overlaps another copy's source or destination);
  * otherwise the batch is issued copy by copy. */
@@ -246,6 +260,9 @@ typedef struct {
     uint64_t batches;     /* batched copy kernels (counted in descriptors) */
     uint64_t batched;     /* copies they ran */
     uint64_t unbatched;   /* copies of batches issued one by one (overlapping copies) */
+    uint64_t over_threshold; /* same-device copies issued per op because of their size
+                              * (TIDE_CUDA_BATCH_MAX_BYTES): copies that would have joined a
+                              * batch without the threshold, counted in descriptors */
     uint64_t enqueue_ns;  /* host time of the last rank's execute (the whole enqueue) */
 } tide_cuda_stats_t;
 

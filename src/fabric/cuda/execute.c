@@ -246,7 +246,7 @@ static tide_result_t issue_batch(issue_t *is, int b, int t) {
     is->st.batched += (uint64_t)bt->count;
     const tide_cuda_copy_desc_t *table =
         pp->desc_dev[is->parity][bt->rank] + (bt->first - pp->slot_base[bt->rank]);
-    const cudaError_t e = tide_cuda_batch_copy(table, bt->count, is->sh->stream[t]);
+    const cudaError_t e = tide_cuda_batch_copy(table, bt->count, bt->ctas, is->sh->stream[t]);
     if (e == cudaSuccess) return TIDE_SUCCESS;
     const int id = pp->slot_op[bt->first];
     const tide_op_t *op = tide_cuda_op(pp->checked[bt->rank], &pp->sched, id, t);
@@ -341,6 +341,9 @@ tide_result_t tide_cuda_enqueue(tide_cuda_group_t *g, tide_cuda_family_t *fam) {
     is.st.form = form;
     is.st.descriptors = is.st.waits = is.st.records = is.st.uploads = 0;
     is.st.batches = is.st.batched = is.st.unbatched = 0;
+    /* The threshold's copies are plain OP commands of the lists; their count is the
+     * program's (batch.c). */
+    is.st.over_threshold = (uint64_t)is.pp->over_threshold[form];
     tide_result_t res = enqueue_commands(&is, form, e, fence);
     if (res != TIDE_SUCCESS) return res;
     fam->last_epoch = (int64_t)e;

@@ -37,10 +37,46 @@ static int streams_per_device(void) {
 }
 
 /* TIDE_CUDA_BATCH=0 keeps every copy on cudaMemcpyAsync (the per-op path); anything else
- * (default) runs each run of same-device copies as one batched copy kernel (batch.c). */
+ * (default) runs each run of same-device copies below TIDE_CUDA_BATCH_MAX_BYTES as one
+ * batched copy kernel (batch.c). */
 static bool batch_enabled(void) {
     const char *env = getenv("TIDE_CUDA_BATCH");
     return env == NULL || strcmp(env, "0") != 0;
+}
+
+/* TIDE_CUDA_BATCH_MAX_BYTES: same-device copies of at least this many bytes stay on
+ * cudaMemcpyAsync (batch.c).  Unset or empty: TIDE_CUDA_BATCH_MAX_BYTES_DEFAULT.  Otherwise
+ * decimal digits, optionally followed by K, M or G (KiB, MiB, GiB); 0 means no threshold
+ * (every same-device copy may join a batch; TIDE_CUDA_BATCH=0 is the all-per-op mode).  Any
+ * other value is refused rather than ignored: a typo would otherwise silently measure the
+ * default. */
+static tide_result_t batch_max_bytes(uint64_t *out) {
+    const char *env = getenv("TIDE_CUDA_BATCH_MAX_BYTES");
+    if (env == NULL || *env == '\0') {
+        *out = TIDE_CUDA_BATCH_MAX_BYTES_DEFAULT;
+        return TIDE_SUCCESS;
+    }
+    uint64_t v = 0;
+    const char *p = env;
+    bool ok = *p >= '0' && *p <= '9';
+    for (; ok && *p >= '0' && *p <= '9'; ++p)
+        ok = tide_mul_u64(v, 10, &v) && tide_add_u64(v, (uint64_t)(*p - '0'), &v);
+    if (ok && *p != '\0') {
+        const char u = *p++;
+        const uint64_t unit = u == 'K' || u == 'k'   ? (uint64_t)1 << 10
+                              : u == 'M' || u == 'm' ? (uint64_t)1 << 20
+                              : u == 'G' || u == 'g' ? (uint64_t)1 << 30
+                                                     : 0;
+        ok = unit != 0 && *p == '\0' && tide_mul_u64(v, unit, &v);
+    }
+    if (!ok)
+        return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
+                        "cuda fabric: TIDE_CUDA_BATCH_MAX_BYTES=\"%.64s\" is not a byte count "
+                        "(decimal digits, optionally followed by K, M or G; 0: no threshold; "
+                        "unset: %llu)",
+                        env, (unsigned long long)TIDE_CUDA_BATCH_MAX_BYTES_DEFAULT);
+    *out = v;
+    return TIDE_SUCCESS;
 }
 
 /* Release whatever was created; tolerates a partly built world. */
@@ -149,6 +185,8 @@ static tide_result_t streams_init(tide_cuda_shared_t *sh) {
 }
 
 static tide_result_t shared_create(int n, tide_cuda_shared_t **out) {
+    uint64_t max_bytes = 0;
+    TIDE_CHECK(batch_max_bytes(&max_bytes));
     int visible = 0;
     cudaError_t e = cudaGetDeviceCount(&visible);
     if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ||
@@ -172,6 +210,7 @@ static tide_result_t shared_create(int n, tide_cuda_shared_t **out) {
     }
     sh->ranks = n;
     sh->batch = batch_enabled();
+    sh->batch_max_bytes = max_bytes;
     sh->num_devices = visible < n ? visible : n;
     sh->sm_count = calloc((size_t)sh->num_devices, sizeof(*sh->sm_count));
     sh->max_pitch = calloc((size_t)sh->num_devices, sizeof(*sh->max_pitch));
