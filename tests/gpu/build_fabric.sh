@@ -20,8 +20,10 @@ build() { # build NAME CMD...: a stale binary never survives a failed build
 }
 build bench_fabric_cuda nvcc "${nvflags[@]}" "$root/tests/gpu/bench_fabric_cuda.cu" "${libs[@]}" \
     -o "$out/bench_fabric_cuda"
-build bench_interference nvcc "${nvflags[@]}" "$root/tests/gpu/bench_interference.cu" \
-    "${libs[@]}" -lcublas -o "$out/bench_interference"
+# bench_interference.cu includes interference_{comm,lt,probe}.cuh; warnings are errors.
+build bench_interference nvcc "${nvflags[@]}" -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror \
+    "$root/tests/gpu/bench_interference.cu" "${libs[@]}" -lcublasLt -lcublas \
+    -o "$out/bench_interference"
 build bench_enqueue nvcc "${nvflags[@]}" "$root/tests/gpu/bench_enqueue.cu" "${libs[@]}" \
     -o "$out/bench_enqueue"
 if [ -f "$root/tests/gpu/test_fabric_cuda.c" ]; then
