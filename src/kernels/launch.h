@@ -31,7 +31,11 @@ typedef enum {
     TIDE_SUM_PLAIN = 1, /* grid-stride, 16-byte vector loads into registers */
     TIDE_SUM_TMA = 2,   /* sm_90: producer warp, bulk copies into a shared ring, consumer warps */
     TIDE_SUM_ASYNC = 3, /* sm_80: per-thread cp.async into shared slots, several chunks ahead */
-    TIDE_SUM_VARIANT_COUNT = 4
+    TIDE_SUM_HYBRID = 4, /* sm_90: staged sources 0..R-1 through a bulk-copy ring, the others
+                            straight into the consumers' registers (sum_hybrid.cuh) */
+    TIDE_SUM_PLAIN2 = 5, /* U 16-byte groups a thread per chunk, all U * L loads issued before
+                            the first add */
+    TIDE_SUM_VARIANT_COUNT = 6
 } tide_sum_variant_t;
 
 /* The variant TIDE_SUM_AUTO takes on Hopper (chosen by tests/gpu/bench_kernels). */
@@ -59,7 +63,16 @@ typedef struct {
     int stage_bytes; /* TMA stage, one chunk of all L tiles: 16384, 32768, 65536, 73728 or
                         114688; 0 = TIDE_SUM_TMA_STAGE.  The ring must hold two stages */
     int producers;   /* TMA producer warps, 1 or 2; 0 = the default (2, with 320 threads,
-                        when threads is 0 too; else 1) */
+                        when threads is 0 too; else 1).  HYBRID: 1 or 2; 0 = 1 */
+    int groups;      /* PLAIN2: U = 2, 3 or 4 groups a thread per chunk, with at most 512,
+                        384 or 256 threads (default: that maximum).  HYBRID: U = 2 or 4 groups
+                        a consumer thread, at most 512 or 320 threads, producer warps included
+                        (default 512).  0 = 2 */
+    int bulk_sources; /* HYBRID: R, the staged sources 0..R-1 that travel by bulk copy, in
+                         1..L-1 with L - R <= 6; 0 = L - 2 (R = 1 for L = 2).  Ignored for
+                         L = 1 (PLAIN2 runs on the consumer threads).  The ring (smem_bytes, as
+                         TMA's) must hold two stages of R * U * (threads - 32 * producers) * 16
+                         bytes; stage_bytes is ignored */
 } tide_sum_launch_t;
 
 /* Level-1 sum with TIDE_SUM_AUTO, the given CTA budget and threads: 0 (the default) or a
@@ -68,7 +81,7 @@ cudaError_t tide_cuda_sum(const tide_sum_args_t *args, int ctas, int threads, cu
 
 /*
  * Level-1 sum with an explicit launch configuration.  A variant the device cannot run
- * (TMA below sm_90, ASYNC below sm_80) returns cudaErrorInvalidDeviceFunction.
+ * (TMA and HYBRID below sm_90, ASYNC below sm_80) returns cudaErrorInvalidDeviceFunction.
  */
 cudaError_t tide_cuda_sum_launch(const tide_sum_args_t *args, const tide_sum_launch_t *cfg,
                                  cudaStream_t stream);

@@ -14,10 +14,14 @@
  *          tide_sum::launch_tma_opts (below) takes the internal options the benchmark sweeps.
  *   ASYNC  per-thread cp.async into private shared slots S chunks ahead (sum_async.cuh).
  *          sm_80.
+ *   PLAIN2 PLAIN with U groups a thread per chunk (sum_plain2.cu).
+ *   HYBRID the first R sources through a bulk-copy ring, the others straight into the
+ *          consumers' registers (sum_hybrid.cuh, sum_hybrid.cu).  sm_90.
  */
 #include "kernels/launch.h"
 #include "kernels/sum_async.cuh"
 #include "kernels/sum_common.cuh"
+#include "kernels/sum_hybrid.cuh"
 #include "kernels/sum_tma.cuh"
 
 namespace tide_sum {
@@ -142,7 +146,8 @@ extern "C" cudaError_t tide_cuda_sum_launch(const tide_sum_args_t *args,
                                             const tide_sum_launch_t *cfg, cudaStream_t stream) {
     if (args == NULL || cfg == NULL || cfg->ctas < 1 || cfg->threads < 0 || cfg->threads > 1024 ||
         cfg->threads % 32 != 0 || (cfg->threads > 0 && cfg->threads < 64) || cfg->smem_bytes < 0 ||
-        cfg->stage_bytes < 0 || cfg->producers < 0 || args->num_segs < 0 || args->num_staged < 0 ||
+        cfg->stage_bytes < 0 || cfg->producers < 0 || cfg->groups < 0 || cfg->bulk_sources < 0 ||
+        args->num_segs < 0 || args->num_staged < 0 ||
         args->num_staged > TIDE_MAX_GPUS_PER_NODE - 1 || (int)cfg->variant < 0 ||
         cfg->variant >= TIDE_SUM_VARIANT_COUNT)
         return cudaErrorInvalidValue;
@@ -158,9 +163,16 @@ extern "C" cudaError_t tide_cuda_sum_launch(const tide_sum_args_t *args,
     tide_sum_launch_t c = *cfg;
     if (c.variant == TIDE_SUM_AUTO) {
         c.variant = d.major >= 9 ? TIDE_SUM_DEFAULT_SM90 : TIDE_SUM_PLAIN;
-    } else if ((c.variant == TIDE_SUM_TMA && d.major < 9) ||
+    } else if (((c.variant == TIDE_SUM_TMA || c.variant == TIDE_SUM_HYBRID) && d.major < 9) ||
                (c.variant == TIDE_SUM_ASYNC && d.major < 8)) {
         return cudaErrorInvalidDeviceFunction;
+    }
+    if (c.variant == TIDE_SUM_PLAIN2)
+        return tide_sum::launch_plain2(*args, c.ctas, c.threads, c.groups, stream);
+    if (c.variant == TIDE_SUM_HYBRID) {
+        const tide_sum::hybrid_opts o = {c.ctas,         c.threads,   c.groups,
+                                         c.bulk_sources, c.producers, c.smem_bytes};
+        return tide_sum::launch_hybrid(*args, o, d.dev, d.optin, stream);
     }
     if (args->dtype == TIDE_DTYPE_BF16)
         return tide_sum::launch_dtype<uint16_t>(*args, c, d, stream);
@@ -169,6 +181,6 @@ extern "C" cudaError_t tide_cuda_sum_launch(const tide_sum_args_t *args,
 
 extern "C" cudaError_t tide_cuda_sum(const tide_sum_args_t *args, int ctas, int threads,
                                      cudaStream_t stream) {
-    const tide_sum_launch_t cfg = {TIDE_SUM_AUTO, ctas, threads, 0, 0, 0};
+    const tide_sum_launch_t cfg = {TIDE_SUM_AUTO, ctas, threads, 0, 0, 0, 0, 0};
     return tide_cuda_sum_launch(args, &cfg, stream);
 }

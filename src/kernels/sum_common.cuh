@@ -1,7 +1,7 @@
 /*
- * sum_common.cuh - what the Level-1 sum variants (sum.cu, sum_tma.cuh, sum_async.cuh) share:
- * the per-segment view, the order of the adds, and the global-memory paths for heads,
- * partial groups, padding and unaligned segments.
+ * sum_common.cuh - what the Level-1 sum variants (sum.cu, sum_tma.cuh, sum_async.cuh,
+ * sum_plain2.cu, sum_hybrid.cuh) share: the per-segment view, the order of the adds, and the
+ * global-memory paths for heads, partial groups, padding and unaligned segments.
  *
  * Work decomposition.  A segment is cut into a scalar head of h < GE elements (h brings
  * every source and the output to a 16-byte boundary at once) and then groups of GE elements,
@@ -19,6 +19,7 @@
 #include "kernels/device.cuh"
 
 #include <atomic>
+#include <type_traits>
 
 namespace tide_sum {
 
@@ -84,8 +85,10 @@ __device__ __forceinline__ float sum_scalar(const seg_view<T, NS> &v, uint64_t e
     return __fadd_rn(acc, load_scalar(v.own, e));
 }
 
-/* Sum GE elements from L unpacked vectors (staged in order, own last) and store them. */
-template <typename T, int NS>
+/* Sum GE elements from L unpacked vectors (staged in order, own last) and store them.  RAW
+ * (used with L >= 2 only) stores the last add's results as they are: the GPU's fp32 add
+ * already returns the canonical NaN 0x7fffffff (see sum_store_unit). */
+template <typename T, int NS, bool RAW = false>
 __device__ __forceinline__ void sum_store(const uint4 *vin, float *out) {
     constexpr int GE = vec_traits<T>::GE;
     float acc[GE], f[GE];
@@ -98,9 +101,30 @@ __device__ __forceinline__ void sum_store(const uint4 *vin, float *out) {
             acc[j] = __fadd_rn(acc[j], f[j]);
     }
 #pragma unroll
-    for (int j = 0; j < GE; j += 4)
-        st16(out + j, canonical(acc[j]), canonical(acc[j + 1]), canonical(acc[j + 2]),
-             canonical(acc[j + 3]));
+    for (int j = 0; j < GE; j += 4) {
+        if (RAW && NS > 0)
+            st16(out + j, acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
+        else
+            st16(out + j, canonical(acc[j]), canonical(acc[j + 1]), canonical(acc[j + 2]),
+                 canonical(acc[j + 3]));
+    }
+}
+
+/* Group g of a segment is a whole 16-byte vector of real rows in every source: it may travel
+ * by vector loads or bulk copies.  Such groups are the leading ones of a segment. */
+template <typename T, int NS>
+__device__ __forceinline__ bool vec_full(const seg_view<T, NS> &v, uint64_t g) {
+    return v.vec && v.head + (g + 1) * (uint64_t)vec_traits<T>::GE <= v.valid;
+}
+
+/* How many leading groups of chunk c (tg groups a chunk) are whole vectors of real rows. */
+template <typename T, int NS>
+__device__ __forceinline__ uint32_t full_groups(const seg_view<T, NS> &v, uint64_t c, uint32_t tg) {
+    constexpr int GE = vec_traits<T>::GE;
+    if (!v.vec || v.valid <= v.head) return 0;
+    const uint64_t full = (v.valid - v.head) / GE, first = c * tg;
+    if (full <= first) return 0;
+    return (uint32_t)(full - first < (uint64_t)tg ? full - first : (uint64_t)tg);
 }
 
 /*
@@ -180,6 +204,16 @@ __device__ __forceinline__ void do_group(const seg_view<T, NS> &v, uint64_t g) {
     }
 }
 
+/* Sources FIRST .. FIRST + N - 1 (staged in order, own = NS) of the group at element e0. */
+template <typename T, int NS, int FIRST, int N>
+__device__ __forceinline__ void load_sources(const seg_view<T, NS> &v, uint64_t e0, uint4 *out) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+        const int s = FIRST + j;
+        out[j] = ldg16(s < NS ? v.stage + (uint64_t)s * v.stride + e0 : v.own + e0);
+    }
+}
+
 /* Chunks of a segment when a chunk holds `per_chunk` groups (at least one: the head). */
 template <typename T, int NS>
 __device__ __forceinline__ uint64_t chunk_count(const seg_view<T, NS> &v, uint32_t per_chunk) {
@@ -234,6 +268,30 @@ __device__ __forceinline__ void cursor_next(chunk_cursor<T, NS> &k, const tide_s
                                             uint32_t per_chunk) {
     k.c += gridDim.x;
     if (k.c >= k.chunks) cursor_seek(k, a, per_chunk);
+}
+
+/* f(std::integral_constant<int, NS>{}) for the run-time count of staged sources NS. */
+template <typename F> cudaError_t with_ns(int ns, F &&f) {
+    switch (ns) {
+    case 0:
+        return f(std::integral_constant<int, 0>{});
+    case 1:
+        return f(std::integral_constant<int, 1>{});
+    case 2:
+        return f(std::integral_constant<int, 2>{});
+    case 3:
+        return f(std::integral_constant<int, 3>{});
+    case 4:
+        return f(std::integral_constant<int, 4>{});
+    case 5:
+        return f(std::integral_constant<int, 5>{});
+    case 6:
+        return f(std::integral_constant<int, 6>{});
+    case 7:
+        return f(std::integral_constant<int, 7>{});
+    default:
+        return cudaErrorInvalidValue;
+    }
 }
 
 /* Raise a kernel's dynamic shared-memory limit to the device's opt-in maximum, once per

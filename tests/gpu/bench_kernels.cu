@@ -11,6 +11,11 @@
  * is warmed up, then timed launch by launch with CUDA events, and the median of the reps is
  * reported.
  *
+ * The last line names the fastest configuration of the L = 8 bf16 sum (1 Mi-element segments)
+ * at 4 and at 16 CTAs among every row measured in the run.  Before any timing, every sum
+ * configuration is checked against PLAIN bit for bit on the bench data; a difference makes
+ * the exit status 1 (the figures are still printed).
+ *
  * Usage: bench_kernels [reps] [--sum-only] [--tune]
  *   reps        timed launches per row (default 20)
  *   --sum-only  skip the landing and the cast
@@ -91,15 +96,18 @@ struct row {
     char kernel[40];
     int ctas, threads;
     double gbs;
+    bool sum; /* the L = 8 bf16 sum over 1 Mi-element segments (the summary's candidates) */
 };
 static std::vector<row> g_rows;
 static double g_copy_gbs = 0;
 
-static void record(const char *kernel, int ctas, int threads, double bytes, double ms) {
+static void record(const char *kernel, int ctas, int threads, double bytes, double ms,
+                   bool sum = false) {
     row r;
     std::snprintf(r.kernel, sizeof r.kernel, "%s", kernel);
     r.ctas = ctas;
     r.threads = threads;
+    r.sum = sum;
     r.gbs = bytes / (ms * 1e-3) / 1e9;
     g_rows.push_back(r);
     std::printf("  %-28s ctas %4d threads %4d  %8.3f ms  %9.1f GB/s  %7.1f GB/s/CTA\n", kernel,
@@ -194,25 +202,68 @@ int main(int argc, char **argv) {
             tide_sum_args_t a = sum_args(i % nsets, segs, n);
             CUDA_OK(tide_cuda_sum_launch(&a, &cfg, 0));
         });
-        record(name, cfg.ctas, cfg.threads, sum_bytes, ms);
+        record(name, cfg.ctas, cfg.threads, sum_bytes, ms, segs == segs_big);
     };
 
-    /* The variants agree bit for bit on the bench data (the GPU test covers the rest). */
+    /* The timed sum configurations (ctas set per row).  PLAIN2 rows: U groups a thread.
+     * HYBRID rows: R sources bulk-copied, U groups a consumer thread, c consumer threads, p
+     * producer warps. */
+    struct variant {
+        const char *name;
+        tide_sum_launch_t cfg;
+    };
+    const int ring = 227 * 1024;
+    const variant variants[] = {
+        {"sum plain", {TIDE_SUM_PLAIN, 0, 1024, 0, 0, 0, 0, 0}},
+        {"sum async", {TIDE_SUM_ASYNC, 0, 448, 0, 0, 0, 0, 0}},
+        {"sum tma st16K ring128K", {TIDE_SUM_TMA, 0, 288, 128 * 1024, 16384, 0, 0, 0}},
+        {"sum tma st64K ring200K", {TIDE_SUM_TMA, 0, 288, 200 * 1024, 65536, 0, 0, 0}},
+        {"sum tma st64K ring200K", {TIDE_SUM_TMA, 0, 512, 200 * 1024, 65536, 0, 0, 0}},
+        {"sum tma st72K ring216K", {TIDE_SUM_TMA, 0, 288, ring, 73728, 0, 0, 0}},
+        {"sum tma st112K ring224K", {TIDE_SUM_TMA, 0, 288, ring, 114688, 0, 0, 0}},
+        {"sum tma st112K ring224K", {TIDE_SUM_TMA, 0, 512, ring, 114688, 0, 0, 0}},
+        {"sum tma st64K 2prod", {TIDE_SUM_TMA, 0, 320, 200 * 1024, 65536, 2, 0, 0}},
+        {"sum tma st112K 2prod", {TIDE_SUM_TMA, 0, 512, ring, 114688, 2, 0, 0}},
+        {"sum plain2 u2", {TIDE_SUM_PLAIN2, 0, 512, 0, 0, 0, 2, 0}},
+        {"sum plain2 u2", {TIDE_SUM_PLAIN2, 0, 384, 0, 0, 0, 2, 0}},
+        {"sum plain2 u3", {TIDE_SUM_PLAIN2, 0, 384, 0, 0, 0, 3, 0}},
+        {"sum plain2 u4", {TIDE_SUM_PLAIN2, 0, 256, 0, 0, 0, 4, 0}},
+        {"sum hybrid R4 u2 c480 p1", {TIDE_SUM_HYBRID, 0, 512, ring, 0, 1, 2, 4}},
+        {"sum hybrid R5 u2 c480 p1", {TIDE_SUM_HYBRID, 0, 512, ring, 0, 1, 2, 5}},
+        {"sum hybrid R6 u2 c480 p1", {TIDE_SUM_HYBRID, 0, 512, ring, 0, 1, 2, 6}},
+        {"sum hybrid R7 u2 c480 p1", {TIDE_SUM_HYBRID, 0, 512, ring, 0, 1, 2, 7}},
+        {"sum hybrid R7 u2 c448 p2", {TIDE_SUM_HYBRID, 0, 512, ring, 0, 2, 2, 7}},
+        {"sum hybrid R6 u2 c352 p1", {TIDE_SUM_HYBRID, 0, 384, ring, 0, 1, 2, 6}},
+        {"sum hybrid R7 u2 c352 p1", {TIDE_SUM_HYBRID, 0, 384, ring, 0, 1, 2, 7}},
+        {"sum hybrid R6 u2 c224 p1", {TIDE_SUM_HYBRID, 0, 256, ring, 0, 1, 2, 6}},
+        {"sum hybrid R7 u2 c224 p1", {TIDE_SUM_HYBRID, 0, 256, ring, 0, 1, 2, 7}},
+        {"sum hybrid R4 u4 c256 p1", {TIDE_SUM_HYBRID, 0, 288, ring, 0, 1, 4, 4}},
+        {"sum hybrid R6 u4 c256 p1", {TIDE_SUM_HYBRID, 0, 288, ring, 0, 1, 4, 6}},
+        {"sum hybrid R7 u4 c256 p1", {TIDE_SUM_HYBRID, 0, 288, ring, 0, 1, 4, 7}}};
+
+    /* Every configuration agrees with PLAIN bit for bit on the bench data (the GPU test
+     * covers every L, dtype and layout). */
+    int bench_differ = 0;
     {
         const size_t n = 1 << 20;
         std::vector<float> ref(n), h(n);
-        const tide_sum_launch_t cfgs[] = {{TIDE_SUM_PLAIN, sms, 1024, 0, 0, 0},
-                                          {TIDE_SUM_TMA, sms, 288, 0, 0, 0},
-                                          {TIDE_SUM_ASYNC, sms, 0, 0, 0, 0}};
-        int differ = 0;
-        for (int i = 0; i < 3; ++i) {
-            tide_sum_args_t a = sum_args(0, segs_big, nseg_big);
-            CUDA_OK(tide_cuda_sum_launch(&a, &cfgs[i], 0));
-            CUDA_OK(cudaMemcpy(i ? h.data() : ref.data(), out[0] + (E >> 1), n * 4,
-                               cudaMemcpyDeviceToHost));
-            differ += i > 0 && std::memcmp(ref.data(), h.data(), n * 4) != 0;
+        tide_sum_args_t a = sum_args(0, segs_big, nseg_big);
+        const tide_sum_launch_t plain = {TIDE_SUM_PLAIN, sms, 1024, 0, 0, 0, 0, 0};
+        CUDA_OK(tide_cuda_sum_launch(&a, &plain, 0));
+        CUDA_OK(cudaMemcpy(ref.data(), out[0] + (E >> 1), n * 4, cudaMemcpyDeviceToHost));
+        for (const variant &v : variants) {
+            tide_sum_launch_t cfg = v.cfg;
+            cfg.ctas = sms;
+            CUDA_OK(cudaMemset(out[0], 0xff, E * 4));
+            CUDA_OK(tide_cuda_sum_launch(&a, &cfg, 0));
+            CUDA_OK(cudaMemcpy(h.data(), out[0] + (E >> 1), n * 4, cudaMemcpyDeviceToHost));
+            if (std::memcmp(ref.data(), h.data(), n * 4) != 0) {
+                std::printf("sum: %s (threads %d) DIFFERS from plain\n", v.name, v.cfg.threads);
+                ++bench_differ;
+            }
         }
-        std::printf("sum: plain, TMA and ASYNC outputs %s\n", differ ? "DIFFER" : "identical");
+        std::printf("sum: every configuration %s plain\n",
+                    bench_differ ? "does NOT match" : "matches");
     }
 
     if (tune) {
@@ -252,7 +303,7 @@ int main(int argc, char **argv) {
         {
             const size_t n = 1 << 20;
             std::vector<float> ref(n), h(n);
-            const tide_sum_launch_t plain = {TIDE_SUM_PLAIN, sms, 1024, 0, 0, 0};
+            const tide_sum_launch_t plain = {TIDE_SUM_PLAIN, sms, 1024, 0, 0, 0, 0, 0};
             tide_sum_args_t a = sum_args(0, segs_big, nseg_big);
             CUDA_OK(tide_cuda_sum_launch(&a, &plain, 0));
             CUDA_OK(cudaMemcpy(ref.data(), out[0] + (E >> 1), n * 4, cudaMemcpyDeviceToHost));
@@ -270,6 +321,7 @@ int main(int argc, char **argv) {
                 }
             }
             std::printf("sum: TMA internal options %s plain\n", differ ? "DIFFER from" : "match");
+            bench_differ += differ;
         }
         std::printf("sum L=8 bf16, TMA internal options, 1 Mi-element segments:\n");
         for (const tune_row &r : rows)
@@ -280,27 +332,12 @@ int main(int argc, char **argv) {
                     tide_sum_args_t a = sum_args(i % nsets, segs_big, nseg_big);
                     CUDA_OK(launch_tma_opts(a, o, 0));
                 });
-                record(r.name, c, o.threads, sum_bytes, ms);
+                record(r.name, c, o.threads, sum_bytes, ms, r.o.consume != TMA_CONSUME_NONE);
             }
     }
 
     std::printf("sum L=8 bf16, 32 Mi elements, 1 Mi-element segments:\n");
     const int cta_list[] = {1, 2, 4, 8, 16, 32, 64, sms};
-    struct variant {
-        const char *name;
-        tide_sum_launch_t cfg;
-    };
-    const variant variants[] = {
-        {"sum plain", {TIDE_SUM_PLAIN, 0, 1024, 0, 0, 0}},
-        {"sum async", {TIDE_SUM_ASYNC, 0, 448, 0, 0, 0}},
-        {"sum tma st16K ring128K", {TIDE_SUM_TMA, 0, 288, 128 * 1024, 16384, 0}},
-        {"sum tma st64K ring200K", {TIDE_SUM_TMA, 0, 288, 200 * 1024, 65536, 0}},
-        {"sum tma st64K ring200K", {TIDE_SUM_TMA, 0, 512, 200 * 1024, 65536, 0}},
-        {"sum tma st72K ring216K", {TIDE_SUM_TMA, 0, 288, 227 * 1024, 73728, 0}},
-        {"sum tma st112K ring224K", {TIDE_SUM_TMA, 0, 288, 227 * 1024, 114688, 0}},
-        {"sum tma st112K ring224K", {TIDE_SUM_TMA, 0, 512, 227 * 1024, 114688, 0}},
-        {"sum tma st64K 2prod", {TIDE_SUM_TMA, 0, 320, 200 * 1024, 65536, 2}},
-        {"sum tma st112K 2prod", {TIDE_SUM_TMA, 0, 512, 227 * 1024, 114688, 2}}};
     for (const variant &v : variants)
         for (int c : cta_list) {
             tide_sum_launch_t cfg = v.cfg;
@@ -309,17 +346,23 @@ int main(int argc, char **argv) {
         }
     std::printf("sum L=8 bf16, TIDE_SUM_AUTO with its defaults:\n");
     for (int c : {4, 16})
-        run_sum("sum auto (defaults)", {TIDE_SUM_AUTO, c, 0, 0, 0, 0}, segs_big, nseg_big);
+        run_sum("sum auto (defaults)", {TIDE_SUM_AUTO, c, 0, 0, 0, 0, 0, 0}, segs_big, nseg_big);
     std::printf("sum L=8 bf16, 16 Ki-element segments:\n");
     for (int c : {4, 16}) {
-        run_sum("sum plain seg16K", {TIDE_SUM_PLAIN, c, 1024, 0, 0, 0}, segs_small, nseg_small);
-        run_sum("sum async seg16K", {TIDE_SUM_ASYNC, c, 448, 0, 0, 0}, segs_small, nseg_small);
-        run_sum("sum tma st16K seg16K", {TIDE_SUM_TMA, c, 288, 128 * 1024, 16384, 0}, segs_small,
+        run_sum("sum plain seg16K", {TIDE_SUM_PLAIN, c, 1024, 0, 0, 0, 0, 0}, segs_small,
                 nseg_small);
-        run_sum("sum tma st64K seg16K", {TIDE_SUM_TMA, c, 288, 200 * 1024, 65536, 0}, segs_small,
+        run_sum("sum async seg16K", {TIDE_SUM_ASYNC, c, 448, 0, 0, 0, 0, 0}, segs_small,
                 nseg_small);
-        run_sum("sum tma st112K seg16K", {TIDE_SUM_TMA, c, 288, 227 * 1024, 114688, 0}, segs_small,
+        run_sum("sum tma st16K seg16K", {TIDE_SUM_TMA, c, 288, 128 * 1024, 16384, 0, 0, 0},
+                segs_small, nseg_small);
+        run_sum("sum tma st64K seg16K", {TIDE_SUM_TMA, c, 288, 200 * 1024, 65536, 0, 0, 0},
+                segs_small, nseg_small);
+        run_sum("sum tma st112K seg16K", {TIDE_SUM_TMA, c, 288, ring, 114688, 0, 0, 0},
+                segs_small, nseg_small);
+        run_sum("sum plain2 u2 seg16K", {TIDE_SUM_PLAIN2, c, 512, 0, 0, 0, 2, 0}, segs_small,
                 nseg_small);
+        run_sum("sum hybrid R6 u2 seg16K", {TIDE_SUM_HYBRID, c, 512, ring, 0, 1, 2, 6},
+                segs_small, nseg_small);
     }
     for (int s = 0; s < nsets; ++s) {
         CUDA_OK(cudaFree(staged[s]));
@@ -401,5 +444,16 @@ int main(int argc, char **argv) {
         std::printf("%-28s %5d %7d %11.1f %11.1f %8.3f\n", r.kernel, r.ctas, r.threads, r.gbs,
                     r.gbs / r.ctas, r.gbs / g_copy_gbs);
     std::printf("copy ceiling (cudaMemcpy D2D, read + write): %.1f GB/s\n", g_copy_gbs);
-    return 0;
+    /* The fastest sum row at 4 and at 16 CTAs, from this run's measurements. */
+    for (int c : {4, 16}) {
+        const row *best = nullptr;
+        for (const row &r : g_rows)
+            if (r.sum && r.ctas == c && (best == nullptr || r.gbs > best->gbs)) best = &r;
+        if (best != nullptr)
+            std::printf("fastest sum L=8 bf16 at %d CTAs: %s, threads %d: %.1f GB/s, "
+                        "%.1f GB/s/CTA\n",
+                        c, best->kernel, best->threads, best->gbs, best->gbs / c);
+    }
+    if (bench_differ) std::printf("FAIL: %d sum configurations differ from plain\n", bench_differ);
+    return bench_differ ? 1 : 0;
 }

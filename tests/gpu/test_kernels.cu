@@ -103,6 +103,17 @@ static bool same(const void *got, const void *want, size_t bytes, size_t esize, 
 
 /* ------------------------------------------------------------------ Level-1 sum */
 
+/* HYBRID's bulk-copied sources R for L sources: kind 0 = L/2, 1 = L-2, 2 = L-1, 3 = L-6,
+ * 4 = L-3, each kept in 1 .. L-1 with at most six direct sources (L = 8: 4, 6, 7, 2, 5); 0 for
+ * L = 1 (ignored). */
+static int hybrid_r(int L, int kind) {
+    if (L == 1) return 0;
+    const int back[] = {0, 2, 1, 6, 3};
+    int r = kind == 0 ? L / 2 : L - back[kind];
+    if (r < L - 6) r = L - 6;
+    return r < 1 ? 1 : r;
+}
+
 struct sum_case {
     tide_dtype_t dtype;
     int ns;
@@ -202,24 +213,51 @@ static void run_sum_case(const sum_case &c) {
     tide_sum_args_t da = {(const tide_sum_seg_t *)d_segs, nsegs,   d_st,          stride, c.ns,
                           (const void *const *)d_table,   c.dtype, (float *)d_out};
 
-    /* variant, ctas (set below), threads, smem_bytes, stage_bytes */
-    const tide_sum_launch_t cfgs[] = {{TIDE_SUM_PLAIN, 0, 64, 0, 0, 0},
-                                      {TIDE_SUM_PLAIN, 0, 256, 0, 0, 0},
-                                      {TIDE_SUM_PLAIN, 0, 1024, 0, 0, 0},
-                                      {TIDE_SUM_TMA, 0, 64, 0, 0, 0},
-                                      {TIDE_SUM_TMA, 0, 160, 0, 32768, 0},
-                                      {TIDE_SUM_TMA, 0, 288, 40 * 1024, 16384, 0},
-                                      {TIDE_SUM_TMA, 0, 288, 70000, 32768, 0},
-                                      {TIDE_SUM_TMA, 0, 512, 227 * 1024, 65536, 0},
-                                      {TIDE_SUM_TMA, 0, 0, 0, 0, 0},
-                                      {TIDE_SUM_TMA, 0, 288, 227 * 1024, 114688, 0},
-                                      {TIDE_SUM_TMA, 0, 512, 227 * 1024, 73728, 2},
-                                      {TIDE_SUM_TMA, 0, 96, 0, 16384, 2},
-                                      {TIDE_SUM_ASYNC, 0, 64, 0, 0, 0},
-                                      {TIDE_SUM_ASYNC, 0, 256, 0, 0, 0},
-                                      {TIDE_SUM_ASYNC, 0, 0, 0, 0, 0},
-                                      {TIDE_SUM_ASYNC, 0, 96, 96 * 512, 0, 0},
-                                      {TIDE_SUM_AUTO, 0, 0, 0, 0, 0}};
+    /* variant, ctas (set below), threads, smem_bytes, stage_bytes, producers, groups,
+     * bulk_sources.  HYBRID's R follows L as the benchmark's L = 8 sweep does (L/2, L-3, L-2,
+     * L-1: 4, 5, 6, 7; and L-6 = 2, the most direct sources) at its thread counts and groups
+     * per thread. */
+    const int L = c.ns + 1, r_half = hybrid_r(L, 0), r_two = hybrid_r(L, 1);
+    const int r_one = hybrid_r(L, 2), r_six = hybrid_r(L, 3), r_three = hybrid_r(L, 4);
+    const int ring = 227 * 1024;
+    const tide_sum_launch_t cfgs[] = {
+        {TIDE_SUM_PLAIN, 0, 64, 0, 0, 0, 0, 0},
+        {TIDE_SUM_PLAIN, 0, 256, 0, 0, 0, 0, 0},
+        {TIDE_SUM_PLAIN, 0, 1024, 0, 0, 0, 0, 0},
+        {TIDE_SUM_TMA, 0, 64, 0, 0, 0, 0, 0},
+        {TIDE_SUM_TMA, 0, 160, 0, 32768, 0, 0, 0},
+        {TIDE_SUM_TMA, 0, 288, 40 * 1024, 16384, 0, 0, 0},
+        {TIDE_SUM_TMA, 0, 288, 70000, 32768, 0, 0, 0},
+        {TIDE_SUM_TMA, 0, 512, 227 * 1024, 65536, 0, 0, 0},
+        {TIDE_SUM_TMA, 0, 0, 0, 0, 0, 0, 0},
+        {TIDE_SUM_TMA, 0, 288, 227 * 1024, 114688, 0, 0, 0},
+        {TIDE_SUM_TMA, 0, 512, 227 * 1024, 73728, 2, 0, 0},
+        {TIDE_SUM_TMA, 0, 96, 0, 16384, 2, 0, 0},
+        {TIDE_SUM_ASYNC, 0, 64, 0, 0, 0, 0, 0},
+        {TIDE_SUM_ASYNC, 0, 256, 0, 0, 0, 0, 0},
+        {TIDE_SUM_ASYNC, 0, 0, 0, 0, 0, 0, 0},
+        {TIDE_SUM_ASYNC, 0, 96, 96 * 512, 0, 0, 0, 0},
+        {TIDE_SUM_AUTO, 0, 0, 0, 0, 0, 0, 0},
+        {TIDE_SUM_PLAIN2, 0, 512, 0, 0, 0, 2, 0},
+        {TIDE_SUM_PLAIN2, 0, 384, 0, 0, 0, 2, 0},
+        {TIDE_SUM_PLAIN2, 0, 384, 0, 0, 0, 3, 0},
+        {TIDE_SUM_PLAIN2, 0, 256, 0, 0, 0, 4, 0},
+        {TIDE_SUM_PLAIN2, 0, 96, 0, 0, 0, 3, 0},
+        {TIDE_SUM_HYBRID, 0, 512, ring, 0, 1, 2, r_half},
+        {TIDE_SUM_HYBRID, 0, 512, ring, 0, 1, 2, r_three},
+        {TIDE_SUM_HYBRID, 0, 512, ring, 0, 1, 2, r_two},
+        {TIDE_SUM_HYBRID, 0, 512, ring, 0, 1, 2, r_one},
+        {TIDE_SUM_HYBRID, 0, 512, ring, 0, 2, 2, r_one},
+        {TIDE_SUM_HYBRID, 0, 384, ring, 0, 1, 2, r_two},
+        {TIDE_SUM_HYBRID, 0, 256, ring, 0, 1, 2, r_two},
+        {TIDE_SUM_HYBRID, 0, 256, ring, 0, 1, 2, r_one},
+        {TIDE_SUM_HYBRID, 0, 256, ring, 0, 1, 2, r_six},
+        {TIDE_SUM_HYBRID, 0, 288, ring, 0, 1, 4, r_half},
+        {TIDE_SUM_HYBRID, 0, 288, ring, 0, 1, 4, r_two},
+        {TIDE_SUM_HYBRID, 0, 288, ring, 0, 1, 4, r_one},
+        {TIDE_SUM_HYBRID, 0, 320, ring, 0, 2, 4, r_six},
+        {TIDE_SUM_HYBRID, 0, 96, 40 * 1024, 0, 1, 2, r_one}, /* small ring, many chunks */
+        {TIDE_SUM_HYBRID, 0, 0, 0, 0, 0, 0, 0}};
     const int ctas[] = {1, 3, 8, 132};
     char msg[256] = "";
     int fails = 0, runs = 0;
@@ -232,8 +270,10 @@ static void run_sum_case(const sum_case &c) {
             if (e == cudaSuccess) e = cudaDeviceSynchronize();
             ++runs;
             if (e != cudaSuccess) {
-                std::snprintf(msg, sizeof msg, "variant %d ctas %d threads %d: %s", (int)f.variant,
-                              nc, f.threads, cudaGetErrorString(e));
+                std::snprintf(msg, sizeof msg,
+                              "variant %d ctas %d threads %d groups %d bulk %d producers %d: %s",
+                              (int)f.variant, nc, f.threads, f.groups, f.bulk_sources, f.producers,
+                              cudaGetErrorString(e));
                 ++fails;
                 if (e != cudaErrorInvalidValue) break;
                 continue;
@@ -241,8 +281,11 @@ static void run_sum_case(const sum_case &c) {
             CUDA_OK(cudaMemcpy(got.data(), d_out, out_n * 4, cudaMemcpyDeviceToHost));
             char m2[120];
             if (!same(got.data(), want.data(), out_n * 4, 4, m2, sizeof m2) && fails++ == 0)
-                std::snprintf(msg, sizeof msg, "variant %d ctas %d threads %d smem %d stage %d: %s",
-                              (int)f.variant, nc, f.threads, f.smem_bytes, f.stage_bytes, m2);
+                std::snprintf(msg, sizeof msg,
+                              "variant %d ctas %d threads %d smem %d stage %d producers %d "
+                              "groups %d bulk %d: %s",
+                              (int)f.variant, nc, f.threads, f.smem_bytes, f.stage_bytes,
+                              f.producers, f.groups, f.bulk_sources, m2);
         }
     }
     /* The TMA sum's internal options past the public limits (tide_sum::tma_opts): more
@@ -426,7 +469,7 @@ static void run_arg_checks() {
     bad += tide_cuda_sum(&a, 0, 0, 0) != cudaErrorInvalidValue;
     bad += tide_cuda_sum(&a, 4, 48, 0) != cudaErrorInvalidValue;
     bad += tide_cuda_sum(&a, 4, 2048, 0) != cudaErrorInvalidValue;
-    tide_sum_launch_t cfg = {TIDE_SUM_TMA, 4, 1024, 0, 0, 0}; /* TMA takes at most 512 */
+    tide_sum_launch_t cfg = {TIDE_SUM_TMA, 4, 1024, 0, 0, 0, 0, 0}; /* TMA: at most 512 */
     tide_sum_seg_t one = {0, 0, 0, 1, 1, 0, 0};
     tide_sum_args_t a1 = a;
     a1.segs = &one; /* never read: the configuration is rejected first */
@@ -440,9 +483,9 @@ static void run_arg_checks() {
     cfg.stage_bytes = 65536;
     cfg.smem_bytes = 100000; /* one 64 KiB stage: a ring needs two */
     bad += tide_cuda_sum_launch(&a1, &cfg, 0) != cudaErrorInvalidValue;
-    cfg = {TIDE_SUM_TMA, 4, 64, 0, 0, 2}; /* two producers leave no consumer */
+    cfg = {TIDE_SUM_TMA, 4, 64, 0, 0, 2, 0, 0}; /* two producers leave no consumer */
     bad += tide_cuda_sum_launch(&a1, &cfg, 0) != cudaErrorInvalidValue;
-    cfg = {TIDE_SUM_TMA, 4, 288, 0, 0, 3};
+    cfg = {TIDE_SUM_TMA, 4, 288, 0, 0, 3, 0, 0};
     bad += tide_cuda_sum_launch(&a1, &cfg, 0) != cudaErrorInvalidValue;
     {
         /* The internal TMA options have their own limits; a rejected launch enqueues nothing. */
@@ -458,8 +501,33 @@ static void run_arg_checks() {
         for (const tma_opts &o : bad_opts)
             bad += launch_tma_opts(a1, o, 0) != cudaErrorInvalidValue;
     }
-    cfg = {TIDE_SUM_ASYNC, 4, 1024, 0, 0, 0};
+    cfg = {TIDE_SUM_ASYNC, 4, 1024, 0, 0, 0, 0, 0};
     bad += tide_cuda_sum_launch(&a1, &cfg, 0) != cudaErrorInvalidValue;
+    {
+        /* PLAIN2 and HYBRID limits (a1: L = 2; a8: L = 8). */
+        tide_sum_args_t a8 = a1;
+        a8.num_staged = 7;
+        const struct {
+            const tide_sum_args_t *a;
+            tide_sum_launch_t c;
+        } bad_cfgs[] = {
+            {&a1, {TIDE_SUM_PLAIN2, 4, 0, 0, 0, 0, 5, 0}},        /* groups */
+            {&a1, {TIDE_SUM_PLAIN2, 4, 0, 0, 0, 0, 1, 0}},        /* groups */
+            {&a1, {TIDE_SUM_PLAIN2, 4, 512, 0, 0, 0, 4, 0}},      /* U = 4: 256 threads */
+            {&a1, {TIDE_SUM_PLAIN2, 4, 1024, 0, 0, 0, 0, 0}},     /* U = 2: 512 threads */
+            {&a1, {TIDE_SUM_PLAIN2, 4, 0, 0, 0, 0, -1, 0}},       /* negative */
+            {&a1, {TIDE_SUM_HYBRID, 4, 0, 0, 0, 0, 0, 2}},        /* R = L */
+            {&a8, {TIDE_SUM_HYBRID, 4, 0, 0, 0, 0, 0, 1}},        /* seven direct sources */
+            {&a8, {TIDE_SUM_HYBRID, 4, 544, 0, 0, 1, 2, 6}},      /* U = 2: 512 threads */
+            {&a8, {TIDE_SUM_HYBRID, 4, 352, 0, 0, 1, 4, 6}},      /* U = 4: 320 threads */
+            {&a8, {TIDE_SUM_HYBRID, 4, 512, 0, 0, 3, 2, 6}},      /* producers */
+            {&a8, {TIDE_SUM_HYBRID, 4, 512, 0, 0, 1, 3, 6}},      /* groups */
+            {&a8, {TIDE_SUM_HYBRID, 4, 64, 0, 0, 2, 2, 6}},       /* no consumer */
+            {&a8, {TIDE_SUM_HYBRID, 4, 512, 100000, 0, 1, 2, 7}}, /* one stage */
+            {&a8, {TIDE_SUM_HYBRID, 4, 512, 0, 0, 0, 0, -1}}};    /* negative */
+        for (const auto &b : bad_cfgs)
+            bad += tide_cuda_sum_launch(b.a, &b.c, 0) != cudaErrorInvalidValue;
+    }
     cfg.variant = (tide_sum_variant_t)9;
     bad += tide_cuda_sum_launch(&a1, &cfg, 0) != cudaErrorInvalidValue;
     a.num_staged = 8;
