@@ -85,14 +85,6 @@
 #include <string>
 #include <vector>
 
-#define CB(x)                                                                                  \
-    do {                                                                                       \
-        cublasStatus_t s_ = (x);                                                               \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                     \
-            fprintf(stderr, "%s:%d %s: cuBLAS status %d\n", __FILE__, __LINE__, #x, (int)s_);  \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
 
 static double bf16_to_double(uint16_t v) {
     uint32_t b = (uint32_t)v << 16;

@@ -23,6 +23,8 @@
  *               stage size, consumer layout, NaN select) and probes that release every stage
  *               unread (the copy engine alone)
  */
+#include "gpu_hash.cuh"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -46,17 +48,6 @@
         }                                                                                          \
     } while (0)
 
-/* Random-ish values from an integer hash: roughly N(0,1) via the sum of 4 uniforms. */
-__device__ float hash_value(uint64_t i, uint32_t seed) {
-    float s = 0.0f;
-    for (int k = 0; k < 4; ++k) {
-        uint64_t z = i * 4 + k + ((uint64_t)seed << 40) + 0x9e3779b97f4a7c15ull;
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        s += (float)((z ^ (z >> 31)) >> 40) * 0x1p-24f;
-    }
-    return (s - 2.0f) * 1.7320508f;
-}
 __global__ void fill_bf16(uint16_t *p, uint64_t n, uint32_t seed) {
     for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
          i += (uint64_t)gridDim.x * blockDim.x)

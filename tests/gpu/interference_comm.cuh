@@ -17,6 +17,8 @@ extern "C" {
 
 #include "gpu_util.h"
 
+#include "gpu_hash.cuh"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -29,16 +31,6 @@ extern "C" {
 
 /* ------------------------------------------------------------------ data */
 
-__device__ float hash_value(uint64_t i, uint32_t seed) {
-    float s = 0.0f; /* sum of 4 uniforms: roughly N(0, 1) */
-    for (int k = 0; k < 4; ++k) {
-        uint64_t z = i * 4 + k + ((uint64_t)seed << 40) + 0x9e3779b97f4a7c15ull;
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        s += (float)((z ^ (z >> 31)) >> 40) * 0x1p-24f;
-    }
-    return (s - 2.0f) * 1.7320508f;
-}
 __global__ void fill_bf16(uint16_t *p, uint64_t n, uint32_t seed, float scale) {
     for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
          i += (uint64_t)gridDim.x * blockDim.x) {

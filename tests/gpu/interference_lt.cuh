@@ -16,7 +16,8 @@
 #include <string>
 #include <vector>
 
-#define LT(x)                                                                                  \
+/* cuBLAS and cublasLt calls: any status but success ends the benchmark. */
+#define CB(x)                                                                                  \
     do {                                                                                       \
         cublasStatus_t s_ = (x);                                                               \
         if (s_ != CUBLAS_STATUS_SUCCESS) {                                                     \
@@ -51,22 +52,22 @@ static void lt_open(lt_t *lt, int m, int n, int k, size_t ws_bytes) {
     lt->k = k;
     lt->ws_bytes = ws_bytes;
     CK(cudaMalloc(&lt->ws, ws_bytes));
-    LT(cublasLtCreate(&lt->h));
-    LT(cublasLtMatmulDescCreate(&lt->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CB(cublasLtCreate(&lt->h));
+    CB(cublasLtMatmulDescCreate(&lt->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    LT(cublasLtMatmulDescSetAttribute(lt->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    LT(cublasLtMatmulDescSetAttribute(lt->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    LT(cublasLtMatrixLayoutCreate(&lt->a, CUDA_R_16BF, k, m, k));
-    LT(cublasLtMatrixLayoutCreate(&lt->b, CUDA_R_16BF, k, n, k));
-    LT(cublasLtMatrixLayoutCreate(&lt->d, CUDA_R_16BF, m, n, m));
+    CB(cublasLtMatmulDescSetAttribute(lt->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CB(cublasLtMatmulDescSetAttribute(lt->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    CB(cublasLtMatrixLayoutCreate(&lt->a, CUDA_R_16BF, k, m, k));
+    CB(cublasLtMatrixLayoutCreate(&lt->b, CUDA_R_16BF, k, n, k));
+    CB(cublasLtMatrixLayoutCreate(&lt->d, CUDA_R_16BF, m, n, m));
 }
 
 static void lt_close(lt_t *lt) {
-    LT(cublasLtMatrixLayoutDestroy(lt->a));
-    LT(cublasLtMatrixLayoutDestroy(lt->b));
-    LT(cublasLtMatrixLayoutDestroy(lt->d));
-    LT(cublasLtMatmulDescDestroy(lt->op));
-    LT(cublasLtDestroy(lt->h));
+    CB(cublasLtMatrixLayoutDestroy(lt->a));
+    CB(cublasLtMatrixLayoutDestroy(lt->b));
+    CB(cublasLtMatrixLayoutDestroy(lt->d));
+    CB(cublasLtMatmulDescDestroy(lt->op));
+    CB(cublasLtDestroy(lt->h));
     CK(cudaFree(lt->ws));
 }
 
@@ -164,17 +165,17 @@ static bool lt_same_kind(const lt_algo_t &p, const lt_algo_t &q) {
 
 static std::vector<lt_algo_t> lt_heuristic(lt_t *lt, uint32_t reduction_mask, const char *name) {
     cublasLtMatmulPreference_t pref;
-    LT(cublasLtMatmulPreferenceCreate(&pref));
+    CB(cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t ws = lt->ws_bytes;
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+    CB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                             sizeof ws));
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+    CB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                             &reduction_mask, sizeof reduction_mask));
     cublasLtMatmulHeuristicResult_t res[16];
     int got = 0;
-    LT(cublasLtMatmulAlgoGetHeuristic(lt->h, lt->op, lt->a, lt->b, lt->d, lt->d, pref, 16, res,
+    CB(cublasLtMatmulAlgoGetHeuristic(lt->h, lt->op, lt->a, lt->b, lt->d, lt->d, pref, 16, res,
                                       &got));
-    LT(cublasLtMatmulPreferenceDestroy(pref));
+    CB(cublasLtMatmulPreferenceDestroy(pref));
     std::vector<lt_algo_t> out;
     for (int i = 0; i < got; ++i) {
         if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
@@ -217,7 +218,7 @@ static std::vector<lt_algo_t> lt_pick(lt_t *lt, int want) {
 static void lt_launch(const lt_t *lt, const lt_algo_t &x, const void *a, const void *b, void *d,
                       cudaStream_t st) {
     const float one = 1.0f, zero = 0.0f;
-    LT(cublasLtMatmul(lt->h, lt->op, &one, a, lt->a, b, lt->b, &zero, d, lt->d, d, lt->d, &x.algo,
+    CB(cublasLtMatmul(lt->h, lt->op, &one, a, lt->a, b, lt->b, &zero, d, lt->d, d, lt->d, &x.algo,
                       lt->ws, lt->ws_bytes, st));
 }
 
