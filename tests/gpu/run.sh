@@ -42,6 +42,7 @@ step() { # step NAME CMD... : run, append output to the log, record PASS/FAIL in
 
 { nvidia-smi; nvcc --version; } >"$out/machine.txt" 2>&1
 
+mkdir -p "$work"
 # The kernel build needs no library: run it beside the library build, then record it.
 ("$root/tests/gpu/build.sh" "$work/k" >"$work/build-kernels.log" 2>&1; echo $? >"$work/build-kernels.rc") &
 kpid=$!
