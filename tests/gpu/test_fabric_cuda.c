@@ -31,8 +31,8 @@
  * virtual ranks), random padded shapes, P up to 256, bf16 and fp32 gradients, integer-valued
  * gradients, the alpha forms (AVG, PREMUL_SUM, FSDP2's divide factors), accumulate, both RS
  * modes, W_wave < L with several waves, mixed-precision all-gather, resident shards and the
- * tuning-knob variants.  The generator is a copy of test_matrix.c's (e2e_util.h includes
- * cmocka), drawing from this program's own random stream: the same space, not the same draws.
+ * tuning-knob variants (tests/unit/matrix_gen.h); the data-set loop mirrors test_matrix.c's,
+ * drawing from this program's own random stream: the same space, not the same draws.
  * Every configuration runs on the CPU fabric and on the CUDA fabric with batched copies and
  * with the threshold mode; the configurations with default knobs also run per op.
  * Configurations whose arenas and inputs do not fit in free GPU memory (cudaMemGetInfo) are
@@ -857,30 +857,11 @@ static bool enqueue_timer(int mode) {
 /* ------------------------------------------------------------------ the configuration matrix */
 
 /*
- * The space of tests/unit/test_matrix.c (its generator, copied: e2e_util.h includes cmocka).
+ * The space of tests/unit/test_matrix.c: the knob variants and choices come from matrix_gen.h;
+ * the data-set loop mirrors test_matrix.c's (whose e2e_util.h includes cmocka).
  * A data set is (topology, shapes, dtypes, alpha, integer gradients); it runs with the default
  * knobs and with the tuning-knob variants, one CUDA-vs-CPU comparison each.
  */
-typedef struct {
-    const char *name;
-    int staging_slots, passes, sum_ctas, landing_ctas, round_width;
-    tide_rs_mode_t mode;
-    bool in_largest; /* also run on the topologies of 64 and 72 ranks */
-} knobs_t;
-
-static const knobs_t BASE = {"base", 0, 0, 0, 0, 0, TIDE_RS_IN_PLACE, true};
-static const knobs_t VARIANTS[] = {
-    {"slot-reuse", 0, 0, 0, 0, 0, TIDE_RS_SLOT_REUSE, true},
-    {"staging 1", 1, 0, 0, 0, 0, TIDE_RS_IN_PLACE, true},
-    {"staging 3", 3, 0, 0, 0, 0, TIDE_RS_IN_PLACE, false},
-    {"passes 2", 0, 2, 0, 0, 0, TIDE_RS_IN_PLACE, true},
-    {"passes 3 slot-reuse", 0, 3, 0, 0, 0, TIDE_RS_SLOT_REUSE, false},
-    {"ctas 1/7", 0, 0, 1, 7, 0, TIDE_RS_IN_PLACE, true},
-    {"k 1", 0, 0, 0, 0, 1, TIDE_RS_IN_PLACE, false},
-    {"k 4 slot-reuse", 0, 0, 0, 0, 4, TIDE_RS_SLOT_REUSE, true},
-    {"staging 1 passes 2 ctas 2/3 k 3 slot-reuse", 1, 2, 2, 3, 3, TIDE_RS_SLOT_REUSE, true},
-};
-#define NUM_VARIANTS ((int)(sizeof(VARIANTS) / sizeof(VARIANTS[0])))
 
 typedef struct {
     int m, l, n;
@@ -952,7 +933,7 @@ static uint64_t case_device_bytes(const case_t *c) {
 }
 
 /* One data set with one knob set: the CUDA fabric against the CPU fabric. */
-static void matrix_one(const dataset_t *d, const knobs_t *k, int wave, bool ag_resident,
+static void matrix_one(const dataset_t *d, const matrix_knobs_t *k, int wave, bool ag_resident,
                        bool per_op) {
     if (now_s() > mx.deadline_s) {
         ++mx.not_reached;
@@ -1035,14 +1016,14 @@ static void matrix_topology(int m, int l, int index) {
         dataset_init(d, m, l, P_CYCLE[(index + di) % 5], max_rows, max_inner, dt, dt, dt, false,
                      matrix_alpha_of(index + di, n, false));
         /* fp32 groups adopt their shard in place; bf16 groups pass it. */
-        matrix_one(d, &BASE, 0, dt == TIDE_DTYPE_FP32, true);
-        for (int v = 0; v < NUM_VARIANTS; ++v)
-            if (n < 64 || VARIANTS[v].in_largest) matrix_one(d, &VARIANTS[v], 0, false, false);
+        matrix_one(d, &MATRIX_BASE, 0, dt == TIDE_DTYPE_FP32, true);
+        for (int v = 0; v < MATRIX_NUM_VARIANTS; ++v)
+            if (n < 64 || MATRIX_VARIANTS[v].in_largest) matrix_one(d, &MATRIX_VARIANTS[v], 0, false, false);
         if (wave > 0) { /* several waves per pass, both inbox generations */
-            matrix_one(d, &BASE, wave, false, true);
-            matrix_one(d, &VARIANTS[8], wave, false, false);
-            matrix_one(d, &VARIANTS[4], wave, false, false);
-            if (n < 64) matrix_one(d, &VARIANTS[6], wave, false, false);
+            matrix_one(d, &MATRIX_BASE, wave, false, true);
+            matrix_one(d, &MATRIX_VARIANTS[8], wave, false, false);
+            matrix_one(d, &MATRIX_VARIANTS[4], wave, false, false);
+            if (n < 64) matrix_one(d, &MATRIX_VARIANTS[6], wave, false, false);
         }
     }
     { /* integer gradients */
@@ -1051,13 +1032,13 @@ static void matrix_topology(int m, int l, int index) {
         if (!is_pow2(alpha) && (wave > 0 || m > l)) alpha = index % 2 ? 1.0f : 0.25f;
         dataset_init(d, m, l, P_CYCLE[(index + 2) % 5], max_rows, max_inner, dt, dt, dt, true,
                      alpha);
-        matrix_one(d, &BASE, wave, false, true);
-        matrix_one(d, &VARIANTS[8], wave, false, false);
+        matrix_one(d, &MATRIX_BASE, wave, false, true);
+        matrix_one(d, &MATRIX_VARIANTS[8], wave, false, false);
     }
     if (both || index % 3 == 0) { /* mixed precision: fp32 master shards cast to bf16 */
         dataset_init(d, m, l, P_CYCLE[(index + 3) % 5], max_rows, max_inner, TIDE_DTYPE_BF16,
                      TIDE_DTYPE_BF16, TIDE_DTYPE_FP32, false, matrix_alpha_of(index + 1, n, false));
-        matrix_one(d, &BASE, 0, false, true);
+        matrix_one(d, &MATRIX_BASE, 0, false, true);
     }
     free(d);
     printf("MATRIX M=%d L=%d (N=%d): %d configuration(s) compared, %.1f s\n", m, l, n,
@@ -1076,13 +1057,13 @@ static void matrix_many_params(void) {
         const tide_dtype_t dt = ti % 2 ? TIDE_DTYPE_FP32 : TIDE_DTYPE_BF16;
         dataset_init(d, m, l, TIDE_MAX_PARAMS, n + 2, 3, dt, dt, dt, ti == 2,
                      matrix_alpha_of(ti, n, ti == 2));
-        matrix_one(d, &BASE, 0, ti == 1, true);
-        matrix_one(d, &VARIANTS[8], 0, false, false);
+        matrix_one(d, &MATRIX_BASE, 0, ti == 1, true);
+        matrix_one(d, &MATRIX_VARIANTS[8], 0, false, false);
     }
     dataset_init(d, 3, 2, 17, 40, 6, TIDE_DTYPE_BF16, TIDE_DTYPE_FP32, TIDE_DTYPE_FP32, false,
                  matrix_alpha_of(2, 6, false));
-    matrix_one(d, &BASE, 1, false, true);
-    matrix_one(d, &VARIANTS[4], 1, false, false);
+    matrix_one(d, &MATRIX_BASE, 1, false, true);
+    matrix_one(d, &MATRIX_VARIANTS[4], 1, false, false);
     free(d);
     printf("MATRIX many parameters: done\n");
 }

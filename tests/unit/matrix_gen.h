@@ -44,4 +44,26 @@ static inline float matrix_alpha_of(int which, int n, bool integer) {
     }
 }
 
+/* Tuning knobs of one run.  Every variant must reproduce MATRIX_BASE's outputs bit for bit. */
+typedef struct {
+    const char *name;
+    int staging_slots, passes, sum_ctas, landing_ctas, round_width;
+    tide_rs_mode_t mode;
+    bool in_largest; /* also run on the topologies of 64 and 72 ranks */
+} matrix_knobs_t;
+
+static const matrix_knobs_t MATRIX_BASE = {"base", 0, 0, 0, 0, 0, TIDE_RS_IN_PLACE, true};
+static const matrix_knobs_t MATRIX_VARIANTS[] = {
+    {"slot-reuse", 0, 0, 0, 0, 0, TIDE_RS_SLOT_REUSE, true},
+    {"staging 1", 1, 0, 0, 0, 0, TIDE_RS_IN_PLACE, true},
+    {"staging 3", 3, 0, 0, 0, 0, TIDE_RS_IN_PLACE, false},
+    {"passes 2", 0, 2, 0, 0, 0, TIDE_RS_IN_PLACE, true},
+    {"passes 3 slot-reuse", 0, 3, 0, 0, 0, TIDE_RS_SLOT_REUSE, false},
+    {"ctas 1/7", 0, 0, 1, 7, 0, TIDE_RS_IN_PLACE, true},
+    {"k 1", 0, 0, 0, 0, 1, TIDE_RS_IN_PLACE, false},
+    {"k 4 slot-reuse", 0, 0, 0, 0, 4, TIDE_RS_SLOT_REUSE, true},
+    {"staging 1 passes 2 ctas 2/3 k 3 slot-reuse", 1, 2, 2, 3, 3, TIDE_RS_SLOT_REUSE, true},
+};
+#define MATRIX_NUM_VARIANTS ((int)(sizeof(MATRIX_VARIANTS) / sizeof(MATRIX_VARIANTS[0])))
+
 #endif /* TIDE_TESTS_MATRIX_GEN_H_ */

@@ -329,27 +329,6 @@ static void check_bitwise(const data_t *d, float *const *a, float *const *b, con
 
 /* ------------------------------------------------------------------ jobs */
 
-typedef struct {
-    const char *name;
-    int staging_slots, passes, sum_ctas, landing_ctas, round_width;
-    tide_rs_mode_t mode;
-    bool in_largest; /* also run on the topologies of 64 and 72 ranks */
-} knobs_t;
-
-/* Variants of the default knobs; each must reproduce the default's outputs bit for bit. */
-static const knobs_t BASE = {"base", 0, 0, 0, 0, 0, TIDE_RS_IN_PLACE, true};
-static const knobs_t VARIANTS[] = {
-    {"slot-reuse", 0, 0, 0, 0, 0, TIDE_RS_SLOT_REUSE, true},
-    {"staging 1", 1, 0, 0, 0, 0, TIDE_RS_IN_PLACE, true},
-    {"staging 3", 3, 0, 0, 0, 0, TIDE_RS_IN_PLACE, false},
-    {"passes 2", 0, 2, 0, 0, 0, TIDE_RS_IN_PLACE, true},
-    {"passes 3 slot-reuse", 0, 3, 0, 0, 0, TIDE_RS_SLOT_REUSE, false},
-    {"ctas 1/7", 0, 0, 1, 7, 0, TIDE_RS_IN_PLACE, true},
-    {"k 1", 0, 0, 0, 0, 1, TIDE_RS_IN_PLACE, false},
-    {"k 4 slot-reuse", 0, 0, 0, 0, 4, TIDE_RS_SLOT_REUSE, true},
-    {"staging 1 passes 2 ctas 2/3 k 3 slot-reuse", 1, 2, 2, 3, 3, TIDE_RS_SLOT_REUSE, true},
-};
-#define NUM_VARIANTS ((int)(sizeof(VARIANTS) / sizeof(VARIANTS[0])))
 
 /*
  * Register the data set's group with knobs k and run: [AG_CALLS all-gathers when ag] then
@@ -357,7 +336,7 @@ static const knobs_t VARIANTS[] = {
  *           [full:  2: call 0 again,  3: overwrite in the other mode].
  * Checks values, and bitwise equality with `base` (calls 0 and 1) when given.
  */
-static e2e_job_t *run_job(const data_t *d, const knobs_t *k, int wave_width, bool ag, bool resident,
+static e2e_job_t *run_job(const data_t *d, const matrix_knobs_t *k, int wave_width, bool ag, bool resident,
                           bool full, const e2e_job_t *base) {
     const topo_t *t = d->t;
     e2e_job_t *j = calloc(1, sizeof(*j));
@@ -469,17 +448,17 @@ static void topology_case(int m, int l, level_t level, int index) {
         data_init(&d, &t, &g, p, max_rows, max_inner, dt, dt, dt, false,
                   matrix_alpha_of(index + di, n, false));
         /* fp32 groups adopt their shard in place; bf16 groups pass it. */
-        e2e_job_t *base = run_job(&d, &BASE, 0, true, dt == TIDE_DTYPE_FP32, true, NULL);
-        for (int v = 0; v < NUM_VARIANTS; ++v)
-            if (n < 64 || VARIANTS[v].in_largest)
-                job_free(run_job(&d, &VARIANTS[v], 0, false, false, false, base));
+        e2e_job_t *base = run_job(&d, &MATRIX_BASE, 0, true, dt == TIDE_DTYPE_FP32, true, NULL);
+        for (int v = 0; v < MATRIX_NUM_VARIANTS; ++v)
+            if (n < 64 || MATRIX_VARIANTS[v].in_largest)
+                job_free(run_job(&d, &MATRIX_VARIANTS[v], 0, false, false, false, base));
         job_free(base);
         if (wave > 0) {
             /* Several waves per pass, both inbox generations; tuning still changes nothing. */
-            base = run_job(&d, &BASE, wave, false, false, true, NULL);
-            job_free(run_job(&d, &VARIANTS[8], wave, false, false, false, base));
-            job_free(run_job(&d, &VARIANTS[4], wave, false, false, false, base));
-            if (n < 64) job_free(run_job(&d, &VARIANTS[6], wave, false, false, false, base));
+            base = run_job(&d, &MATRIX_BASE, wave, false, false, true, NULL);
+            job_free(run_job(&d, &MATRIX_VARIANTS[8], wave, false, false, false, base));
+            job_free(run_job(&d, &MATRIX_VARIANTS[4], wave, false, false, false, base));
+            if (n < 64) job_free(run_job(&d, &MATRIX_VARIANTS[6], wave, false, false, false, base));
             job_free(base);
         }
         data_free(&d);
@@ -494,8 +473,8 @@ static void topology_case(int m, int l, level_t level, int index) {
         data_t d;
         data_init(&d, &t, &g, P_CYCLE[(index + 2) % 5], max_rows, max_inner, dt, dt, dt, true,
                   alpha);
-        e2e_job_t *base = run_job(&d, &BASE, wave, false, false, level == LEVEL_BOTH_DTYPES, NULL);
-        job_free(run_job(&d, &VARIANTS[8], wave, false, false, false, base));
+        e2e_job_t *base = run_job(&d, &MATRIX_BASE, wave, false, false, level == LEVEL_BOTH_DTYPES, NULL);
+        job_free(run_job(&d, &MATRIX_VARIANTS[8], wave, false, false, false, base));
         job_free(base);
         data_free(&d);
     }
@@ -505,7 +484,7 @@ static void topology_case(int m, int l, level_t level, int index) {
         data_t d;
         data_init(&d, &t, &g, P_CYCLE[(index + 3) % 5], max_rows, max_inner, TIDE_DTYPE_BF16,
                   TIDE_DTYPE_BF16, TIDE_DTYPE_FP32, false, matrix_alpha_of(index + 1, n, false));
-        job_free(run_job(&d, &BASE, 0, true, false, false, NULL));
+        job_free(run_job(&d, &MATRIX_BASE, 0, true, false, false, NULL));
         data_free(&d);
     }
     topo_close(&t);
@@ -574,8 +553,8 @@ static void test_many_params(void **state) {
         data_t d;
         data_init(&d, &t, &g, TIDE_MAX_PARAMS, t.n + 2, 3, dt, dt, dt, ti == 2,
                   matrix_alpha_of(ti, t.n, ti == 2));
-        e2e_job_t *base = run_job(&d, &BASE, 0, true, ti == 1, true, NULL);
-        job_free(run_job(&d, &VARIANTS[8], 0, false, false, false, base));
+        e2e_job_t *base = run_job(&d, &MATRIX_BASE, 0, true, ti == 1, true, NULL);
+        job_free(run_job(&d, &MATRIX_VARIANTS[8], 0, false, false, false, base));
         job_free(base);
         data_free(&d);
         topo_close(&t);
@@ -585,8 +564,8 @@ static void test_many_params(void **state) {
     data_t d;
     data_init(&d, &t, &g, 17, 40, 6, TIDE_DTYPE_BF16, TIDE_DTYPE_FP32, TIDE_DTYPE_FP32, false,
               matrix_alpha_of(2, t.n, false));
-    e2e_job_t *base = run_job(&d, &BASE, 1, true, false, true, NULL);
-    job_free(run_job(&d, &VARIANTS[4], 1, false, false, false, base));
+    e2e_job_t *base = run_job(&d, &MATRIX_BASE, 1, true, false, true, NULL);
+    job_free(run_job(&d, &MATRIX_VARIANTS[4], 1, false, false, false, base));
     job_free(base);
     data_free(&d);
     topo_close(&t);
