@@ -78,51 +78,17 @@ cudaError_t launch_ns(const tide_sum_args_t &a, const tide_sum_launch_t &cfg, co
 template <typename T>
 cudaError_t launch_dtype(const tide_sum_args_t &a, const tide_sum_launch_t &cfg,
                          const device_info &d, cudaStream_t stream) {
-    switch (a.num_staged) {
-    case 0:
-        return launch_ns<T, 0>(a, cfg, d, stream);
-    case 1:
-        return launch_ns<T, 1>(a, cfg, d, stream);
-    case 2:
-        return launch_ns<T, 2>(a, cfg, d, stream);
-    case 3:
-        return launch_ns<T, 3>(a, cfg, d, stream);
-    case 4:
-        return launch_ns<T, 4>(a, cfg, d, stream);
-    case 5:
-        return launch_ns<T, 5>(a, cfg, d, stream);
-    case 6:
-        return launch_ns<T, 6>(a, cfg, d, stream);
-    case 7:
-        return launch_ns<T, 7>(a, cfg, d, stream);
-    default:
-        return cudaErrorInvalidValue;
-    }
+    return with_ns(a.num_staged, [&](auto ns) -> cudaError_t {
+        return launch_ns<T, decltype(ns)::value>(a, cfg, d, stream);
+    });
 }
 
 template <typename T>
 cudaError_t launch_tma_dtype(const tide_sum_args_t &a, const tma_opts &o, const device_info &d,
                              cudaStream_t stream) {
-    switch (a.num_staged) {
-    case 0:
-        return launch_tma<T, 0>(a, o, d.dev, d.optin, stream);
-    case 1:
-        return launch_tma<T, 1>(a, o, d.dev, d.optin, stream);
-    case 2:
-        return launch_tma<T, 2>(a, o, d.dev, d.optin, stream);
-    case 3:
-        return launch_tma<T, 3>(a, o, d.dev, d.optin, stream);
-    case 4:
-        return launch_tma<T, 4>(a, o, d.dev, d.optin, stream);
-    case 5:
-        return launch_tma<T, 5>(a, o, d.dev, d.optin, stream);
-    case 6:
-        return launch_tma<T, 6>(a, o, d.dev, d.optin, stream);
-    case 7:
-        return launch_tma<T, 7>(a, o, d.dev, d.optin, stream);
-    default:
-        return cudaErrorInvalidValue;
-    }
+    return with_ns(a.num_staged, [&](auto ns) -> cudaError_t {
+        return launch_tma<T, decltype(ns)::value>(a, o, d.dev, d.optin, stream);
+    });
 }
 
 } // namespace
