@@ -107,6 +107,23 @@ def mode_name(mode):
 # ------------------------------------------------------------------------------- structs
 
 
+class Closeable:
+    """`with` support and a finaliser for objects that own library handles and define close()
+    (close() must be safe to call twice)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
 class ConfigStruct(ctypes.Structure):
     """tide_config_t, field for field."""
 

@@ -64,7 +64,7 @@ def _check_slot(slot):
     return slot
 
 
-class World:
+class World(_lib.Closeable):
     """N = nodes x gpus_per_node ranks of one process on the CPU fabric.
 
     world.register(config, shapes, ag_dtype="bf16", grad_dtype="bf16", shard_dtype=None)
@@ -192,18 +192,6 @@ class World:
         self._closed = True
         if error is not None:
             raise error
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __repr__(self):
         return "<tide.World %dx%d%s>" % (self.nodes, self.gpus_per_node,

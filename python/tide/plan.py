@@ -132,7 +132,7 @@ def _check_config(config):
     return Config.from_buffer_copy(config)
 
 
-class Plan:
+class Plan(_lib.Closeable):
     """tide_plan_t: the plan of one group on one topology.
 
     Plan(config, shapes, ag_dtype="bf16", grad_dtype="bf16", shard_dtype=None) builds one
@@ -180,18 +180,6 @@ class Plan:
         handle, self._handle = self._handle, None
         if handle is not None and self._owned:
             _lib.lib().tide_plan_destroy(handle)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def _h(self):
         if self._handle is None or (self._owner is not None and self._owner._closed):
