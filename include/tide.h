@@ -114,7 +114,9 @@ typedef struct {
     tide_rs_mode_t mode;  /* TIDE_RS_IN_PLACE (default) or TIDE_RS_SLOT_REUSE */
     int sum_ctas;         /* Level-1 sum CTA budget; 0 = solver/default (4) */
     int landing_ctas;     /* landing CTA budget; 0 = solver/default (4) */
-    int multicast;        /* 1: use NCCL multicast when offered; 0: unicast fallback */
+    int multicast;        /* 1: plan for NCCL multicast (descriptor counts, tide-plan); 0: unicast.
+                             No fabric built so far issues multicast: the cpu and cuda fabrics
+                             always run the unicast path, whatever this field says */
 } tide_config_t;
 
 #define TIDE_CONFIG_INIT                                                                      \
