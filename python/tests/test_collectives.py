@@ -58,14 +58,20 @@ def shard_of(params, shapes, rank, n, dtype):
 
 
 def rs_reference(grads, shapes, rank, n, alpha, base=None):
-    """alpha sum_u G^(u) over the ranks u, rows of `rank`, in float64 (+ base)."""
-    parts = []
+    """alpha sum_u G^(u) over the ranks u, rows of `rank`, in float64 (+ base); the padding
+    rows past D_p are zero, accumulating or not."""
+    parts, real = [], []
     for p, shape in enumerate(shapes):
         total = sum(grads[u][p].astype(np.float64) for u in range(n))
         r = rows_per_rank(shape, n)
         parts.append(alpha * padded(total, shape, n)[rank * r:(rank + 1) * r].reshape(-1))
+        d, k = dims(shape)
+        valid = max(0, min(r, d - rank * r))
+        real.append(np.arange(r * k) < valid * k)
     ref = np.concatenate(parts)
-    return ref if base is None else ref + base.astype(np.float64)
+    if base is not None:
+        ref = np.where(np.concatenate(real), ref + base.astype(np.float64), 0.0)
+    return ref
 
 
 def random_params(rng, shapes, dtype, integer=False):

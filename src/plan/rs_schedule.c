@@ -100,8 +100,9 @@ static tide_result_t check_args(const tide_topo_t *topo, const tide_geom_t *geom
                    "TIDE-RS: passes n_part = %d outside [1, %d]", passes, TIDE_MAX_PASSES);
     TIDE_ARG_CHECK((int)mode >= 0 && mode < TIDE_RS_MODE_COUNT,
                    "TIDE-RS: mode = %d is not a tide_rs_mode_t", (int)mode);
-    TIDE_ARG_CHECK(staging_slots >= 1, "TIDE-RS: staging slots n_stg = %d, need >= 1",
-                   staging_slots);
+    TIDE_ARG_CHECK(staging_slots >= 1 && staging_slots <= TIDE_MAX_STAGING_SLOTS,
+                   "TIDE-RS: staging slots n_stg = %d outside [1, %d]", staging_slots,
+                   TIDE_MAX_STAGING_SLOTS);
     if (geom != NULL) {
         TIDE_ARG_CHECK(geom->ranks == topo->nodes * topo->gpus_per_node,
                        "TIDE-RS: geometry is for N = %d ranks, topology has %d", geom->ranks,
