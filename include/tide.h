@@ -90,6 +90,7 @@ typedef enum {
 #define TIDE_MAX_NODES 65536
 #define TIDE_MAX_ROUND_WIDTH 4  /* k_max of the sizing solver (App. G) */
 #define TIDE_MAX_PASSES 4       /* n_part */
+#define TIDE_MAX_STAGING_SLOTS 64 /* n_stg: more slots than destinations buy nothing */
 
 /* ---------------------------------------------------------------------------------------- */
 /* Configuration                                                                             */
@@ -105,13 +106,13 @@ typedef struct {
     size_t size;          /* sizeof(tide_config_t), set by TIDE_CONFIG_INIT */
     unsigned int magic;   /* TIDE_CONFIG_MAGIC */
     unsigned int version; /* TIDE_VERSION_CODE the caller compiled against */
-    int nodes;            /* M >= 1 */
+    int nodes;            /* M >= 1 (0 with gpus_per_node 0: the communicator's, register only) */
     int gpus_per_node;    /* L in [1, TIDE_MAX_GPUS_PER_NODE] */
     int wave_width;       /* W_wave in [1, L]; 0 = L */
     int round_width;      /* k in [1, TIDE_MAX_ROUND_WIDTH]; 0 = min(2, max(1, M-1)) */
     int passes;           /* n_part in [1, TIDE_MAX_PASSES]; 0 = 1 */
-    int staging_slots;    /* n_stg >= 1; 0 = 2 */
-    tide_rs_mode_t mode;  /* TIDE_RS_IN_PLACE (default) or TIDE_RS_SLOT_REUSE */
+    int staging_slots;    /* n_stg in [1, TIDE_MAX_STAGING_SLOTS]; 0 = 2 */
+    tide_rs_mode_t mode;  /* TIDE_RS_IN_PLACE (default) or TIDE_RS_SLOT_REUSE: the group's mode */
     int sum_ctas;         /* Level-1 sum CTA budget; 0 = solver/default (4) */
     int landing_ctas;     /* landing CTA budget; 0 = solver/default (4) */
     int multicast;        /* 1: plan for NCCL multicast (descriptor counts, tide-plan); 0: unicast.
@@ -329,7 +330,15 @@ TIDE_API tide_result_t tide_comm_init_all(tide_fabric_kind_t fabric, int nodes, 
 TIDE_API tide_result_t tide_comm_init_rank(tide_fabric_kind_t fabric, int nodes, int gpus_per_node,
                                            int rank, const char *name, tide_comm_t *comm_out);
 
-/* Release a communicator; every group registered on it must be deregistered first. */
+/*
+ * Release a communicator; every group registered on it must be deregistered first.
+ *
+ * Handles: every call checks its communicator / group handle against a process-wide table
+ * of live objects before reading it, so a destroyed or deregistered handle (a double
+ * destroy, a call after deregistration) returns TIDE_ERR_INVALID_ARGUMENT instead of reading
+ * freed memory.  Released objects are held back from reuse for the next 1024 releases, so a
+ * stale handle cannot silently resolve to a newer object within that window.
+ */
 TIDE_API tide_result_t tide_comm_destroy(tide_comm_t comm);
 
 TIDE_API tide_result_t tide_comm_rank(tide_comm_t comm, int *rank_out);
@@ -337,7 +346,10 @@ TIDE_API tide_result_t tide_comm_rank(tide_comm_t comm, int *rank_out);
 /*
  * Register a parameter group (collective: every rank of the communicator calls it with the
  * same config and group).  Plans the group, compiles its programs, allocates and zeroes its
- * arena.  config->nodes / gpus_per_node must match the communicator.
+ * arena.  The communicator owns the topology: set config->nodes = config->gpus_per_node = 0
+ * to take its M and L (TIDE_CONFIG_INIT's 1 x 1 suits tide_plan_create on its own); nonzero
+ * values must match the communicator.  TIDE_ERR_NO_MEMORY when the arena cannot be
+ * allocated, with its size in the message.
  */
 TIDE_API tide_result_t tide_group_register(tide_comm_t comm, const tide_config_t *config,
                                            const tide_group_desc_t *group, tide_group_t *group_out);
@@ -373,17 +385,62 @@ TIDE_API tide_result_t tide_all_gather(tide_group_t group, const void *shard, in
 /*
  * TIDE-RS.  grads[p]: this rank's unsharded gradient of parameter p (D_p K_p items of
  * grad_dtype, row-major), read in place.  out: this rank's fp32 shard (S_fp32 bytes, param p
- * at 4 x elem_offset_p, rows past D_p written as zero).  Computes
+ * at 4 x elem_offset_p).  Computes
  *     out = (accumulate ? out : 0) + alpha * sum_u G_p^(u)[rows of this rank]
- * in fp32 with the association order of §4.3.  mode selects In-Place or Slot-Reuse (same
- * arithmetic, bitwise identical results).
+ * in fp32 with the association order of §4.3; the padding rows past D_p are written as +0
+ * in every call, accumulating or not.  The order depends only on (M, L, W_wave): every
+ * other knob (passes, staging slots, CTA budgets, round width, mode) leaves the result
+ * bitwise unchanged, and so does any W_wave >= M (one wave per pass); wave widths that cut
+ * the contributors into different waves change the rounding of alpha's per-wave products.
+ * alpha must be a finite, normal fp32 number: NaN, +-Inf, 0 and subnormals are refused
+ * (TIDE_ERR_INVALID_ARGUMENT), as a zero or denormal scale would silently discard or
+ * distort every gradient.
+ * mode: In-Place or Slot-Reuse (same arithmetic).  The mode belongs to the group
+ * (config->mode, which sizes its outbox); this argument is kept for ABI compatibility and
+ * may still name the other mode, which is then compiled on first use.  New code should
+ * call tide_reduce_scatter_checked, which takes no mode.
+ *
+ * Both collectives are checked across ranks on the CPU fabric: before any data moves every
+ * rank posts the arguments that must agree (the all-gather slot; alpha, accumulate and mode)
+ * and compares them with every other rank's; a disagreement returns
+ * TIDE_ERR_INVALID_ARGUMENT on every rank naming both values, and, like any failure after a
+ * call started, leaves the group unusable (deregister it).  A rank that never makes the call
+ * is reported as TIDE_ERR_TIMEOUT after TIDE_TIMEOUT_MS.  The CUDA fabric (one thread
+ * enqueues every rank) does not compare calls yet.
  */
 TIDE_API tide_result_t tide_reduce_scatter(tide_group_t group, const void *const *grads, float *out,
                                            float alpha, int accumulate, tide_rs_mode_t mode,
                                            void *stream);
 
-/* FSDP2's scaling folded into alpha: AVG = 1/N, PREMUL_SUM = factor, divide factors
- * (pre, post) = 1 / (pre * post). */
+/*
+ * Checked variants: the same collectives, given the caller's buffer lengths, which must equal
+ * what the group reads and writes (TIDE_ERR_INVALID_ARGUMENT naming the expected size
+ * otherwise).  shard_bytes: tide_plan_summary_t's shard_bytes (S), or 4 sum R_p K_p (=
+ * fp32_shard_bytes) for a casting group, or 0 with shard = NULL.  grad_bytes[p]: D_p K_p
+ * b_grad for each of the num_grads = P gradients; out_bytes: S_fp32.  The reduce-scatter
+ * runs the group's mode (config->mode): the mode is given once, at registration.
+ *
+ * The unchecked calls above have the same contract without the lengths: the buffers must
+ * be at least those sizes, which the library cannot verify.  Both forms refuse operands that
+ * alias the arenas the call writes: a shard anywhere in an arena except inside this rank's
+ * resident region, an output anywhere in an arena, gradients anywhere in an arena except
+ * inside this rank's landing slots (Slot-Reuse reads a vacated slot), and gradients that
+ * overlap the output.
+ */
+TIDE_API tide_result_t tide_all_gather_checked(tide_group_t group, const void *shard,
+                                               uint64_t shard_bytes, int slot, void *stream);
+TIDE_API tide_result_t tide_reduce_scatter_checked(tide_group_t group, const void *const *grads,
+                                                   const uint64_t *grad_bytes, int num_grads,
+                                                   float *out, uint64_t out_bytes, float alpha,
+                                                   int accumulate, void *stream);
+
+/*
+ * FSDP2's scaling folded into alpha: AVG = 1/N, PREMUL_SUM = factor, divide factors
+ * (pre, post) = 1 / (pre * post).  There is no error channel in a float: an invalid
+ * argument (ranks < 1; a divide factor that is 0, NaN or infinite; a product whose
+ * reciprocal is not a normal fp32 number) returns NaN, which tide_reduce_scatter refuses,
+ * and records the reason for tide_get_last_error().
+ */
 TIDE_API float tide_alpha_avg(int ranks);
 TIDE_API float tide_alpha_divide(float predivide, float postdivide);
 

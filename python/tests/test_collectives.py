@@ -6,6 +6,9 @@ rows [r R_p, (r+1) R_p) of alpha sum_u G_p^(u), zero past D_p.
 """
 
 import os
+import pathlib
+import subprocess
+import sys
 
 import ml_dtypes
 import numpy as np
@@ -58,14 +61,20 @@ def shard_of(params, shapes, rank, n, dtype):
 
 
 def rs_reference(grads, shapes, rank, n, alpha, base=None):
-    """alpha sum_u G^(u) over the ranks u, rows of `rank`, in float64 (+ base)."""
-    parts = []
+    """alpha sum_u G^(u) over the ranks u, rows of `rank`, in float64 (+ base); the padding
+    rows past D_p are zero, accumulating or not."""
+    parts, real = [], []
     for p, shape in enumerate(shapes):
         total = sum(grads[u][p].astype(np.float64) for u in range(n))
         r = rows_per_rank(shape, n)
         parts.append(alpha * padded(total, shape, n)[rank * r:(rank + 1) * r].reshape(-1))
+        d, k = dims(shape)
+        valid = max(0, min(r, d - rank * r))
+        real.append(np.arange(r * k) < valid * k)
     ref = np.concatenate(parts)
-    return ref if base is None else ref + base.astype(np.float64)
+    if base is not None:
+        ref = np.where(np.concatenate(real), ref + base.astype(np.float64), 0.0)
+    return ref
 
 
 def random_params(rng, shapes, dtype, integer=False):
@@ -190,11 +199,15 @@ def test_reduce_scatter_matches_float64_reference(world, dtype):
 def test_reduce_scatter_integers_exact_accumulate_alpha(world):
     n = world.ranks
     rng = np.random.default_rng(4)
-    groups = world.register(tide.Config(world.nodes, world.gpus_per_node), SHAPES)
     grads = [random_params(rng, SHAPES, BF16, integer=True) for _ in range(n)]
-    base = [rng.integers(-50, 51, size=groups[r].out_elems).astype(np.float32)
-            for r in range(n)]
+    base = None
     for mode in ("in-place", "slot-reuse"):
+        # The mode is the group's: one registration per mode.
+        groups = world.register(tide.Config(world.nodes, world.gpus_per_node, mode=mode),
+                                SHAPES)
+        if base is None:
+            base = [rng.integers(-50, 51, size=groups[r].out_elems).astype(np.float32)
+                    for r in range(n)]
         got = run_rs(world, groups, grads, mode=mode)
         scaled = run_rs(world, groups, grads, alpha=0.25, mode=mode)
         acc = run_rs(world, groups, grads, alpha=-2.0, accumulate=True, mode=mode, base=base)
@@ -206,12 +219,14 @@ def test_reduce_scatter_integers_exact_accumulate_alpha(world):
             np.testing.assert_array_equal(acc[r],
                                           rs_reference(grads, SHAPES, r, n, -2.0, base[r]))
             np.testing.assert_array_equal(over[r], got[r])
-            # The output's padding rows (past D_p) are zero.
-            for p, view in enumerate(groups[r].plan.split_output(got[r])):
-                d = dims(SHAPES[p])[0]
-                rows = rows_per_rank(SHAPES[p], n)
-                valid = max(0, min(rows, d - r * rows))
-                assert not view[valid:].any()
+            # The output's padding rows (past D_p) are +0, accumulating or not.
+            for out in (got[r], acc[r]):
+                for p, view in enumerate(groups[r].plan.split_output(out)):
+                    d = dims(SHAPES[p])[0]
+                    rows = rows_per_rank(SHAPES[p], n)
+                    valid = max(0, min(rows, d - r * rows))
+                    assert not bits(np.ascontiguousarray(view[valid:])).any()
+        world.deregister(groups)
 
 
 # ------------------------------------------------------------------------------- bad inputs
@@ -310,3 +325,99 @@ def test_library_loading_error_is_clear(tmp_path, monkeypatch):
     res = subprocess.run([sys.executable, "-c", code], env=env, cwd=pkg, capture_output=True,
                          text=True, timeout=60)
     assert "TIDE_LIBRARY" in res.stdout and "missing.so" in res.stdout
+
+
+# ------------------------------------------------------------------------------- misuse
+
+
+def test_views_keep_the_arena_alive():
+    # In a child interpreter: a regression would segfault, which must fail this test only.
+    script = """
+import numpy as np, tide
+w = tide.World(1, 2)
+groups = w.register(tide.Config(1, 2), [(5, 3), 4])
+view = groups[0].landing(0)
+part = groups[1].unsharded(1, 0)
+for close in (w.close, lambda: w.deregister(groups)):
+    try:
+        close()
+    except ValueError as exc:
+        assert "views" in str(exc), exc
+    else:
+        raise SystemExit("close() with live views did not raise")
+view[:] = 1          # still mapped: the arena stayed alive
+assert part.sum() == 0
+del view, part
+w.close()
+assert groups[0]._closed
+try:
+    groups[0].landing(0)
+except ValueError:
+    pass
+else:
+    raise SystemExit("landing() after close did not raise")
+print("ok")
+"""
+    env = dict(os.environ, TIDE_DEBUG="NONE")
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env=env, cwd=str(pathlib.Path(__file__).resolve().parents[1]),
+                         timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", (res.returncode, res.stdout,
+                                                                res.stderr)
+
+
+def test_alpha_refused():
+    with tide.World(1, 1) as world:
+        g = world.register(tide.Config(1, 1), SHAPES)[0]
+        grads = [np.ones(dims(s), dtype=BF16) for s in SHAPES]
+        out = g.new_output()
+        for alpha in (float("nan"), float("inf"), -float("inf"), 1e40, 0.0, -0.0, 1e-40):
+            with pytest.raises(ValueError, match="finite, normal fp32"):
+                g.reduce_scatter(grads, out, alpha=alpha)
+        g.reduce_scatter(grads, out, alpha=-0.5)
+        assert out[0] == -0.5
+    for pre, post in ((0, 4), (float("inf"), 1), (1e30, 1e30)):
+        with pytest.raises(ValueError, match="alpha_divide"):
+            tide.alpha_divide(pre, post)
+    assert tide.alpha_divide(2, 4) == 0.125
+
+
+def test_shard_overlapping_its_landing_refused():
+    with tide.World(1, 1) as world:
+        g = world.register(tide.Config(1, 1), SHAPES)[0]
+        land = g.landing(0)
+        with pytest.raises(ValueError, match="overlaps landing slot 0"):
+            g.all_gather(land[:g._shard_elems], 0)
+        del land
+
+
+def test_mode_given_once():
+    with tide.World(1, 1) as world:
+        g = world.register(tide.Config(1, 1, mode="slot-reuse"), SHAPES)[0]
+        grads = [np.ones(dims(s), dtype=BF16) for s in SHAPES]
+        with pytest.raises(ValueError, match="Config"):
+            g.reduce_scatter(grads, g.new_output(), mode="in-place")
+        g.reduce_scatter(grads, g.new_output(), mode="slot-reuse")
+        g.reduce_scatter(grads, g.new_output())
+
+
+@pytest.mark.parametrize("what", ["slot", "alpha"])
+def test_ranks_that_disagree_are_refused(what):
+    with tide.World(1, 2) as world:
+        groups = world.register(tide.Config(1, 2), SHAPES)
+        grads = [np.ones(dims(s), dtype=BF16) for s in SHAPES]
+
+        def body(r):
+            g = groups[r]
+            try:
+                if what == "slot":
+                    g.all_gather(np.zeros(g._shard_elems, dtype=BF16), r)
+                else:
+                    g.reduce_scatter(grads, g.new_output(), alpha=1.0 + r)
+            except tide.TideError as exc:
+                return str(exc)
+            return None
+
+        msgs = world.run(body)
+        for m in msgs:
+            assert m is not None and "disagree" in m, msgs

@@ -289,6 +289,11 @@ _PROTOTYPES = {
     "tide_all_gather": (_res, [_void_p, _void_p, ctypes.c_int, _void_p]),
     "tide_reduce_scatter": (_res, [_void_p, _p(_void_p), _p(ctypes.c_float), ctypes.c_float,
                                    ctypes.c_int, ctypes.c_int, _void_p]),
+    "tide_all_gather_checked": (_res, [_void_p, _void_p, ctypes.c_uint64, ctypes.c_int,
+                                       _void_p]),
+    "tide_reduce_scatter_checked": (_res, [_void_p, _p(_void_p), _p(ctypes.c_uint64),
+                                           ctypes.c_int, _p(ctypes.c_float), ctypes.c_uint64,
+                                           ctypes.c_float, ctypes.c_int, _void_p]),
     "tide_alpha_avg": (ctypes.c_float, [ctypes.c_int]),
     "tide_alpha_divide": (ctypes.c_float, [ctypes.c_float, ctypes.c_float]),
 }

@@ -5,14 +5,18 @@ registration, all-gather, reduce-scatter, deregistration -- must be made by all 
 once, each from its own thread; World.run(fn) runs fn(rank) on N threads.  ctypes releases
 the GIL for the duration of each foreign call, so the ranks really run concurrently.
 
-Inputs are checked here before they reach C (dtype, shape, contiguity, sizes, overlap), so a
-malformed argument raises ValueError on the calling rank instead of corrupting memory.  Views
-returned by Group.landing / unsharded / resident alias the group's arena: they are valid until
-the group is deregistered (World.close deregisters every group it registered).
+Inputs are checked here before they reach C (dtype, shape, contiguity, sizes, overlap,
+alpha), so a malformed argument raises ValueError on the calling rank instead of corrupting
+memory; the C layer checks the sizes again (the checked collectives) and that the ranks agree.
+Views returned by Group.landing / unsharded / resident alias the group's arena and keep it
+alive: deregistering the group (or closing the world) while such a view exists raises
+ValueError, and leaves the group registered, instead of freeing memory the view still reads.
 """
 
 import ctypes
+import math
 import threading
+import weakref
 
 import ml_dtypes
 import numpy as np
@@ -36,14 +40,39 @@ def alpha_avg(ranks):
 
 
 def alpha_divide(predivide, postdivide):
-    """FSDP2's divide factors folded into alpha: 1 / (pre * post) (tide_alpha_divide)."""
-    return float(_lib.require("tide_alpha_divide")(float(predivide), float(postdivide)))
+    """FSDP2's divide factors folded into alpha: 1 / (pre * post) (tide_alpha_divide).
+    ValueError for a factor that is 0, NaN or infinite, or a scale that is not a normal fp32
+    number."""
+    pre, post = _number(predivide, "predivide"), _number(postdivide, "postdivide")
+    alpha = float(_lib.require("tide_alpha_divide")(pre, post))
+    if math.isnan(alpha):
+        raise ValueError(_lib.last_error() or "alpha_divide(%r, %r): invalid factors"
+                         % (predivide, postdivide))
+    return alpha
 
 
-def _view(ptr, nbytes, dtype):
-    """A writable numpy view of nbytes at address ptr."""
-    buf = (ctypes.c_char * nbytes).from_address(ptr)
-    return np.frombuffer(buf, dtype=dtype)
+def _number(x, what):
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        raise ValueError("%s: expected a number, got %r" % (what, x)) from None
+
+
+def _check_alpha(alpha):
+    """alpha as the fp32 the library receives; ValueError unless it is finite and normal
+    (tide.h: NaN, +-Inf, 0 and subnormals are refused)."""
+    a = _number(alpha, "alpha")
+    with np.errstate(over="ignore", under="ignore"):
+        f = np.float32(a)
+    if not np.isfinite(f) or f == 0 or abs(f) < np.finfo(np.float32).tiny:
+        what = ("NaN" if math.isnan(a) else
+                "infinite" if math.isinf(a) else
+                "beyond the fp32 range (it rounds to Inf)" if not np.isfinite(f) else
+                "zero" if a == 0 else
+                "subnormal or zero in fp32")
+        raise ValueError("alpha = %r is %s; alpha must be a finite, normal fp32 number"
+                         % (alpha, what))
+    return float(f)
 
 
 def _check_array(a, what, dtype, writable=False):
@@ -167,6 +196,12 @@ class World(_lib.Closeable):
             return
         if len(live) != self.ranks:
             raise ValueError("deregister: some ranks of this registration are already closed")
+        # Views keep the arena alive: refuse before any rank starts the collective.
+        busy = [g.rank for g in groups if not g._release_views()]
+        if busy:
+            raise ValueError("deregister: rank(s) %s still hold landing / unsharded / resident "
+                             "views of the group's arena; delete them (or copy what you need) "
+                             "first: deregistration frees that memory" % busy)
         try:
             self.run(lambda r: groups[r]._deregister())
         finally:
@@ -183,6 +218,10 @@ class World(_lib.Closeable):
                 self.deregister(groups)
             except Exception as exc:  # keep releasing; report the first failure
                 error = error or exc
+        if any(not g._closed for gs in self._registrations for g in gs):
+            # A group stays registered (views of it are alive): the communicators must stay
+            # too.  The world remains open; close() again once the views are gone.
+            raise error
         destroy = _lib.require("tide_comm_destroy")
         for comm in self._comms:
             res = destroy(comm)
@@ -207,6 +246,8 @@ class Group:
         self.rank = rank
         self._handle = handle
         self._closed = False
+        self._mode = config.mode  # the group's reduce-scatter mode: given once, in Config
+        self._views = {}  # region key -> the ctypes buffer every numpy view of it is based on
         plan_handle = ctypes.c_void_p()
         _lib.call("tide_group_plan", handle, ctypes.byref(plan_handle))
         self.plan = Plan._borrowed(plan_handle.value, config, sig, self)
@@ -227,8 +268,28 @@ class Group:
 
     def _deregister(self):
         handle = self._h()
+        if not self._release_views():
+            raise ValueError("deregister: rank %d still holds views of the group's arena"
+                             % self.rank)
         _lib.call("tide_group_deregister", handle)
         self._closed = True
+
+    def _region(self, key, ptr, nbytes, dtype):
+        """A numpy view of the arena whose base chain ends at the group's ctypes buffer of the
+        region, so that deregistration can tell (by a weak reference) whether views live."""
+        buf = self._views.get(key)
+        if buf is None:
+            buf = (ctypes.c_char * nbytes).from_address(ptr)
+            self._views[key] = buf
+        return np.frombuffer(buf, dtype=dtype)
+
+    def _release_views(self):
+        """Drop the region buffers; False (keeping them) if a numpy view still uses one."""
+        refs = {key: weakref.ref(buf) for key, buf in self._views.items()}
+        self._views.clear()
+        alive = {key: ref() for key, ref in refs.items() if ref() is not None}
+        self._views.update(alive)
+        return not alive
 
     @property
     def num_params(self):
@@ -241,7 +302,7 @@ class Group:
         slot = _check_slot(slot)
         ptr = ctypes.c_void_p()
         _lib.call("tide_group_landing", self._h(), slot, ctypes.byref(ptr))
-        return _view(ptr.value, self.group_bytes, self.ag_dtype)
+        return self._region(("landing", slot), ptr.value, self.group_bytes, self.ag_dtype)
 
     def unsharded(self, slot, p):
         """The (D_p, K_p) view of parameter p inside landing slot `slot` (starts at o_p N;
@@ -256,7 +317,7 @@ class Group:
         fill it, then call all_gather(None, slot).  TideError UNSUPPORTED with a cast."""
         ptr = ctypes.c_void_p()
         _lib.call("tide_group_resident", self._h(), ctypes.byref(ptr))
-        return _view(ptr.value, self.shard_bytes, self.ag_dtype)
+        return self._region("resident", ptr.value, self.shard_bytes, self.ag_dtype)
 
     def new_output(self):
         """A zeroed fp32 reduce-scatter output of the right size."""
@@ -279,20 +340,31 @@ class Group:
                 raise ValueError("shard: shape %s, expected (%d,) (the packed shard)"
                                  % (shard.shape, self._shard_elems))
             ptr = shard.ctypes.data
-        _lib.call("tide_all_gather", h, ptr, slot, None)
+            for s in (0, 1):
+                land = ctypes.c_void_p()
+                _lib.call("tide_group_landing", h, s, ctypes.byref(land))
+                if (ptr < land.value + self.group_bytes and
+                        land.value < ptr + shard.size * shard.itemsize):
+                    raise ValueError("shard overlaps landing slot %d of this group (a view of "
+                                     "the destination cannot be its source); pass a copy" % s)
+        nbytes = 0 if shard is None else shard.size * shard.itemsize
+        _lib.call("tide_all_gather_checked", h, ptr, nbytes, slot, None)
         return self.landing(slot)
 
-    def reduce_scatter(self, grads, out, alpha=1.0, accumulate=False, mode="in-place"):
+    def reduce_scatter(self, grads, out, alpha=1.0, accumulate=False, mode=None):
         """TIDE-RS (collective): out = (accumulate ? out : 0) + alpha sum_u G_p^(u)[my rows],
-        in fp32.  grads: P C-contiguous arrays of the grad dtype, each (D_p, K_p) or any
-        shape (D_p, ...) whose trailing product is K_p (1-D of D_p K_p items also accepted);
-        out: a 1-D C-contiguous writable float32 array of S_fp32 / 4 items.  Returns out."""
+        in fp32; the padding rows past D_p are +0 after every call.  grads: P C-contiguous
+        arrays of the grad dtype, each (D_p, K_p) or any shape (D_p, ...) whose trailing
+        product is K_p (1-D of D_p K_p items also accepted); out: a 1-D C-contiguous
+        writable float32 array of S_fp32 / 4 items; alpha: a finite, normal fp32 number.
+        The mode is the group's (Config(mode=...)); `mode`, if given, must name it.
+        Returns out."""
         h = self._h()
-        mode = _lib.parse_mode(mode)
-        try:
-            alpha = float(alpha)
-        except (TypeError, ValueError):
-            raise ValueError("alpha: expected a number, got %r" % (alpha,)) from None
+        if mode is not None and _lib.parse_mode(mode) != self._mode:
+            raise ValueError("mode %r: the reduce-scatter mode is the group's, given once in "
+                             "Config(mode=...); register a group with that mode instead"
+                             % (mode,))
+        alpha = _check_alpha(alpha)
         _check_array(out, "out", np.dtype(np.float32), writable=True)
         if out.ndim != 1 or out.size != self.out_elems:
             raise ValueError("out: shape %s, expected (%d,) (S_fp32 / 4)"
@@ -302,6 +374,7 @@ class Group:
         if len(grads) != self.num_params:
             raise ValueError("grads: %d arrays, expected %d" % (len(grads), self.num_params))
         ptrs = (ctypes.c_void_p * self.num_params)()
+        lens = (ctypes.c_uint64 * self.num_params)()
         for p, (g, geo) in enumerate(zip(grads, self.plan.params)):
             what = "grads[%d]" % p
             _check_array(g, what, self.grad_dtype)
@@ -313,9 +386,10 @@ class Group:
             if np.may_share_memory(g, out):
                 raise ValueError("%s overlaps out" % what)
             ptrs[p] = g.ctypes.data
+            lens[p] = g.size * g.itemsize
         out_ptr = ctypes.cast(out.ctypes.data, ctypes.POINTER(ctypes.c_float))
-        _lib.call("tide_reduce_scatter", h, ptrs, out_ptr, alpha, 1 if accumulate else 0, mode,
-                  None)
+        _lib.call("tide_reduce_scatter_checked", h, ptrs, lens, self.num_params, out_ptr,
+                  out.size * 4, alpha, 1 if accumulate else 0, None)
         return out
 
     def __repr__(self):

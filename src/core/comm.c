@@ -3,6 +3,7 @@
  */
 #include "core/checks.h"
 #include "core/comm.h"
+#include "core/handles.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,11 @@ static tide_result_t comm_new(const struct tide_fabric_ops *ops, const tide_topo
     c->world = world;
     c->topo = *topo;
     c->rank = world->rank;
+    tide_result_t res = tide_handle_add(c, TIDE_HANDLE_COMM);
+    if (res != TIDE_SUCCESS) {
+        free(c);
+        return res;
+    }
     *comm_out = c;
     return TIDE_SUCCESS;
 }
@@ -62,7 +68,7 @@ tide_result_t tide_comm_init_all(tide_fabric_kind_t fabric, int nodes, int gpus_
 
 fail_worlds:
     for (int r = 0; r < n; ++r) {
-        free(comms[r]);
+        tide_handle_release(comms[r], TIDE_HANDLE_COMM, sizeof(*comms[r]));
         ops->world_destroy(worlds[r]);
     }
 fail_arrays:
@@ -115,18 +121,18 @@ tide_result_t tide_comm_init_rank(tide_fabric_kind_t fabric, int nodes, int gpus
 
 tide_result_t tide_comm_destroy(tide_comm_t comm) {
     tide_error_clear();
-    TIDE_ARG_CHECK(comm != NULL, "comm_destroy: comm is NULL");
+    TIDE_CHECK(tide_handle_check(comm, TIDE_HANDLE_COMM, "comm_destroy"));
     TIDE_ARG_CHECK(comm->live_groups == 0,
                    "comm_destroy: rank %d still has %d registered group(s); deregister them first",
                    comm->rank, comm->live_groups);
     tide_result_t res = comm->ops->world_destroy(comm->world);
-    free(comm);
+    tide_handle_release(comm, TIDE_HANDLE_COMM, sizeof(*comm));
     return res;
 }
 
 tide_result_t tide_comm_rank(tide_comm_t comm, int *rank_out) {
     tide_error_clear();
-    TIDE_ARG_CHECK(comm != NULL, "comm_rank: comm is NULL");
+    TIDE_CHECK(tide_handle_check(comm, TIDE_HANDLE_COMM, "comm_rank"));
     TIDE_ARG_CHECK(rank_out != NULL, "comm_rank: rank_out is NULL");
     *rank_out = comm->rank;
     return TIDE_SUCCESS;

@@ -33,6 +33,9 @@ struct tide_group {
      * program ran before it on this group (both RS modes share the RS counters). */
     uint64_t ag_calls;
     uint64_t rs_calls;
+    /* Call signatures exchanged per collective (fabric.h, call_check): advances with every
+     * exchange, including calls refused afterwards, so no sequence number is posted twice. */
+    uint64_t checks[2];
     /* A call that failed part-way left the counters inconsistent: the group only fails
      * afterwards (fail-stop), naming the first failure. */
     tide_result_t poison;

@@ -1,6 +1,7 @@
 /* error.c - result strings, the per-thread last error, and the logger. */
 #include "core/checks.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,9 +38,11 @@ tide_result_t tide_get_version(int *version_out) {
 
 void tide_error_clear(void) { last_error[0] = '\0'; }
 
-/* TIDE_DEBUG is read once per process; a race on first use writes the same value twice. */
+/* TIDE_DEBUG is read once per process; a race on first use stores the same value twice
+ * (atomically, so that concurrent first errors of several rank threads are well defined). */
 static tide_log_level_t log_level(void) {
-    static int level = -1;
+    static _Atomic int cached = -1;
+    int level = atomic_load_explicit(&cached, memory_order_relaxed);
     if (level < 0) {
         const char *env = getenv("TIDE_DEBUG");
         int l = TIDE_LOG_WARN;
@@ -49,6 +52,7 @@ static tide_log_level_t log_level(void) {
             else if (strcasecmp(env, "TRACE") == 0) l = TIDE_LOG_TRACE;
         }
         level = l;
+        atomic_store_explicit(&cached, level, memory_order_relaxed);
     }
     return (tide_log_level_t)level;
 }

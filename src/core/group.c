@@ -4,11 +4,14 @@
  */
 #include "core/checks.h"
 #include "core/comm.h"
+#include "core/handles.h"
 #include "program/counters.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* FNV-1a over the fields that decide the arena and the programs, so that ranks that
  * registered different groups are told so instead of exchanging misplaced bytes. */
@@ -51,7 +54,7 @@ static void group_free(struct tide_group *g) {
         if (g->rs_compiled[m]) tide_program_free(&g->rs[m]);
     tide_program_free(&g->ag);
     tide_plan_destroy(g->plan);
-    free(g);
+    tide_handle_release(g, TIDE_HANDLE_GROUP, sizeof(*g));
 }
 
 static tide_result_t ensure_rs(struct tide_group *g, tide_rs_mode_t mode) {
@@ -64,16 +67,31 @@ static tide_result_t ensure_rs(struct tide_group *g, tide_rs_mode_t mode) {
 tide_result_t tide_group_register(tide_comm_t comm, const tide_config_t *config,
                                   const tide_group_desc_t *group, tide_group_t *group_out) {
     tide_error_clear();
-    TIDE_ARG_CHECK(comm != NULL, "group_register: comm is NULL");
+    TIDE_CHECK(tide_handle_check(comm, TIDE_HANDLE_COMM, "group_register"));
     TIDE_ARG_CHECK(config != NULL && group != NULL, "group_register: config and group must be "
                                                     "non-NULL");
     TIDE_ARG_CHECK(group_out != NULL, "group_register: group_out is NULL");
+    /* The communicator owns the topology: nodes = gpus_per_node = 0 take its values. */
+    tide_config_t cfg;
+    TIDE_ARG_CHECK(config->size == sizeof(cfg),
+                   "group_register: config->size = %zu, expected %zu (initialise it with "
+                   "TIDE_CONFIG_INIT)",
+                   config->size, sizeof(cfg));
+    memcpy(&cfg, config, sizeof(cfg));
+    TIDE_ARG_CHECK((cfg.nodes == 0) == (cfg.gpus_per_node == 0),
+                   "group_register: config nodes = %d, gpus_per_node = %d: give both, or 0 for "
+                   "both to take the communicator's topology",
+                   cfg.nodes, cfg.gpus_per_node);
+    if (cfg.nodes == 0) {
+        cfg.nodes = comm->topo.nodes;
+        cfg.gpus_per_node = comm->topo.gpus_per_node;
+    }
 
     tide_result_t res;
     struct tide_group *g = calloc(1, sizeof(*g));
     if (g == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "group_register: out of host memory");
     g->comm = comm;
-    TIDE_CHECK_GOTO(tide_plan_create(config, group, &g->plan), res, fail_group);
+    TIDE_CHECK_GOTO(tide_plan_create(&cfg, group, &g->plan), res, fail_group);
     const struct tide_plan *plan = g->plan;
     if (plan->topo.nodes != comm->topo.nodes ||
         plan->topo.gpus_per_node != comm->topo.gpus_per_node) {
@@ -95,6 +113,11 @@ tide_result_t tide_group_register(tide_comm_t comm, const tide_config_t *config,
     TIDE_CHECK_GOTO(comm->ops->arena_create(comm->world, plan->arena.total_bytes,
                                             group_signature(plan), &g->arena),
                     res, fail_programs);
+    res = tide_handle_add(g, TIDE_HANDLE_GROUP);
+    if (res != TIDE_SUCCESS) {
+        comm->ops->arena_destroy(g->arena);
+        goto fail_programs;
+    }
     g->poison = TIDE_SUCCESS;
     ++comm->live_groups;
     *group_out = g;
@@ -113,7 +136,7 @@ fail_group:
 
 tide_result_t tide_group_deregister(tide_group_t group) {
     tide_error_clear();
-    TIDE_ARG_CHECK(group != NULL, "group_deregister: group is NULL");
+    TIDE_CHECK(tide_handle_check(group, TIDE_HANDLE_GROUP, "group_deregister"));
     /* The memory goes whatever the handshake says: a peer that missed it keeps its own
      * reference to the shared memory until it deregisters too. */
     tide_result_t res = group->comm->ops->arena_destroy(group->arena);
@@ -124,7 +147,7 @@ tide_result_t tide_group_deregister(tide_group_t group) {
 
 tide_result_t tide_group_plan(tide_group_t group, tide_plan_t *plan_out) {
     tide_error_clear();
-    TIDE_ARG_CHECK(group != NULL, "group_plan: group is NULL");
+    TIDE_CHECK(tide_handle_check(group, TIDE_HANDLE_GROUP, "group_plan"));
     TIDE_ARG_CHECK(plan_out != NULL, "group_plan: plan_out is NULL");
     *plan_out = group->plan;
     return TIDE_SUCCESS;
@@ -132,7 +155,7 @@ tide_result_t tide_group_plan(tide_group_t group, tide_plan_t *plan_out) {
 
 tide_result_t tide_group_landing(tide_group_t group, int slot, void **ptr_out) {
     tide_error_clear();
-    TIDE_ARG_CHECK(group != NULL, "group_landing: group is NULL");
+    TIDE_CHECK(tide_handle_check(group, TIDE_HANDLE_GROUP, "group_landing"));
     TIDE_ARG_CHECK(slot == 0 || slot == 1, "group_landing: slot = %d, need 0 or 1", slot);
     TIDE_ARG_CHECK(ptr_out != NULL, "group_landing: ptr_out is NULL");
     return tide_bind_region(group->arena, group->plan, group->comm->rank,
@@ -141,7 +164,7 @@ tide_result_t tide_group_landing(tide_group_t group, int slot, void **ptr_out) {
 
 tide_result_t tide_group_resident(tide_group_t group, void **ptr_out) {
     tide_error_clear();
-    TIDE_ARG_CHECK(group != NULL, "group_resident: group is NULL");
+    TIDE_CHECK(tide_handle_check(group, TIDE_HANDLE_GROUP, "group_resident"));
     TIDE_ARG_CHECK(ptr_out != NULL, "group_resident: ptr_out is NULL");
     if (group->plan->geom.cast)
         return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
@@ -160,24 +183,150 @@ static tide_result_t check_usable(const struct tide_group *g, const char *call) 
                     call, g->comm->rank, tide_get_error_string(g->poison), g->poison_msg);
 }
 
-/* Argument rejections happen before any op ran; everything else may have run part-way. */
-static tide_result_t run(struct tide_group *g, const tide_program_t *prog, const tide_binding_t *b,
-                         void *stream, uint64_t *calls) {
-    tide_result_t res = g->comm->ops->execute(g->arena, prog, b, stream);
-    if (res == TIDE_SUCCESS) {
-        ++*calls;
-    } else if (res != TIDE_ERR_INVALID_ARGUMENT && res != TIDE_ERR_UNSUPPORTED) {
-        g->poison = res;
-        snprintf(g->poison_msg, sizeof(g->poison_msg), "%s", tide_get_last_error());
+
+/* ------------------------------------------------------------------ the ranks agree */
+
+/*
+ * The arguments every rank of a call must pass alike, packed so that a mismatch message can
+ * say what differs: AG the landing slot; RS alpha's bits, the mode and accumulate.
+ */
+static uint64_t ag_signature(int slot) {
+    return (uint64_t)slot;
+}
+
+static uint64_t rs_signature(float alpha, int accumulate, tide_rs_mode_t mode) {
+    uint32_t bits;
+    memcpy(&bits, &alpha, sizeof(bits));
+    return (uint64_t)bits << 32 | (uint64_t)mode << 1 | (uint64_t)(accumulate != 0);
+}
+
+static void describe_signature(tide_collective_t coll, uint64_t sig, char *buf, size_t size) {
+    if (coll == TIDE_COLL_ALL_GATHER) {
+        snprintf(buf, size, "slot %llu", (unsigned long long)sig);
+        return;
     }
+    const uint32_t bits = (uint32_t)(sig >> 32);
+    float alpha;
+    memcpy(&alpha, &bits, sizeof(alpha));
+    snprintf(buf, size, "alpha %.9g (bits %08x), accumulate %d, mode %s", (double)alpha, bits,
+             (int)(sig & 1), (sig >> 1 & 1) ? "slot-reuse" : "in-place");
+}
+
+/* Exchange and compare the call's signature where the fabric can (fabric.h, call_check). */
+static tide_result_t agree(struct tide_group *g, tide_collective_t coll, uint64_t sig,
+                           const char *call) {
+    const struct tide_fabric_ops *ops = g->comm->ops;
+    if (ops->call_check == NULL) return TIDE_SUCCESS;
+    int other = -1;
+    uint64_t other_sig = 0;
+    /* The check's own sequence advances with every exchange, so that a call refused later
+     * (before any op ran) never posts the same sequence number twice. */
+    TIDE_CHECK(ops->call_check(g->arena, coll, g->checks[coll]++, sig, &other, &other_sig));
+    if (other < 0) return TIDE_SUCCESS;
+    char mine[128], theirs[128];
+    describe_signature(coll, sig, mine, sizeof(mine));
+    describe_signature(coll, other_sig, theirs, sizeof(theirs));
+    return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
+                    "%s: the ranks disagree on the call: rank %d passed %s, rank %d passed %s "
+                    "(every rank must pass the same arguments to a collective)",
+                    call, g->comm->rank, mine, other, theirs);
+}
+
+/* ------------------------------------------------------------------ operands */
+
+static bool overlaps(const void *a, uint64_t a_bytes, const void *b, uint64_t b_bytes) {
+    const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
+}
+
+/*
+ * An operand must not alias any rank's arena, which the call itself writes (or peers write
+ * into), except inside this rank's region `allowed` (TIDE_REGION_COUNT: none), which the
+ * call only reads: the resident shard for the all-gather, the landing slots for Slot-Reuse
+ * gradients.  The landing slots count as one allowance (LANDING0 stands for both).
+ */
+static tide_result_t check_outside_arena(const struct tide_group *g, const void *ptr,
+                                         uint64_t bytes, tide_region_t allowed, const char *what,
+                                         const char *call) {
+    const struct tide_fabric_arena *a = g->arena;
+    const struct tide_plan *plan = g->plan;
+    const int me = g->comm->rank;
+    for (int r = 0; r < a->world->ranks; ++r) {
+        if (!overlaps(ptr, bytes, a->bases[r], a->bytes)) continue;
+        if (r == me && allowed != TIDE_REGION_COUNT) {
+            uint64_t lo = plan->arena.regions[allowed].offset, hi;
+            if (allowed == TIDE_REGION_LANDING0)
+                hi = plan->arena.regions[TIDE_REGION_LANDING1].offset +
+                     plan->arena.regions[TIDE_REGION_LANDING1].bytes;
+            else
+                hi = lo + plan->arena.regions[allowed].bytes;
+            const uintptr_t p = (uintptr_t)ptr, base = (uintptr_t)a->bases[r];
+            if (p >= base + lo && p + bytes <= base + hi) continue;
+        }
+        void *slot0 = NULL, *slot1 = NULL;
+        tide_bind_region(a, plan, r, TIDE_REGION_LANDING0, &slot0);
+        tide_bind_region(a, plan, r, TIDE_REGION_LANDING1, &slot1);
+        const char *region = overlaps(ptr, bytes, slot0, plan->geom.group_bytes)   ? "landing slot 0"
+                             : overlaps(ptr, bytes, slot1, plan->geom.group_bytes) ? "landing slot 1"
+                                                                                  : "arena";
+        return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
+                        "%s: %s [%p, +%llu bytes) overlaps rank %d's %s, which the call writes",
+                        call, what, ptr, (unsigned long long)bytes, r, region);
+    }
+    return TIDE_SUCCESS;
+}
+
+/* Bytes of parameter p's gradient: D_p K_p b_grad (bounded by the geometry's checks). */
+static uint64_t grad_bytes_of(const struct tide_plan *plan, int p) {
+    const tide_geom_param_t *q = &plan->geom.params[p];
+    return q->dim0 * q->inner * (uint64_t)plan->geom.grad_item;
+}
+
+/* alpha must be a finite, normal fp32 number (tide.h, tide_reduce_scatter). */
+static tide_result_t check_alpha(float alpha, const char *call) {
+    if (fpclassify(alpha) == FP_NORMAL) return TIDE_SUCCESS;
+    const char *why = isnan(alpha)       ? "NaN"
+                      : isinf(alpha)     ? "infinite (a value beyond 3.4e38 rounds to Inf in fp32)"
+                      : alpha == 0.0f    ? "zero (it would discard every gradient)"
+                                         : "subnormal in fp32 (below 1.18e-38: its products "
+                                           "lose precision, and flush to zero on some devices)";
+    return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT, "%s: alpha = %g is %s; alpha must be a finite, "
+                    "normal fp32 number", call, (double)alpha, why);
+}
+
+/* ------------------------------------------------------------------ running a call */
+
+static void poison(struct tide_group *g, tide_result_t res) {
+    g->poison = res;
+    snprintf(g->poison_msg, sizeof(g->poison_msg), "%s", tide_get_last_error());
+}
+
+/* Ranks that disagree (or never make the call) leave the group unusable on every rank
+ * (fail-stop).  Argument rejections of execute happen before any op ran; everything else
+ * may have run part-way. */
+static tide_result_t run(struct tide_group *g, const tide_program_t *prog, const tide_binding_t *b,
+                         void *stream, uint64_t *calls, uint64_t sig, const char *call) {
+    tide_result_t res = agree(g, prog->coll, sig, call);
+    if (res != TIDE_SUCCESS) {
+        poison(g, res);
+        return res;
+    }
+    res = g->comm->ops->execute(g->arena, prog, b, stream);
+    if (res == TIDE_SUCCESS)
+        ++*calls;
+    else if (res != TIDE_ERR_INVALID_ARGUMENT && res != TIDE_ERR_UNSUPPORTED)
+        poison(g, res);
     return res;
 }
 
-tide_result_t tide_all_gather(tide_group_t group, const void *shard, int slot, void *stream) {
-    tide_error_clear();
-    TIDE_ARG_CHECK(group != NULL, "all_gather: group is NULL");
-    TIDE_ARG_CHECK(slot == 0 || slot == 1, "all_gather: slot = %d, need 0 or 1", slot);
-    TIDE_CHECK(check_usable(group, "all_gather"));
+static tide_result_t all_gather(tide_group_t group, const void *shard, int slot, void *stream,
+                                const char *call) {
+    TIDE_CHECK(tide_handle_check(group, TIDE_HANDLE_GROUP, call));
+    TIDE_ARG_CHECK(slot == 0 || slot == 1, "%s: slot = %d, need 0 or 1", call, slot);
+    TIDE_CHECK(check_usable(group, call));
+    if (shard != NULL)
+        TIDE_CHECK(check_outside_arena(group, shard, tide_bind_shard_bytes(group->plan),
+                                       TIDE_REGION_RESIDENT, "shard", call));
     tide_binding_t b = {0};
     TIDE_CHECK(tide_bind_shard(group->plan, group->arena, shard, &b.shard));
     b.plan = group->plan;
@@ -185,25 +334,62 @@ tide_result_t tide_all_gather(tide_group_t group, const void *shard, int slot, v
     b.rank = group->comm->rank;
     b.slot = slot;
     b.epoch = group->ag_calls;
-    return run(group, &group->ag, &b, stream, &group->ag_calls);
+    return run(group, &group->ag, &b, stream, &group->ag_calls, ag_signature(slot), call);
 }
 
-tide_result_t tide_reduce_scatter(tide_group_t group, const void *const *grads, float *out,
-                                  float alpha, int accumulate, tide_rs_mode_t mode, void *stream) {
+tide_result_t tide_all_gather(tide_group_t group, const void *shard, int slot, void *stream) {
     tide_error_clear();
-    TIDE_ARG_CHECK(group != NULL, "reduce_scatter: group is NULL");
-    TIDE_ARG_CHECK(grads != NULL, "reduce_scatter: grads is NULL");
-    TIDE_ARG_CHECK(out != NULL, "reduce_scatter: out is NULL");
+    return all_gather(group, shard, slot, stream, "all_gather");
+}
+
+tide_result_t tide_all_gather_checked(tide_group_t group, const void *shard, uint64_t shard_bytes,
+                                      int slot, void *stream) {
+    tide_error_clear();
+    const char *call = "all_gather_checked";
+    TIDE_CHECK(tide_handle_check(group, TIDE_HANDLE_GROUP, call));
+    const uint64_t want = tide_bind_shard_bytes(group->plan);
+    if (shard == NULL)
+        TIDE_ARG_CHECK(shard_bytes == 0,
+                       "%s: shard is NULL (read the resident region) but shard_bytes = %llu; "
+                       "pass 0",
+                       call, (unsigned long long)shard_bytes);
+    else
+        TIDE_ARG_CHECK(shard_bytes == want,
+                       "%s: shard_bytes = %llu, the group's shard is %llu bytes (%s)", call,
+                       (unsigned long long)shard_bytes, (unsigned long long)want,
+                       group->plan->geom.cast ? "the fp32 master shard, 4 sum R_p K_p"
+                                              : "S = sum_p R_p K_p b_ag");
+    return all_gather(group, shard, slot, stream, call);
+}
+
+static tide_result_t reduce_scatter(tide_group_t group, const void *const *grads, float *out,
+                                    float alpha, int accumulate, tide_rs_mode_t mode,
+                                    void *stream, const char *call) {
+    TIDE_ARG_CHECK(grads != NULL, "%s: grads is NULL", call);
+    TIDE_ARG_CHECK(out != NULL, "%s: out is NULL", call);
     TIDE_ARG_CHECK(mode == TIDE_RS_IN_PLACE || mode == TIDE_RS_SLOT_REUSE,
-                   "reduce_scatter: mode = %d is not a tide_rs_mode_t", (int)mode);
-    for (int p = 0; p < group->plan->geom.num_params; ++p)
-        TIDE_ARG_CHECK(grads[p] != NULL, "reduce_scatter: grads[%d] is NULL", p);
-    TIDE_CHECK(check_usable(group, "reduce_scatter"));
+                   "%s: mode = %d is not a tide_rs_mode_t", call, (int)mode);
+    TIDE_CHECK(check_alpha(alpha, call));
+    const struct tide_plan *plan = group->plan;
+    const uint64_t out_bytes = plan->geom.fp32_shard_bytes;
+    TIDE_CHECK(check_outside_arena(group, out, out_bytes, TIDE_REGION_COUNT, "out", call));
+    for (int p = 0; p < plan->geom.num_params; ++p) {
+        TIDE_ARG_CHECK(grads[p] != NULL, "%s: grads[%d] is NULL", call, p);
+        const uint64_t gb = grad_bytes_of(plan, p);
+        TIDE_ARG_CHECK(!overlaps(grads[p], gb, out, out_bytes),
+                       "%s: grads[%d] overlaps out (the output is written while gradients are "
+                       "read)",
+                       call, p);
+        char what[32];
+        snprintf(what, sizeof(what), "grads[%d]", p);
+        TIDE_CHECK(check_outside_arena(group, grads[p], gb, TIDE_REGION_LANDING0, what, call));
+    }
+    TIDE_CHECK(check_usable(group, call));
     /* A mode the group was not registered with is compiled on first use; its failure (e.g.
      * an outbox the arena cannot hold) leaves the group usable in the other mode. */
     TIDE_CHECK(ensure_rs(group, mode));
     tide_binding_t b = {0};
-    b.plan = group->plan;
+    b.plan = plan;
     b.arena = group->arena;
     b.rank = group->comm->rank;
     b.epoch = group->rs_calls;
@@ -211,16 +397,72 @@ tide_result_t tide_reduce_scatter(tide_group_t group, const void *const *grads, 
     b.out = out;
     b.alpha = alpha;
     b.accumulate = accumulate != 0;
-    return run(group, &group->rs[mode], &b, stream, &group->rs_calls);
+    return run(group, &group->rs[mode], &b, stream, &group->rs_calls,
+               rs_signature(alpha, accumulate, mode), call);
 }
 
+tide_result_t tide_reduce_scatter(tide_group_t group, const void *const *grads, float *out,
+                                  float alpha, int accumulate, tide_rs_mode_t mode, void *stream) {
+    tide_error_clear();
+    TIDE_CHECK(tide_handle_check(group, TIDE_HANDLE_GROUP, "reduce_scatter"));
+    return reduce_scatter(group, grads, out, alpha, accumulate, mode, stream, "reduce_scatter");
+}
+
+tide_result_t tide_reduce_scatter_checked(tide_group_t group, const void *const *grads,
+                                          const uint64_t *grad_bytes, int num_grads, float *out,
+                                          uint64_t out_bytes, float alpha, int accumulate,
+                                          void *stream) {
+    tide_error_clear();
+    const char *call = "reduce_scatter_checked";
+    TIDE_CHECK(tide_handle_check(group, TIDE_HANDLE_GROUP, call));
+    const struct tide_plan *plan = group->plan;
+    TIDE_ARG_CHECK(num_grads == plan->geom.num_params, "%s: num_grads = %d, the group has P = %d",
+                   call, num_grads, plan->geom.num_params);
+    TIDE_ARG_CHECK(grads != NULL && grad_bytes != NULL, "%s: grads and grad_bytes must be non-NULL",
+                   call);
+    for (int p = 0; p < num_grads; ++p)
+        TIDE_ARG_CHECK(grad_bytes[p] == grad_bytes_of(plan, p),
+                       "%s: grad_bytes[%d] = %llu, parameter %d's gradient is D_p K_p b_grad = "
+                       "%llu x %llu x %zu = %llu bytes",
+                       call, p, (unsigned long long)grad_bytes[p], p,
+                       (unsigned long long)plan->geom.params[p].dim0,
+                       (unsigned long long)plan->geom.params[p].inner, plan->geom.grad_item,
+                       (unsigned long long)grad_bytes_of(plan, p));
+    TIDE_ARG_CHECK(out_bytes == plan->geom.fp32_shard_bytes,
+                   "%s: out_bytes = %llu, the fp32 output shard is S_fp32 = %llu bytes", call,
+                   (unsigned long long)out_bytes,
+                   (unsigned long long)plan->geom.fp32_shard_bytes);
+    return reduce_scatter(group, grads, out, alpha, accumulate, plan->config.mode, stream, call);
+}
+
+/* ------------------------------------------------------------------ alpha */
+
 float tide_alpha_avg(int ranks) {
-    /* No error channel in a float: an invalid count gives NaN, which the output shows. */
-    return ranks >= 1 ? 1.0f / (float)ranks : NAN;
+    /* No error channel in a float: an invalid count gives NaN (which tide_reduce_scatter
+     * refuses) and records why for tide_get_last_error. */
+    tide_error_clear();
+    if (ranks >= 1) return 1.0f / (float)ranks;
+    TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT, "alpha_avg: ranks = %d, need >= 1; returning NaN", ranks);
+    return NAN;
 }
 
 float tide_alpha_divide(float predivide, float postdivide) {
     /* FSDP2 divides before and after the reduction; folded, that is one scale of
      * 1 / (pre post), formed in double so the only rounding is the final one. */
-    return (float)(1.0 / ((double)predivide * (double)postdivide));
+    tide_error_clear();
+    if (!isfinite(predivide) || !isfinite(postdivide) || predivide == 0.0f || postdivide == 0.0f) {
+        TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
+                 "alpha_divide: predivide = %g, postdivide = %g: divide factors must be finite "
+                 "and nonzero; returning NaN",
+                 (double)predivide, (double)postdivide);
+        return NAN;
+    }
+    const float alpha = (float)(1.0 / ((double)predivide * (double)postdivide));
+    if (fpclassify(alpha) != FP_NORMAL) {
+        TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
+                 "alpha_divide: 1 / (%g x %g) = %g is not a normal fp32 number; returning NaN",
+                 (double)predivide, (double)postdivide, (double)alpha);
+        return NAN;
+    }
+    return alpha;
 }

@@ -36,17 +36,11 @@
 /* Wait deadline of every fabric wait and collective handshake (fail-stop, never a hang). */
 #define TIDE_TIMEOUT_MS_DEFAULT 10000
 
-/* TIDE_TIMEOUT_MS from the environment (a positive integer), else the default.  Read at every
- * call so that a test or a job may change it between calls. */
-static inline int64_t tide_fabric_timeout_ms(void) {
-    const char *env = getenv("TIDE_TIMEOUT_MS");
-    if (env == NULL || *env == '\0') return TIDE_TIMEOUT_MS_DEFAULT;
-    char *end = NULL;
-    long long v = strtoll(env, &end, 10);
-    if (end == env || *end != '\0' || v <= 0) return TIDE_TIMEOUT_MS_DEFAULT;
-    /* Deadlines are formed in nanoseconds: clamp to about 24 days. */
-    return v > INT32_MAX ? (int64_t)INT32_MAX : (int64_t)v;
-}
+/* TIDE_TIMEOUT_MS from the environment (a positive integer of milliseconds, clamped to about
+ * 24 days), else the default.  Read at every call so that a test or a job may change it
+ * between calls.  An invalid value (0, negative, not a number) is warned about once per
+ * value, naming the default used instead (timeout.c). */
+int64_t tide_fabric_timeout_ms(void);
 
 /* ------------------------------------------------------------------ common objects */
 
@@ -145,6 +139,16 @@ struct tide_fabric_ops {
     /* Run (or enqueue on `stream`) the binding rank's part of `prog` for one call. */
     tide_result_t (*execute)(struct tide_fabric_arena *arena, const tide_program_t *prog,
                              const tide_binding_t *binding, void *stream);
+
+    /* Optional (NULL: the fabric does not compare calls).  Collective, before execute: post
+     * this rank's signature `sig` of call `epoch` of collective `coll` and compare it with
+     * every other rank's signature of the same call.  *other_rank_out is -1 when all agree,
+     * else the lowest rank whose signature differs, with it in *other_sig_out.  Returns an
+     * error only when the exchange itself failed (TIDE_ERR_TIMEOUT: a rank never made the
+     * call). */
+    tide_result_t (*call_check)(struct tide_fabric_arena *arena, tide_collective_t coll,
+                                uint64_t epoch, uint64_t sig, int *other_rank_out,
+                                uint64_t *other_sig_out);
 };
 
 /* The providers.  A fabric that is not built has no ops; tide_fabric_lookup returns NULL. */

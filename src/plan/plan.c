@@ -44,8 +44,9 @@ static tide_result_t resolve_tuning(const tide_topo_t *topo, tide_config_t *c) {
     TIDE_ARG_CHECK(c->passes >= 0 && c->passes <= TIDE_MAX_PASSES,
                    "config: passes n_part = %d outside [1, %d] (0 = 1)", c->passes,
                    TIDE_MAX_PASSES);
-    TIDE_ARG_CHECK(c->staging_slots >= 0, "config: staging_slots n_stg = %d, need >= 1 (0 = 2)",
-                   c->staging_slots);
+    TIDE_ARG_CHECK(c->staging_slots >= 0 && c->staging_slots <= TIDE_MAX_STAGING_SLOTS,
+                   "config: staging_slots n_stg = %d outside [1, %d] (0 = 2)", c->staging_slots,
+                   TIDE_MAX_STAGING_SLOTS);
     TIDE_ARG_CHECK(c->mode == TIDE_RS_IN_PLACE || c->mode == TIDE_RS_SLOT_REUSE,
                    "config: mode = %d is not a tide_rs_mode_t", (int)c->mode);
     TIDE_ARG_CHECK(c->sum_ctas >= 0, "config: sum_ctas = %d is negative", c->sum_ctas);

@@ -100,8 +100,9 @@ static tide_result_t check_args(const tide_topo_t *topo, const tide_geom_t *geom
                    "TIDE-RS: passes n_part = %d outside [1, %d]", passes, TIDE_MAX_PASSES);
     TIDE_ARG_CHECK((int)mode >= 0 && mode < TIDE_RS_MODE_COUNT,
                    "TIDE-RS: mode = %d is not a tide_rs_mode_t", (int)mode);
-    TIDE_ARG_CHECK(staging_slots >= 1, "TIDE-RS: staging slots n_stg = %d, need >= 1",
-                   staging_slots);
+    TIDE_ARG_CHECK(staging_slots >= 1 && staging_slots <= TIDE_MAX_STAGING_SLOTS,
+                   "TIDE-RS: staging slots n_stg = %d outside [1, %d]", staging_slots,
+                   TIDE_MAX_STAGING_SLOTS);
     if (geom != NULL) {
         TIDE_ARG_CHECK(geom->ranks == topo->nodes * topo->gpus_per_node,
                        "TIDE-RS: geometry is for N = %d ranks, topology has %d", geom->ranks,
@@ -202,12 +203,19 @@ static int outbox_depth(const tide_rs_schedule_t *s) {
 }
 
 /*
- * Sub-slice pieces: parameter p is cut into n_part L pieces of e_p = round_up(ceil(E_p /
- * (n_part L)), 4) elements (16-byte fp32 vectors), piece pass L + s going to sub-slice s of
- * that pass at column col_p = sum_{q<p} e_q.  Every row then has the same capacity E_sub.
+ * Sub-slice pieces.  The sub-slice of an element decides its arithmetic: it names the Level-1
+ * owner (whose contribution is added last) and the inbox GPU of every contributor (the
+ * landing's order), so it must not depend on a tuning knob (§4.3, DESIGN.md §4).  Parameter p
+ * is therefore cut first into L sub-slices of a_p = round_up(ceil(E_p / L), 4) elements
+ * (16-byte fp32 vectors), element x going to sub-slice s = x / a_p whatever n_part is, and
+ * only then each sub-slice into n_part pieces of e_p = round_up(ceil(a_p / n_part), 4)
+ * elements, piece `pass` of sub-slice s covering [s a_p + pass e_p, s a_p + min((pass + 1)
+ * e_p, a_p)) clipped to E_p.  A pass moves elements between calls' rounds, never between
+ * sub-slices, so passes leave the sums bitwise unchanged.  Every piece sits at column
+ * col_p = sum_{q<p} e_q of its row, and every row has the same capacity E_sub = sum_p e_p.
  */
 static tide_result_t build_subslices(const tide_geom_t *geom, tide_rs_schedule_t *s) {
-    const int parts = s->passes * s->gpus_per_node, P = geom->num_params;
+    const int L = s->gpus_per_node, parts = s->passes * L, P = geom->num_params;
     s->num_pieces = calloc((size_t)parts, sizeof(int));
     s->pieces = calloc((size_t)parts, sizeof(tide_rs_piece_t *));
     if (s->num_pieces == NULL || s->pieces == NULL)
@@ -220,15 +228,22 @@ static tide_result_t build_subslices(const tide_geom_t *geom, tide_rs_schedule_t
     uint64_t col = 0;
     for (int p = 0; p < P; ++p) {
         const uint64_t elems = geom->params[p].shard_elems;
-        const uint64_t e = tide_align_up_u64(tide_div_ceil_u64(elems, (uint64_t)parts), 4);
-        for (int i = 0; i < parts; ++i) {
-            uint64_t begin = (uint64_t)i * e; /* < parts (E_p / parts + 4) : no overflow */
-            if (begin >= elems) break;        /* later pieces are empty as well */
-            tide_rs_piece_t *pc = &s->pieces[i][s->num_pieces[i]++];
-            pc->param = p;
-            pc->begin = begin;
-            pc->len = elems - begin < e ? elems - begin : e;
-            pc->col = col;
+        const uint64_t a = tide_align_up_u64(tide_div_ceil_u64(elems, (uint64_t)L), 4);
+        const uint64_t e = tide_align_up_u64(tide_div_ceil_u64(a, (uint64_t)s->passes), 4);
+        for (int sub = 0; sub < L; ++sub) {
+            const uint64_t first = (uint64_t)sub * a; /* < L (E_p / L + 4): no overflow */
+            for (int pass = 0; pass < s->passes; ++pass) {
+                const uint64_t off = (uint64_t)pass * e;
+                if (off >= a || first + off >= elems) break; /* later pieces are empty too */
+                uint64_t len = a - off < e ? a - off : e;
+                if (elems - (first + off) < len) len = elems - (first + off);
+                const int idx = pass * L + sub;
+                tide_rs_piece_t *pc = &s->pieces[idx][s->num_pieces[idx]++];
+                pc->param = p;
+                pc->begin = first + off;
+                pc->len = len;
+                pc->col = col;
+            }
         }
         if (!tide_add_u64(col, e, &col))
             return TIDE_ERR(TIDE_ERR_OVERFLOW, "TIDE-RS: sub-slice row overflows at param %d", p);

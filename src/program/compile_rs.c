@@ -269,6 +269,27 @@ static tide_result_t emit_landing(rs_ctx_t *c, int rank, rs_net_t *net, int g) {
     return TIDE_SUCCESS;
 }
 
+/*
+ * Padding rows of this rank's output are +0 after every call (tide.h), accumulating or not:
+ * the landings add alpha * 0 there (which keeps an accumulated value, or gives -0 for a
+ * negative alpha), so they are zeroed after the last landing, in the same queue.
+ */
+static tide_result_t emit_padding_zeros(rs_ctx_t *c, int rank) {
+    const tide_geom_t *g = &c->plan->geom;
+    for (int p = 0; p < g->num_params; ++p) {
+        uint64_t first, valid;
+        tide_geom_rs_rows(g, p, rank, &first, &valid);
+        const tide_geom_param_t *q = &g->params[p];
+        const uint64_t real = valid * q->inner; /* <= R_p K_p */
+        if (real >= q->shard_elems) continue;
+        tide_op_t z = tide_op_new(TIDE_OP_ZERO);
+        z.dst = tide_ref_operand(TIDE_REF_OUT, 0, (q->elem_offset + real) * 4);
+        z.bytes = (q->shard_elems - real) * 4;
+        TIDE_CHECK(push(c, rank, TIDE_Q_NET, z));
+    }
+    return TIDE_SUCCESS;
+}
+
 static tide_result_t emit_net(rs_ctx_t *c, int rank, rs_net_t *net) {
     const tide_rs_schedule_t *rs = &c->plan->rs;
     for (int q = 0; q < TIDE_CTR_RS_MAX_GENERATIONS; ++q)
@@ -279,6 +300,7 @@ static tide_result_t emit_net(rs_ctx_t *c, int rank, rs_net_t *net) {
             TIDE_CHECK(emit_round(c, rank, net, wv, &rs->rounds[r]));
         TIDE_CHECK(emit_landing(c, rank, net, g));
     }
+    TIDE_CHECK(emit_padding_zeros(c, rank));
     tide_op_t ev = tide_op_new(TIDE_OP_EVENT);
     ev.event = TIDE_EVENT_CALL_DONE;
     return push(c, rank, TIDE_Q_NET, ev);

@@ -104,8 +104,9 @@ static bool eligible(const tide_program_t *prog, tide_fault_kind_t kind, int q,
         return op->kind == TIDE_OP_WAIT &&
                (op->ctr >= TIDE_CTR_RS_CREDIT ||
                 in_family(op->ctr, TIDE_CTR_RS_NODE_LANDED, TIDE_CTR_RS_MAX_GENERATIONS));
-    case TIDE_FAULT_SKIP_STALE_ZERO:
-        return op->kind == TIDE_OP_ZERO;
+    case TIDE_FAULT_SKIP_STALE_ZERO: /* the inbox's stale-block zeroing, not the output's */
+        return op->kind == TIDE_OP_ZERO && op->dst.kind == TIDE_REF_ARENA &&
+               op->dst.region == TIDE_REGION_INBOX;
     case TIDE_FAULT_SHIFT_LATIN_SLOT:
         return op->kind == TIDE_OP_COPY && op->dst.kind == TIDE_REF_ARENA &&
                op->dst.region == TIDE_REGION_INBOX && op->dst.rank != op->src.rank &&

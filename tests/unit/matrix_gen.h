@@ -63,6 +63,7 @@ static const matrix_knobs_t MATRIX_VARIANTS[] = {
     {"k 1", 0, 0, 0, 0, 1, TIDE_RS_IN_PLACE, false},
     {"k 4 slot-reuse", 0, 0, 0, 0, 4, TIDE_RS_SLOT_REUSE, true},
     {"staging 1 passes 2 ctas 2/3 k 3 slot-reuse", 1, 2, 2, 3, 3, TIDE_RS_SLOT_REUSE, true},
+    {"passes 4 staging 2 ctas 3/1", 2, 4, 3, 1, 0, TIDE_RS_SLOT_REUSE, false},
 };
 #define MATRIX_NUM_VARIANTS ((int)(sizeof(MATRIX_VARIANTS) / sizeof(MATRIX_VARIANTS[0])))
 

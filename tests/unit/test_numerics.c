@@ -9,8 +9,9 @@
  *    finite elements must match it exactly;
  *  - every NaN written is the canonical fp32 NaN 0x7fffffff (kernels.h), whatever payload or
  *    sign went in (quiet, signalling, negative);
- *  - padding rows of a non-accumulating call are +0 (bits 0), also with alpha = 0;
- *  - alpha = 0 gives 0 except where a NaN or an infinity went in, which gives NaN;
+ *  - padding rows are +0 (bits 0) after every call, accumulating or not, also with a
+ *    negative alpha (alpha * 0 would be -0);
+ *  - a negative alpha flips the classes' signs (alpha = 0 is refused: tide.h);
  *  - accumulate adds the new sum to the previous output, including previous NaN and Inf;
  *  - five repeated calls are bitwise identical.
  * Topologies cover one rank, one node, several nodes with one and with two waves per pass
@@ -167,7 +168,7 @@ static classes_t check_call(const num_data_t *d, float *const *outs, float alpha
             const float got = outs[r][i];
             const uint32_t bits = e2e_f32_bits(got);
             const double y = (accumulate ? (double)d->prev[r][i] : 0.0) + alpha * d->sum[r][i];
-            if (!accumulate && e2e_is_padding(&d->lay, r, i)) {
+            if (e2e_is_padding(&d->lay, r, i)) {
                 if (bits != 0u)
                     fail_msg("%s: rank %d padding element %llu has bits %08x, want +0", what, r,
                              (unsigned long long)i, bits);
@@ -218,9 +219,9 @@ static void run_case(const num_case_t *c, uint64_t seed) {
     const float avg = tide_alpha_avg(d.n);
     j->rs[0] = (e2e_rs_call_t){1.0f, 0, TIDE_RS_IN_PLACE, NULL};
     j->rs[1] = (e2e_rs_call_t){0.5f, 0, TIDE_RS_SLOT_REUSE, NULL};
-    j->rs[2] = (e2e_rs_call_t){0.0f, 0, TIDE_RS_IN_PLACE, NULL};
+    j->rs[2] = (e2e_rs_call_t){-2.0f, 0, TIDE_RS_IN_PLACE, NULL};
     j->rs[3] = (e2e_rs_call_t){1.0f, 1, TIDE_RS_SLOT_REUSE, d.prev};
-    j->rs[4] = (e2e_rs_call_t){0.0f, 1, TIDE_RS_IN_PLACE, d.prev};
+    j->rs[4] = (e2e_rs_call_t){-2.0f, 1, TIDE_RS_IN_PLACE, d.prev};
     for (int k = 0; k < NUM_REPEATS; ++k)
         j->rs[5 + k] = (e2e_rs_call_t){avg, 0, TIDE_RS_IN_PLACE, NULL};
     j->num_rs = 5 + NUM_REPEATS;
@@ -237,9 +238,9 @@ static void run_case(const num_case_t *c, uint64_t seed) {
              c->grad == TIDE_DTYPE_BF16 ? "bf16" : "fp32");
     classes_t s0 = check_call(&d, j->outs[0], 1.0f, 0, true, what);
     check_call(&d, j->outs[1], 0.5f, 0, true, what);
-    classes_t s2 = check_call(&d, j->outs[2], 0.0f, 0, true, what);
+    classes_t s2 = check_call(&d, j->outs[2], -2.0f, 0, true, what);
     classes_t s3 = check_call(&d, j->outs[3], 1.0f, 1, true, what);
-    check_call(&d, j->outs[4], 0.0f, 1, true, what);
+    check_call(&d, j->outs[4], -2.0f, 1, true, what);
     /* 1/N is exact for N a power of two; otherwise one rounding per wave and per add. */
     const bool avg_exact = (d.n & (d.n - 1)) == 0;
     for (int k = 0; k < NUM_REPEATS; ++k) {
@@ -252,7 +253,7 @@ static void run_case(const num_case_t *c, uint64_t seed) {
     /* The data really exercised every class (else the checks above prove little). */
     assert_true(s0.nan > 0 && s0.inf > 0 && s0.finite > 0);
     assert_true(d.n == 1 || s0.padding > 0);
-    assert_true(s2.nan > 0 && s2.inf == 0); /* alpha = 0: Inf * 0 is NaN */
+    assert_true(s2.nan == s0.nan && s2.inf == s0.inf); /* alpha = -2 keeps the classes */
     assert_true(s3.nan >= s0.nan && s3.inf > 0);
     print_message("%s (%d wave%s per pass): %llu NaN, %llu Inf, %llu finite, %llu padding: ok\n",
                   what, waves, waves > 1 ? "s" : "", (unsigned long long)s0.nan,

@@ -374,10 +374,29 @@ typedef struct {
     uint64_t flat, coal;
 } counts_t;
 
+/* The pieces' definition: sub-slices of a_p = round_up(ceil(E_p / L), 4) elements, each cut
+ * into n_part pieces of e_p = round_up(ceil(a_p / n_part), 4); piece (pass, sub) covers
+ * [sub a_p + pass e_p, sub a_p + min((pass + 1) e_p, a_p)) clipped to E_p.  False if empty. */
+static uint64_t piece_width(uint64_t E, int L, int passes) {
+    uint64_t a = ((E + L - 1) / L + 3) / 4 * 4;
+    return ((a + passes - 1) / passes + 3) / 4 * 4;
+}
+
+static bool piece_of(uint64_t E, int L, int passes, int pass, int sub, uint64_t *begin,
+                     uint64_t *len) {
+    uint64_t a = ((E + L - 1) / L + 3) / 4 * 4, e = piece_width(E, L, passes);
+    uint64_t off = (uint64_t)pass * e, first = (uint64_t)sub * a;
+    if (off >= a || first + off >= E) return false;
+    uint64_t end = first + (off + e < a ? off + e : a);
+    if (end > E) end = E;
+    *begin = first + off;
+    *len = end - *begin;
+    return true;
+}
+
 /* Per-element definition of the Level-1 descriptors rank (n, i) issues per call. */
 static counts_t brute_rank(const tide_geom_t *g, int M, int L, int passes, int n, int i) {
     counts_t out = {0, 0};
-    const int parts = passes * L;
     for (int pass = 0; pass < passes; ++pass)
         for (int t = 0; t < M; ++t)
             for (int j = 0; j < L; ++j) {
@@ -385,11 +404,8 @@ static counts_t brute_rank(const tide_geom_t *g, int M, int L, int passes, int n
                 int sub = (j + cbar(M, t, n)) % L;
                 for (int p = 0; p < g->num_params; ++p) {
                     const tide_geom_param_t *q = &g->params[p];
-                    uint64_t E = q->shard_elems;
-                    uint64_t e = ((E + parts - 1) / parts + 3) / 4 * 4;
-                    uint64_t begin = (uint64_t)(pass * L + sub) * e;
-                    if (begin >= E) continue;
-                    uint64_t len = E - begin < e ? E - begin : e;
+                    uint64_t E = q->shard_elems, begin, len;
+                    if (!piece_of(E, L, passes, pass, sub, &begin, &len)) continue;
                     bool in_prefix = true, strided = false;
                     int tails = 0;
                     for (int l = 0; l < L; ++l) {
@@ -425,17 +441,24 @@ static void check_against_bruteforce(int M, int L, int passes, int P, const uint
     uint64_t col = 0;
     for (int p = 0; p < P; ++p) {
         uint64_t E = params[p].shard_elems, covered = 0;
-        uint64_t e = ((E + passes * L - 1) / (passes * L) + 3) / 4 * 4;
-        for (int idx = 0; idx < passes * L; ++idx)
+        uint64_t e = piece_width(E, L, passes);
+        for (int idx = 0; idx < passes * L; ++idx) {
+            uint64_t begin = 0, len = 0;
+            bool want = piece_of(E, L, passes, idx / L, idx % L, &begin, &len);
+            bool found = false;
             for (int k = 0; k < s.num_pieces[idx]; ++k) {
                 const tide_rs_piece_t *pc = &s.pieces[idx][k];
                 if (pc->param != p) continue;
-                assert_int_equal(pc->begin, (uint64_t)idx * e);
-                assert_int_equal(pc->begin, covered);
+                assert_false(found);
+                found = true;
+                assert_int_equal(pc->begin, begin);
+                assert_int_equal(pc->len, len);
                 assert_true(pc->len >= 1 && pc->len <= e);
                 assert_int_equal(pc->col, col);
                 covered += pc->len;
             }
+            assert_int_equal(found, want);
+        }
         assert_int_equal(covered, E);
         col += e;
     }

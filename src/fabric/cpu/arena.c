@@ -28,14 +28,20 @@ static void object_name(const tide_cpu_world_t *w, uint64_t seq, char *buf, size
     snprintf(buf, size, "%s.g%llu", w->shared->job, (unsigned long long)seq);
 }
 
-/* The object's size: header page plus N arenas padded to pages. */
+/* The call records' bytes (N of them) after the arenas. */
+static uint64_t calls_bytes(int ranks) {
+    return tide_align_up_u64((uint64_t)ranks * sizeof(tide_cpu_call_rec_t), TIDE_CPU_HEADER_BYTES);
+}
+
+/* The object's size: header page, N arenas padded to pages, the call records. */
 static tide_result_t object_bytes(int ranks, uint64_t bytes, uint64_t *stride_out,
                                   size_t *total_out) {
     uint64_t stride = 0, total = 0;
     if (!tide_add_u64(bytes, TIDE_CPU_HEADER_BYTES - 1, &stride) ||
         !tide_mul_u64(stride / TIDE_CPU_HEADER_BYTES * TIDE_CPU_HEADER_BYTES, (uint64_t)ranks,
                       &total) ||
-        !tide_add_u64(total, TIDE_CPU_HEADER_BYTES, &total) || total > (uint64_t)SIZE_MAX ||
+        !tide_add_u64(total, TIDE_CPU_HEADER_BYTES + calls_bytes(ranks), &total) ||
+        total > (uint64_t)SIZE_MAX ||
         total > (uint64_t)INT64_MAX)
         return TIDE_ERR(TIDE_ERR_OVERFLOW, "cpu fabric: %d arenas of %llu bytes overflow", ranks,
                         (unsigned long long)bytes);
@@ -169,6 +175,8 @@ tide_result_t tide_cpu_arena_create(struct tide_fabric_world *world, uint64_t by
     }
     for (int r = 0; r < n; ++r)
         bases[r] = (uint8_t *)a->map->addr + TIDE_CPU_HEADER_BYTES + (size_t)r * stride;
+    a->calls = (tide_cpu_call_rec_t *)((uint8_t *)a->map->addr + TIDE_CPU_HEADER_BYTES +
+                                       (size_t)n * stride);
     a->base.world = world;
     a->base.bytes = bytes;
     a->base.bases = bases;

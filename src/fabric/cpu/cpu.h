@@ -95,6 +95,9 @@ typedef struct {
 typedef struct {
     struct tide_fabric_world base;
     tide_cpu_shared_t *shared;
+    /* The thread that last called into this rank (threads mode), as the address of a
+     * thread-local marker: a timeout can then tell that ranks share one thread. */
+    _Atomic uintptr_t caller;
     uint64_t barriers;      /* barriers this rank entered */
     uint64_t registrations; /* arena_create calls: numbers the shm objects */
     bool broken;            /* a handshake missed its deadline: barrier counts diverged */
@@ -102,6 +105,13 @@ typedef struct {
 
 /* Collective barrier of the world with the TIDE_TIMEOUT_MS deadline; `what` names it. */
 tide_result_t tide_cpu_barrier(tide_cpu_world_t *w, const char *what);
+
+/* Record the calling thread as rank w's caller (threads mode). */
+void tide_cpu_note_caller(tide_cpu_world_t *w);
+
+/* The advice a timeout message ends with: names a rank driven from this same thread when
+ * there is one (threads mode), else says that every rank needs its own thread or process. */
+const char *tide_cpu_timeout_hint(const tide_cpu_world_t *w, char *buf, size_t size);
 
 /* ------------------------------------------------------------------ arenas */
 
@@ -112,14 +122,28 @@ typedef struct {
     tide_cpu_counter_t mismatches;
 } tide_cpu_header_t;
 
+/* One rank's call signatures (calls.c), in the group's shm object after the N arenas:
+ * posted[coll] = 1 + the last call posted, sig[coll][epoch mod 2] its signature. */
+typedef struct {
+    tide_cpu_counter_t posted[2];
+    tide_cpu_counter_t sig[2][2];
+    uint64_t pad_[2];
+} tide_cpu_call_rec_t;
+
 typedef struct {
     struct tide_fabric_arena base;
     tide_cpu_map_t *map;
+    tide_cpu_call_rec_t *calls; /* N records */
 } tide_cpu_arena_t;
 
 tide_result_t tide_cpu_arena_create(struct tide_fabric_world *world, uint64_t bytes,
                                     uint64_t signature, struct tide_fabric_arena **arena_out);
 tide_result_t tide_cpu_arena_destroy(struct tide_fabric_arena *arena);
+
+/* The per-call comparison of the ranks' call signatures (calls.c, fabric.h). */
+tide_result_t tide_cpu_call_check(struct tide_fabric_arena *arena, tide_collective_t coll,
+                                  uint64_t epoch, uint64_t sig, int *other_rank_out,
+                                  uint64_t *other_sig_out);
 
 /* The interpreter (interp.c). */
 tide_result_t tide_cpu_execute(struct tide_fabric_arena *arena, const tide_program_t *prog,

@@ -115,14 +115,17 @@ static tide_result_t timeout_error(const run_t *run, tide_queue_t q, uint64_t no
     }
     const tide_op_t *op = &rp->queues[q].ops[run->pc[q]];
     const tide_bound_op_t *bo = &run->blocked_op[q];
+    char hint[256];
     return TIDE_ERR(TIDE_ERR_TIMEOUT,
                     "rank %d queue %s op %d (%s) missed its deadline after %" PRIu64
                     " ms: counter %d = %" PRIu64 ", target %" PRId64 " (epoch %" PRIu64
-                    ", TIDE_TIMEOUT_MS = %" PRId64 ")%s",
+                    ", TIDE_TIMEOUT_MS = %" PRId64 ")%s; %s",
                     run->b->rank, tide_queue_name(q), run->pc[q], tide_op_kind_name(op->kind),
                     (now - run->blocked_since[q]) / 1000000u, op->ctr,
                     atomic_load(tide_cpu_counter(bo->wait_ctr)), bo->wait_target, run->b->epoch,
-                    tide_fabric_timeout_ms(), others);
+                    tide_fabric_timeout_ms(), others,
+                    tide_cpu_timeout_hint((const tide_cpu_world_t *)run->b->arena->world, hint,
+                                          sizeof(hint)));
 }
 
 tide_result_t tide_cpu_execute(struct tide_fabric_arena *arena, const tide_program_t *prog,
@@ -137,6 +140,7 @@ tide_result_t tide_cpu_execute(struct tide_fabric_arena *arena, const tide_progr
                         "rank %d of %d",
                         prog->num_ranks, binding->rank, arena->world->rank, arena->world->ranks);
 
+    tide_cpu_note_caller((tide_cpu_world_t *)arena->world);
     run_t run;
     memset(&run, 0, sizeof(run));
     run.b = binding;

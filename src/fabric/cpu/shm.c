@@ -43,11 +43,17 @@ void tide_cpu_backoff(unsigned *idle) {
 
 /* ------------------------------------------------------------------ shared memory */
 
+/* errno values that mean "not enough memory or space" rather than a fabric fault. */
+static bool is_space_error(int e) {
+    return e == ENOMEM || e == ENOSPC || e == EFBIG;
+}
+
 static tide_result_t map_fd(int fd, const char *name, size_t bytes, void **addr_out) {
     void *addr = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (addr == MAP_FAILED)
-        return TIDE_ERR(TIDE_ERR_FABRIC, "cpu fabric: mmap of %s (%zu bytes) failed: %s", name,
-                        bytes, strerror(errno));
+        return TIDE_ERR(errno == ENOMEM ? TIDE_ERR_NO_MEMORY : TIDE_ERR_FABRIC,
+                        "cpu fabric: mmap of %s (%zu bytes) failed: %s", name, bytes,
+                        strerror(errno));
     *addr_out = addr;
     return TIDE_SUCCESS;
 }
@@ -65,8 +71,20 @@ tide_result_t tide_cpu_shm_create(const char *name, size_t bytes, void **addr_ou
     tide_result_t res;
     /* ftruncate zero-fills a new object: the arenas start zeroed without touching them. */
     if (ftruncate(fd, (off_t)bytes) != 0) {
-        res = TIDE_ERR(TIDE_ERR_FABRIC, "cpu fabric: sizing %s to %zu bytes failed: %s", name,
-                       bytes, strerror(errno));
+        const int e = errno;
+        res = TIDE_ERR(is_space_error(e) ? TIDE_ERR_NO_MEMORY : TIDE_ERR_FABRIC,
+                       "cpu fabric: sizing %s to %zu bytes failed: %s", name, bytes, strerror(e));
+        goto fail_unlink;
+    }
+    /* Reserve the pages now: a sparse object that outgrows /dev/shm would kill the process
+     * with SIGBUS on first touch instead of failing here.  Filesystems without fallocate
+     * keep the sparse object. */
+    const int fa = posix_fallocate(fd, 0, (off_t)bytes);
+    if (fa != 0 && is_space_error(fa)) {
+        res = TIDE_ERR(TIDE_ERR_NO_MEMORY,
+                       "cpu fabric: cannot reserve %zu bytes (%.1f MiB) of shared memory for %s: "
+                       "%s",
+                       bytes, (double)bytes / 1048576.0, name, strerror(fa));
         goto fail_unlink;
     }
     TIDE_CHECK_GOTO(map_fd(fd, name, bytes, addr_out), res, fail_unlink);
@@ -137,6 +155,7 @@ tide_result_t tide_cpu_barrier(tide_cpu_world_t *w, const char *what) {
                         w->base.rank, what);
     /* Arrivals are cumulative: barrier k completes at k N, so no reset (and no reset race)
      * is ever needed. */
+    tide_cpu_note_caller(w);
     const uint64_t k = ++w->barriers;
     const uint64_t target = k * (uint64_t)n;
     tide_cpu_counter_t *ctr = &w->shared->ctl->barrier;
@@ -147,11 +166,13 @@ tide_result_t tide_cpu_barrier(tide_cpu_world_t *w, const char *what) {
     while ((v = atomic_load_explicit(ctr, memory_order_acquire)) < target) {
         if (tide_cpu_now_ns() > deadline) {
             w->broken = true;
+            char hint[256];
             return TIDE_ERR(TIDE_ERR_TIMEOUT,
                             "rank %d: %s: only %llu of %d ranks arrived within TIDE_TIMEOUT_MS "
-                            "= %lld ms",
+                            "= %lld ms; %s",
                             w->base.rank, what, (unsigned long long)(v - (k - 1) * (uint64_t)n), n,
-                            (long long)tide_fabric_timeout_ms());
+                            (long long)tide_fabric_timeout_ms(),
+                            tide_cpu_timeout_hint(w, hint, sizeof(hint)));
         }
         tide_cpu_backoff(&idle);
     }

@@ -160,6 +160,7 @@ const struct tide_fabric_ops tide_fabric_cpu_ops = {
     .arena_create = tide_cpu_arena_create,
     .arena_destroy = tide_cpu_arena_destroy,
     .execute = tide_cpu_execute,
+    .call_check = tide_cpu_call_check,
 };
 
 static const struct tide_fabric_ops *cpu_ops(void) {
