@@ -1,0 +1,76 @@
+"""Training loops the tide.fsdp tests run in every rank process: the same model, seeds and
+data once on stock FSDP2 and once with TIDE, recording losses and the local parameter shards
+after every optimizer step."""
+
+import torch
+import torch.nn.functional as F
+
+import fsdp_model
+
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, None: None}
+
+
+def _landing_addresses(model):
+    """data_ptr of every unsharded parameter of every TIDE Tier 1 group."""
+    import tide.fsdp
+
+    rec = tide.fsdp.enabled(model)
+    out = []
+    for st in rec.states if rec else []:
+        if st.tier == 1:
+            for fp in st.fsdp_params:
+                out.append(fp._unsharded_param.data_ptr())
+    return out
+
+
+def train(rank, world, steps=20, tide_mode=None, exact=False, mp=None, accum=1,
+          sync_each_micro=False, tier=None, topology=None, seed=0, lr=1e-2):
+    """One run; returns {"losses": [...], "params": [[local shards after step s]],
+    "addresses": [...per step], "groups": [(fqn, tier)], "fallbacks": [...]}."""
+    import tide.fsdp
+
+    mp_dtypes = None if mp is None else (_DTYPES[mp[0]], _DTYPES[mp[1]])
+    model = fsdp_model.build(seed=seed, exact=exact, mp=mp_dtypes)
+    rec = None
+    if tide_mode is not None:
+        kw = {}
+        if topology is not None:
+            kw = dict(nodes=topology[0], gpus_per_node=topology[1])
+        rec = tide.fsdp.enable(model, mode=tide_mode, tier=tier, **kw)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1, foreach=False)
+    losses, params, addresses = [], [], []
+    for step in range(steps):
+        total = 0.0
+        for micro in range(accum):
+            last = micro == accum - 1
+            if accum > 1 and not sync_each_micro:
+                model.set_requires_gradient_sync(last)
+            x, y = fsdp_model.batch(step, rank, micro)
+            loss = F.cross_entropy(model(x).reshape(-1, 37), y.reshape(-1)) / accum
+            loss.backward()
+            total += loss.item()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(total)
+        params.append([p.to_local().detach().clone() for p in model.parameters()])
+        if rec is not None:
+            addresses.append(_landing_addresses(model))
+    out = {"losses": losses, "params": params, "addresses": addresses,
+           "groups": rec.groups if rec else [], "fallbacks": rec.fallbacks if rec else []}
+    if rec is not None:
+        tide.fsdp.disable(model)
+    return out
+
+
+def compare(rank, world, configs):
+    """For each config (a dict of train() keyword arguments with tide_mode set), a stock run
+    and a TIDE run; returns [(config, stock_result, tide_result)]."""
+    out = []
+    stock_cache = {}
+    for cfg in configs:
+        stock_kw = {k: v for k, v in cfg.items() if k not in ("tide_mode", "tier", "topology")}
+        key = repr(sorted(stock_kw.items()))
+        if key not in stock_cache:
+            stock_cache[key] = train(rank, world, **stock_kw)
+        out.append((cfg, stock_cache[key], train(rank, world, **cfg)))
+    return out
