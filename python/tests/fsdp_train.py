@@ -24,13 +24,20 @@ def _landing_addresses(model):
 
 
 def train(rank, world, steps=20, tide_mode=None, exact=False, mp=None, accum=1,
-          sync_each_micro=False, tier=None, topology=None, seed=0, lr=1e-2):
+          sync_each_micro=False, tier=None, topology=None, seed=0, lr=1e-2, perturb=False):
     """One run; returns {"losses": [...], "params": [[local shards after step s]],
     "addresses": [...per step], "groups": [(fqn, tier)], "fallbacks": [...]}."""
     import tide.fsdp
 
     mp_dtypes = None if mp is None else (_DTYPES[mp[0]], _DTYPES[mp[1]])
     model = fsdp_model.build(seed=seed, exact=exact, mp=mp_dtypes)
+    if perturb:
+        # Every fp32 master one ulp up: the rounding noise that stock FSDP2 itself shows
+        # when anything upstream (a kernel, a reduction order) rounds differently.
+        with torch.no_grad():
+            for p in model.parameters():
+                local = p.to_local()
+                local.copy_(torch.nextafter(local, torch.full_like(local, float("inf"))))
     rec = None
     if tide_mode is not None:
         kw = {}
@@ -56,7 +63,8 @@ def train(rank, world, steps=20, tide_mode=None, exact=False, mp=None, accum=1,
         if rec is not None:
             addresses.append(_landing_addresses(model))
     out = {"losses": losses, "params": params, "addresses": addresses,
-           "groups": rec.groups if rec else [], "fallbacks": rec.fallbacks if rec else []}
+           "groups": rec.groups if rec else [], "fallbacks": rec.fallbacks if rec else [],
+           "calls": {st.spec.name: dict(st.calls) for st in rec.states} if rec else {}}
     if rec is not None:
         tide.fsdp.disable(model)
     return out
