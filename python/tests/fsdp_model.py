@@ -106,12 +106,12 @@ class TinyLlama(nn.Module):
         return self.head(self.norm(x)).float()
 
 
-def build(seed=0, exact=False, mp=None, reshard_after_forward=True):
+def build(seed=0, exact=False, mp=None, reshard_after_forward=True, **dims):
     """The model, seeded, wrapped with fully_shard per layer and at the root."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     torch.manual_seed(seed)
-    model = TinyLlama(exact=exact)
+    model = TinyLlama(exact=exact, **dims)
     kw = {}
     if mp is not None:
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=mp[0], reduce_dtype=mp[1])

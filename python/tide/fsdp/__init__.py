@@ -273,11 +273,15 @@ def _topology(pg, nodes, gpus_per_node):
 
 def disable(module):
     """Give `module`'s groups back to stock FSDP2 and release TIDE's arenas (collective,
-    between steps).  Raises RuntimeError on every rank, keeping the arenas, while a tensor
-    that aliases an arena (e.g. a kept reference to an unsharded parameter) is alive."""
+    between steps).  While a tensor that aliases an arena is alive on some rank (e.g. a kept
+    .detach() of an unsharded parameter), the model is back on stock FSDP2 but the arenas
+    stay mapped: RuntimeError on every rank; drop the tensor and call disable() again."""
     handle = getattr(module, "_tide_fsdp", None)
     if handle is None:
-        raise ValueError("tide.fsdp.disable: TIDE is not enabled on this module")
+        pending = getattr(module, "_tide_fsdp_closing", None)
+        if pending is None:
+            raise ValueError("tide.fsdp.disable: TIDE is not enabled on this module")
+        return _close(module, pending)
     for st in handle.states:
         _check_idle(st.spec.name, st.param_group, "disable")
     for st in handle.states:
@@ -285,18 +289,23 @@ def disable(module):
         _drop_all_gather_state(st.param_group)
     _tier1.uninstall_if_unused()
     module._tide_fsdp = None
-    if handle.comm is None:
-        return
+    if handle.comm is not None:
+        _close(module, handle)
+
+
+def _close(module, handle):
     gc.collect()
     live = sum(st.group.live_views() for st in handle.states)
     flag = torch.tensor([live], dtype=torch.int64)
     if handle.process_group is not None:
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=handle.process_group)
     if int(flag.item()):
-        raise RuntimeError("tide.fsdp.disable: %d arena view(s) still alive on this rank (max "
-                           "%d on some rank); the model is back on stock FSDP2 but TIDE's "
-                           "arenas stay mapped until they are released"
-                           % (live, int(flag.item())))
+        module._tide_fsdp_closing = handle
+        raise RuntimeError("tide.fsdp.disable: %d tensor(s) on this rank (at most %d on one "
+                           "rank) still alias TIDE's arenas; the model runs stock FSDP2 now, "
+                           "the arenas stay mapped until those tensors are dropped and "
+                           "disable() is called again" % (live, int(flag.item())))
+    module._tide_fsdp_closing = None
     for st in handle.states:
         st.close()
     handle.comm.close()
