@@ -24,7 +24,8 @@ def _landing_addresses(model):
 
 
 def train(rank, world, steps=20, tide_mode=None, exact=False, mp=None, accum=1,
-          sync_each_micro=False, tier=None, topology=None, seed=0, lr=1e-2, perturb=False):
+          sync_each_micro=False, tier=None, topology=None, seed=0, lr=1e-2, perturb=False,
+          divide_factor=None, force_sum=False, hook=False):
     """One run; returns {"losses": [...], "params": [[local shards after step s]],
     "addresses": [...per step], "groups": [(fqn, tier)], "fallbacks": [...]}."""
     import tide.fsdp
@@ -38,6 +39,15 @@ def train(rank, world, steps=20, tide_mode=None, exact=False, mp=None, accum=1,
             for p in model.parameters():
                 local = p.to_local()
                 local.copy_(torch.nextafter(local, torch.full_like(local, float("inf"))))
+    if divide_factor is not None:
+        model.set_gradient_divide_factor(divide_factor)
+    if force_sum:
+        model.set_force_sum_reduction_for_comms(True)
+    if hook:
+        # A post-reduce hook that changes the output: it must see it before the division.
+        for m in model.modules():
+            if hasattr(m, "set_all_reduce_hook"):
+                m.set_all_reduce_hook(lambda out: out.mul_(3.0).add_(1e-3))
     rec = None
     if tide_mode is not None:
         kw = {}
@@ -76,9 +86,14 @@ def compare(rank, world, configs):
     out = []
     stock_cache = {}
     for cfg in configs:
-        stock_kw = {k: v for k, v in cfg.items() if k not in ("tide_mode", "tier", "topology")}
+        # "stock": overrides for the stock run, where gloo cannot run what FSDP2 asks for
+        # (PREMUL_SUM): the same arithmetic through another stock path.
+        tide_kw = {k: v for k, v in cfg.items() if k != "stock"}
+        stock_kw = {k: v for k, v in tide_kw.items() if k not in ("tide_mode", "tier",
+                                                                  "topology")}
+        stock_kw.update(cfg.get("stock", {}))
         key = repr(sorted(stock_kw.items()))
         if key not in stock_cache:
             stock_cache[key] = train(rank, world, **stock_kw)
-        out.append((cfg, stock_cache[key], train(rank, world, **cfg)))
+        out.append((cfg, stock_cache[key], train(rank, world, **tide_kw)))
     return out

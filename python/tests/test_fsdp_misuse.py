@@ -296,3 +296,22 @@ def test_rank_dies_mid_step_fail_stops(tmp_path):
     r = recs[0]["result"]
     assert r["code"] == "TIMEOUT", r
     assert 2.5 < r["after_s"] < 60, r
+
+
+# ------------------------------------------------------------------------ the docs example
+
+
+def test_docs_example_trains(tmp_path):
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(root / "python"), OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, str(root / "docs" / "fsdp-example.py")], env=env,
+                          capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    losses = [float(line.split()[-1]) for line in proc.stdout.splitlines()
+              if line.startswith("step ")]
+    assert len(losses) == 10
+    assert losses[-1] < losses[0] - 0.5  # it learns

@@ -73,7 +73,17 @@ def _world2_configs():
              dict(tide_mode="slot_reuse", accum=2, sync_each_micro=True, exact=True),
              dict(tide_mode="slot_reuse", mp=("bf16", "fp32"), accum=2),
              dict(tide_mode="in_place", tier=0),
-             dict(tide_mode="slot_reuse", tier=0, mp=("bf16", "fp32"))]
+             dict(tide_mode="slot_reuse", tier=0, mp=("bf16", "fp32")),
+             # The divide factors: set_gradient_divide_factor(8) is PREMUL_SUM(1/8), which
+             # gloo cannot run, so stock runs the same arithmetic through its SUM path
+             # (force_sum: sum, then / 8); force_sum itself; a post-reduce hook that must
+             # see the output before the division.
+             dict(tide_mode="in_place", divide_factor=8.0, stock=dict(force_sum=True)),
+             dict(tide_mode="slot_reuse", force_sum=True),
+             dict(tide_mode="in_place", hook=True),
+             dict(tide_mode="slot_reuse", hook=True, force_sum=True, accum=2,
+                  sync_each_micro=True),
+             dict(tide_mode="in_place", tier=0, divide_factor=8.0, stock=dict(force_sum=True))]
     return [dict(c, steps=STEPS) for c in cfgs]
 
 
