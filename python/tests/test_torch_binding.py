@@ -167,3 +167,17 @@ def test_default_topology():
     assert tb.default_topology(4, nodes=2) == (2, 2)
     with pytest.raises(ValueError):
         tb.default_topology(6, gpus_per_node=4)
+
+
+def test_finaliser_runs_no_collective():
+    import gc
+
+    comm = tb.Comm(1, 1, 0, _name("f"))
+    g = comm.register(SHAPES, torch.float32, torch.float32)
+    with pytest.warns(ResourceWarning, match="without close"):
+        del g
+        gc.collect()
+    # The arena was not deregistered (that is collective), so the library refuses to drop the
+    # communicator under it, and says why.
+    with pytest.raises(tide.TideError, match="still has 1 registered group"):
+        comm.close()

@@ -22,6 +22,7 @@ import itertools
 import os
 import sys
 import warnings
+import weakref
 
 import torch
 
@@ -149,12 +150,17 @@ class Comm:
         float32 with ag_dtype bfloat16 plans the cast all-gather.  tuning: Config fields."""
         config = Config(self.nodes, self.gpus_per_node, mode=mode, **tuning)
         group = TorchGroup(self, config, shapes, ag_dtype, grad_dtype, shard_dtype)
-        self._groups.append(group)
+        # Weak: a group dropped without close() must be collectable, so that its finaliser
+        # can say so (it cannot deregister, which is collective).
+        self._groups.append(weakref.ref(group))
         return group
+
+    def _live_groups(self):
+        return [g for g in (ref() for ref in self._groups) if g is not None and not g.closed]
 
     def close(self):
         """Release the communicator; every group must be closed first."""
-        live = [g for g in self._groups if not g.closed]
+        live = self._live_groups()
         if live:
             raise ValueError("communicator: %d group(s) still registered; close them first"
                              % len(live))
@@ -169,8 +175,7 @@ class Comm:
     def __del__(self):
         # Destroying a communicator is local, but it needs every group deregistered, which
         # is collective: a communicator with live groups is left alone.
-        if getattr(self, "_handle", None) is not None and not any(
-                not g.closed for g in getattr(self, "_groups", [])):
+        if getattr(self, "_handle", None) is not None and not self._live_groups():
             try:
                 self.close()
             except Exception:

@@ -237,28 +237,55 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None):
             fallbacks.append((name, why))
         else:
             specs.append((spec, pg))
-    if pg0 is None:
-        pg0 = groups[0][2].mesh_info.shard_process_group if groups and hasattr(
-            groups[0][2].mesh_info, "shard_process_group") else None
-    if pg0 is None or dist.get_world_size(pg0) < 2:
-        module._tide_fsdp = Enabled(mode, None, [], fallbacks, pg0)
+    # Every rank takes part in the agreement whenever there is a process group of 2 or more
+    # ranks, even with nothing to register, so that a rank that would register a group
+    # cannot wait alone in the collective.
+    agree_pg = pg0
+    if agree_pg is None:
+        agree_pg = next((getattr(pg.mesh_info, "shard_process_group", None)
+                         for _n, _m, pg in groups), None)
+    if agree_pg is None or dist.get_world_size(agree_pg) < 2:
+        module._tide_fsdp = Enabled(mode, None, [], fallbacks, None)
         return module._tide_fsdp
-    nodes, gpus_per_node = _topology(pg0, nodes, gpus_per_node)
-    _agree(pg0, (tier, mode, nodes, gpus_per_node, [s.key() for s, _ in specs],
-                 [f[0] for f in fallbacks]), "the TIDE group signatures")
-    comm = Comm.from_process_group(pg0, nodes, gpus_per_node,
-                                   device=specs[0][1].device if specs else "cpu")
+    nodes, gpus_per_node = _topology(agree_pg, nodes, gpus_per_node)
+    _agree(agree_pg, (tier, mode, nodes, gpus_per_node, [s.key() for s, _ in specs],
+                      [f[0] for f in fallbacks]), "the TIDE group signatures")
+    if not specs:
+        module._tide_fsdp = Enabled(mode, None, [], fallbacks, None)
+        return module._tide_fsdp
+    comm = Comm.from_process_group(pg0, nodes, gpus_per_node, device=specs[0][1].device)
     states = []
+    cls = _tier1.Tier1Group if tier == 1 else _tier0.Tier0Group
     try:
         for spec, pg in specs:
-            cls = _tier1.Tier1Group if tier == 1 else _tier0.Tier0Group
-            states.append(cls(pg, comm, spec, mode))
+            try:
+                states.append(cls(pg, comm, spec, mode))
+            except _lib.TideError as exc:
+                # The library plans a group locally before the collective registration, so
+                # a group it does not serve is refused on every rank alike: stock for it.
+                if exc.code != _lib.Result.UNSUPPORTED:
+                    raise
+                logger.warning("tide.fsdp: group %s stays on stock FSDP2: %s", spec.name, exc)
+                fallbacks.append((spec.name, str(exc)))
     except BaseException:
         for st in states:
             st.release()
         _tier1.uninstall_if_unused()
+        for st in states:  # collective, like the registrations that succeeded everywhere
+            try:
+                st.close()
+            except Exception:
+                pass
+        try:
+            comm.close()
+        except Exception:
+            pass
         raise
-    if tier == 1 and states:
+    if not states:
+        comm.close()
+        module._tide_fsdp = Enabled(mode, None, [], fallbacks, None)
+        return module._tide_fsdp
+    if tier == 1:
         _tier1.install()
     module._tide_fsdp = Enabled(mode, comm, states, fallbacks, pg0)
     logger.info("tide.fsdp: enabled %s", module._tide_fsdp)
