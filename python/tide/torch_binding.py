@@ -112,8 +112,15 @@ class Comm:
             raise ValueError("name: expected a string, got %r" % (name,))
         self.name = name
         handle = ctypes.c_void_p()
-        _lib.check(_comm_init_rank()(self.fabric, self.nodes, self.gpus_per_node, self.rank,
-                                     name.encode(), ctypes.byref(handle)))
+        init = _comm_init_rank()
+        if self.device.type == "cuda":
+            # The CUDA fabric places this rank on the calling thread's current device.
+            with torch.cuda.device(self.device):
+                _lib.check(init(self.fabric, self.nodes, self.gpus_per_node, self.rank,
+                                name.encode(), ctypes.byref(handle)))
+        else:
+            _lib.check(init(self.fabric, self.nodes, self.gpus_per_node, self.rank,
+                            name.encode(), ctypes.byref(handle)))
         self._handle = handle.value
 
     @classmethod
