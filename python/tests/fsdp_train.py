@@ -23,6 +23,36 @@ def _landing_addresses(model):
     return out
 
 
+class _CountStockCopies:
+    """Counts the stock layout copies and collectives while a run trains: FSDP2's all-gather
+    copy-out (torch.split_with_sizes_copy), its reduce-scatter pack (torch._chunk_cat) and
+    the gloo collectives it issues (looked up at call time, so wrappers see every call)."""
+
+    NAMES = (("torch", "split_with_sizes_copy"), ("torch", "_chunk_cat"),
+             ("dist", "all_gather_into_tensor"), ("dist", "reduce_scatter_tensor"))
+
+    def __enter__(self):
+        import torch.distributed as dist
+
+        self.counts = {name: 0 for _, name in self.NAMES}
+        self._saved = []
+        for mod_name, name in self.NAMES:
+            mod = torch if mod_name == "torch" else dist
+            fn = getattr(mod, name)
+            self._saved.append((mod, name, fn))
+
+            def wrapper(*args, _fn=fn, _name=name, **kwargs):
+                self.counts[_name] += 1
+                return _fn(*args, **kwargs)
+
+            setattr(mod, name, wrapper)
+        return self
+
+    def __exit__(self, *exc):
+        for mod, name, fn in self._saved:
+            setattr(mod, name, fn)
+
+
 def train(rank, world, steps=20, tide_mode=None, exact=False, mp=None, accum=1,
           sync_each_micro=False, tier=None, topology=None, seed=0, lr=1e-2, perturb=False,
           divide_factor=None, force_sum=False, hook=False):
@@ -56,6 +86,19 @@ def train(rank, world, steps=20, tide_mode=None, exact=False, mp=None, accum=1,
         rec = tide.fsdp.enable(model, mode=tide_mode, tier=tier, **kw)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1, foreach=False)
     losses, params, addresses = [], [], []
+    counter = _CountStockCopies()
+    with counter:
+        _loop(model, opt, rank, steps, accum, sync_each_micro, rec, losses, params, addresses)
+    out = {"losses": losses, "params": params, "addresses": addresses,
+           "groups": rec.groups if rec else [], "fallbacks": rec.fallbacks if rec else [],
+           "calls": {st.spec.name: dict(st.calls) for st in rec.states} if rec else {},
+           "stock_copies": counter.counts}
+    if rec is not None:
+        tide.fsdp.disable(model)
+    return out
+
+
+def _loop(model, opt, rank, steps, accum, sync_each_micro, rec, losses, params, addresses):
     for step in range(steps):
         total = 0.0
         for micro in range(accum):
@@ -72,12 +115,6 @@ def train(rank, world, steps=20, tide_mode=None, exact=False, mp=None, accum=1,
         params.append([p.to_local().detach().clone() for p in model.parameters()])
         if rec is not None:
             addresses.append(_landing_addresses(model))
-    out = {"losses": losses, "params": params, "addresses": addresses,
-           "groups": rec.groups if rec else [], "fallbacks": rec.fallbacks if rec else [],
-           "calls": {st.spec.name: dict(st.calls) for st in rec.states} if rec else {}}
-    if rec is not None:
-        tide.fsdp.disable(model)
-    return out
 
 
 def compare(rank, world, configs):

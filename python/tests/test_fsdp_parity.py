@@ -56,6 +56,19 @@ def _check_tide_ran(run, cfg, world):
         assert calls["reduce_scatter"] + stock == STEPS * syncs, (name, calls)
         if not (cfg.get("mp", (None, None))[1] == "fp32" and syncs < accum):
             assert stock == 0, (name, calls)
+    copies = run["stock_copies"]
+    # TIDE moved every byte: no gloo collective ran for FSDP2 (none at all when TIDE served
+    # every reduction), and Tier 1 ran neither the copy-out nor the reduce-scatter pack.
+    assert copies["all_gather_into_tensor"] == 0, copies
+    any_stock = any(c.get("stock_reduce", 0) for c in run["calls"].values())
+    if not any_stock:
+        assert copies["reduce_scatter_tensor"] == 0, copies
+    if tier == 1:
+        assert copies["split_with_sizes_copy"] == 0, copies
+        if not any_stock:
+            assert copies["_chunk_cat"] == 0, copies
+    else:
+        assert copies["split_with_sizes_copy"] > 0 and copies["_chunk_cat"] > 0, copies
     if tier == 1:
         first = run["addresses"][0]
         assert len(first) == 21 and len(set(first)) == 21
@@ -131,6 +144,7 @@ def test_parity_with_stock_fsdp2(world, tmp_path):
             where = "rank %d, %s" % (rank, cfg)
             _check_tide_ran(tide, cfg, world)
             assert len(stock["params"]) == STEPS
+            assert all(n > 0 for n in stock["stock_copies"].values()), stock["stock_copies"]
             bit_exact = world == 2 or cfg.get("exact")
             if bit_exact:
                 eq = _equal_steps(stock, tide)
