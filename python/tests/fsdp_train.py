@@ -55,13 +55,21 @@ class _CountStockCopies:
 
 def train(rank, world, steps=20, tide_mode=None, exact=False, mp=None, accum=1,
           sync_each_micro=False, tier=None, topology=None, seed=0, lr=1e-2, perturb=False,
-          divide_factor=None, force_sum=False, hook=False):
+          divide_factor=None, force_sum=False, hook=False, reshard_after_forward=True,
+          prefetch=False):
     """One run; returns {"losses": [...], "params": [[local shards after step s]],
     "addresses": [...per step], "groups": [(fqn, tier)], "fallbacks": [...]}."""
     import tide.fsdp
 
     mp_dtypes = None if mp is None else (_DTYPES[mp[0]], _DTYPES[mp[1]])
-    model = fsdp_model.build(seed=seed, exact=exact, mp=mp_dtypes)
+    model = fsdp_model.build(seed=seed, exact=exact, mp=mp_dtypes,
+                             reshard_after_forward=reshard_after_forward)
+    if prefetch:
+        # Explicit prefetching: each layer unshards the next one (forward) / the previous
+        # one (backward) ahead of time, through FSDPModule's public API.
+        layers = list(model.layers)
+        layers[0].set_modules_to_forward_prefetch([layers[1]])
+        layers[1].set_modules_to_backward_prefetch([layers[0]])
     if perturb:
         # Every fp32 master one ulp up: the rounding noise that stock FSDP2 itself shows
         # when anything upstream (a kernel, a reduction order) rounds differently.

@@ -96,7 +96,10 @@ def _world2_configs():
              dict(tide_mode="in_place", hook=True),
              dict(tide_mode="slot_reuse", hook=True, force_sum=True, accum=2,
                   sync_each_micro=True),
-             dict(tide_mode="in_place", tier=0, divide_factor=8.0, stock=dict(force_sum=True))]
+             dict(tide_mode="in_place", tier=0, divide_factor=8.0, stock=dict(force_sum=True)),
+             # Layers that stay unsharded after forward, and explicit prefetching.
+             dict(tide_mode="in_place", reshard_after_forward=False),
+             dict(tide_mode="slot_reuse", prefetch=True, accum=2)]
     return [dict(c, steps=STEPS) for c in cfgs]
 
 
