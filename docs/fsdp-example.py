@@ -42,7 +42,6 @@ def train(rank, world, steps=10):
         opt.zero_grad()
         if rank == 0:
             print("step %d loss %.4f" % (step, loss.item()), flush=True)
-    del loss, logits
     tide.fsdp.disable(model)                        # optional: back to stock FSDP2
 
 

@@ -98,6 +98,23 @@ def _lifecycle(rank, world):
     out["closed"] = tide.fsdp.enabled(model) is None and getattr(model, "_tide_fsdp_closing",
                                                                   None) is None
 
+    # A checkpoint saved and loaded mid-training (load_state_dict re-pads the sharded
+    # parameters): TIDE all-gathers what was loaded, as stock does.
+    def checkpointed(use_tide):
+        m = fsdp_model.build()
+        if use_tide:
+            tide.fsdp.enable(m)
+        _step(m, rank, 0)
+        sd = {k: v.clone() for k, v in m.state_dict().items()}
+        _step(m, rank, 1)
+        m.load_state_dict(sd)
+        losses = [_step(m, rank, s) for s in (2, 3)]
+        if use_tide:
+            tide.fsdp.disable(m)
+        return losses
+
+    out["checkpoint_equal"] = checkpointed(True) == checkpointed(False)
+
     # Ranks that disagree on a group: rank 1's MLP is wider.
     model = fsdp_model.build(hidden=44 + 4 * rank)
     out["disagree"] = _error(tide.fsdp.enable, model)
@@ -115,6 +132,7 @@ def test_lifecycle_and_refusals(tmp_path):
         assert r["changed_then_restored_equal"]
         assert r["kept_view"][0] == "RuntimeError" and "alias" in r["kept_view"][1]
         assert r["closed"]
+        assert r["checkpoint_equal"]
         assert r["disagree"][0] == "RuntimeError" and "disagree" in r["disagree"][1]
 
 
