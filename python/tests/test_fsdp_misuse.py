@@ -333,3 +333,59 @@ def test_docs_example_trains(tmp_path):
               if line.startswith("step ")]
     assert len(losses) == 10
     assert losses[-1] < losses[0] - 0.5  # it learns
+
+
+# ------------------------------------------------------------------------ the TIDE_FSDP switch
+
+_PLAIN_FSDP2_SCRIPT = '''
+import os, sys, tempfile
+import torch, torch.distributed as dist, torch.multiprocessing as mp
+sys.path.insert(0, sys.argv[1])
+import fsdp_model                      # the test model; nothing here imports tide
+
+def rank_main(rank, world, store):
+    dist.init_process_group("gloo", init_method="file://" + store, rank=rank,
+                            world_size=world)
+    torch.set_num_threads(1)
+    model = fsdp_model.build()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        x, y = fsdp_model.batch(step, rank)
+        torch.nn.functional.cross_entropy(model(x).reshape(-1, 37), y.reshape(-1)).backward()
+        opt.step()
+        opt.zero_grad()
+    rec = getattr(model, "_tide_fsdp", None)
+    if rank == 0:
+        print("TIDE", None if rec is None else (rec.mode, rec.groups), flush=True)
+        print("SUM %.9e" % sum(float(p.to_local().double().sum()) for p in model.parameters()))
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(rank_main, args=(2, os.path.join(tmp, "store")), nprocs=2)
+'''
+
+
+def test_tide_fsdp_switch_turns_tide_on_without_code_changes(tmp_path):
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    script = tmp_path / "plain_fsdp2.py"
+    script.write_text(_PLAIN_FSDP2_SCRIPT)
+    site = root / "python" / "tide" / "fsdp" / "sitecustomize"
+    outs = {}
+    for mode in ("", "slot_reuse"):
+        env = dict(os.environ, PYTHONPATH="%s:%s" % (site, root / "python"),
+                   OMP_NUM_THREADS="1", TIDE_FSDP=mode)
+        proc = subprocess.run([sys.executable, str(script), str(root / "python" / "tests")],
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outs[mode] = proc.stdout
+    assert "TIDE None" in outs[""]
+    assert ("TIDE ('slot-reuse', [('<root>', 1), ('layers.0', 1), ('layers.1', 1)])"
+            in outs["slot_reuse"]), outs["slot_reuse"]
+    # Same parameters after 3 steps, with and without the switch (world 2: bit-exact).
+    sums = [line for line in outs[""].splitlines() if line.startswith("SUM")]
+    assert sums and sums == [line for line in outs["slot_reuse"].splitlines()
+                             if line.startswith("SUM")]

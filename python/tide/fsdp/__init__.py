@@ -350,4 +350,8 @@ def enabled(module):
     return getattr(module, "_tide_fsdp", None)
 
 
+from . import _auto  # noqa: E402
+
+_auto.install_from_environment()
+
 __all__ = ["Enabled", "disable", "enable", "enabled"]
