@@ -272,6 +272,40 @@ def test_groups_outside_the_contract_stay_stock(tmp_path):
         assert r["equal"]
 
 
+def _hsdp(rank, world):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    out = []
+    for use_tide in (False, True):
+        torch.manual_seed(0)
+        m = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 4))
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))
+        fully_shard(m[0], mesh=mesh)
+        fully_shard(m, mesh=mesh)
+        rec = tide.fsdp.enable(m) if use_tide else None
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for step in range(2):
+            g = torch.Generator().manual_seed(10 * step + rank)
+            m(torch.randn(3, 8, generator=g)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        out.append(([p.to_local().clone() for p in m.parameters()],
+                    rec.fallbacks if rec else None))
+        if rec:
+            tide.fsdp.disable(m)
+    return {"fallbacks": out[1][1],
+            "equal": all(torch.equal(a, b) for a, b in zip(out[0][0], out[1][0]))}
+
+
+def test_hsdp_stays_stock(tmp_path):
+    for rec in fsdp_harness.run(4, _hsdp, tmp_path):
+        r = rec["result"]
+        assert sorted(name for name, _ in r["fallbacks"]) == ["0", "<root>"]
+        assert all("HSDP" in why for _, why in r["fallbacks"])
+        assert r["equal"]
+
+
 def _world1(rank, world):
     model = fsdp_model.build()
     rec = tide.fsdp.enable(model)
