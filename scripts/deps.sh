@@ -14,3 +14,5 @@ if [ -f python/requirements-test.txt ]; then
   python3 -m pip install -q -r python/requirements-test.txt 2>/dev/null ||
     python3 -m pip install -q --break-system-packages -r python/requirements-test.txt
 fi
+# torch for the FSDP2 tests (the lightest install that imports: see the script).
+./scripts/install-torch.sh

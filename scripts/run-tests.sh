@@ -18,6 +18,9 @@ if [ -d python/tests ]; then
   TIDE_LIBRARY="$PWD/build/libtide.so" python3 -m pytest -q python/tests
 fi
 
+echo "== pip install . (a fresh virtual environment, CPU build)"
+bash tests/packaging/test_pip_install.sh
+
 if [ "${TIDE_TEST_QUICK:-0}" != 1 ]; then
   echo "== ASan+UBSan build"
   cmake -S . -B build-asan -DTIDE_WITH_CUDA=OFF -DTIDE_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug >/dev/null

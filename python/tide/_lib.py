@@ -299,14 +299,14 @@ _lib_path = None
 
 
 def _candidates():
-    """Where the library is looked for, in order: $TIDE_LIBRARY, the repository's build/,
-    then the system's library path."""
+    """Where the library is looked for, in order: $TIDE_LIBRARY, the copy installed inside
+    the package (`pip install .`), the repository's build/, then the system's library path."""
     env = os.environ.get("TIDE_LIBRARY")
     if env:
         return [("$TIDE_LIBRARY", env)]
-    out = []
-    repo = pathlib.Path(__file__).resolve().parents[2]
-    out.append(("repository build", str(repo / "build" / "libtide.so")))
+    here = pathlib.Path(__file__).resolve().parent
+    out = [("installed package", str(here / "lib" / "libtide.so"))]
+    out.append(("repository build", str(here.parents[1] / "build" / "libtide.so")))
     found = ctypes.util.find_library("tide")
     out.append(("find_library('tide')", found))
     return out
