@@ -191,9 +191,16 @@ class Tier1Group:
         from torch.distributed.device_mesh import _get_device_handle
         from torch.distributed.fsdp._fully_shard._fsdp_collectives import AllGatherResult
 
+        from torch.distributed.fsdp._fully_shard._fsdp_common import compiled_autograd_enabled
+
         if group.size() != self.world:
             raise RuntimeError("tide.fsdp: %s all-gathers over %d ranks, registered for %d"
                                % (self.spec.name, group.size(), self.world))
+        if compiled_autograd_enabled() or torch._dynamo.is_compiling():
+            # Traceable FSDP2 recreates and resizes the unsharded storages itself.
+            raise RuntimeError("tide.fsdp: Tier 1 does not run under torch.compile / compiled "
+                               "autograd (Traceable FSDP2); call tide.fsdp.disable() or "
+                               "enable(..., tier=0)")
         self.check_params(fsdp_params)
         handle = _get_device_handle(device.type)
         with torch.no_grad(), handle.stream(copy_in_stream):
