@@ -61,9 +61,10 @@ def _lifecycle(rank, world):
     _step(model, rank, 0)
     tide.fsdp.disable(model)
     out["disable_twice"] = _error(tide.fsdp.disable, model)
-    # Enabled again after disable: trains on, equal to a model that never left stock.
+    # Stock again after disable, then TIDE again: equal to a model that never left stock.
+    losses = [_step(model, rank, 1)]
     tide.fsdp.enable(model, mode="slot_reuse")
-    losses = [_step(model, rank, s) for s in (1, 2)]
+    losses.append(_step(model, rank, 2))
     tide.fsdp.disable(model)
     ref = fsdp_model.build()
     ref_losses = [_step(ref, rank, s) for s in (0, 1, 2)][1:]
