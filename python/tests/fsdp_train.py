@@ -1,0 +1,144 @@
+"""Training loops the tide.fsdp tests run in every rank process: the same model, seeds and
+data once on stock FSDP2 and once with TIDE, recording losses and the local parameter shards
+after every optimizer step."""
+
+import torch
+import torch.nn.functional as F
+
+import fsdp_model
+
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, None: None}
+
+
+def _landing_addresses(model):
+    """data_ptr of every unsharded parameter of every TIDE Tier 1 group."""
+    import tide.fsdp
+
+    rec = tide.fsdp.enabled(model)
+    out = []
+    for st in rec.states if rec else []:
+        if st.tier == 1:
+            for fp in st.fsdp_params:
+                out.append(fp._unsharded_param.data_ptr())
+    return out
+
+
+class _CountStockCopies:
+    """Counts the stock layout copies and collectives while a run trains: FSDP2's all-gather
+    copy-out (torch.split_with_sizes_copy), its reduce-scatter pack (torch._chunk_cat) and
+    the gloo collectives it issues (looked up at call time, so wrappers see every call)."""
+
+    NAMES = (("torch", "split_with_sizes_copy"), ("torch", "_chunk_cat"),
+             ("dist", "all_gather_into_tensor"), ("dist", "reduce_scatter_tensor"))
+
+    def __enter__(self):
+        import torch.distributed as dist
+
+        self.counts = {name: 0 for _, name in self.NAMES}
+        self._saved = []
+        for mod_name, name in self.NAMES:
+            mod = torch if mod_name == "torch" else dist
+            fn = getattr(mod, name)
+            self._saved.append((mod, name, fn))
+
+            def wrapper(*args, _fn=fn, _name=name, **kwargs):
+                self.counts[_name] += 1
+                return _fn(*args, **kwargs)
+
+            setattr(mod, name, wrapper)
+        return self
+
+    def __exit__(self, *exc):
+        for mod, name, fn in self._saved:
+            setattr(mod, name, fn)
+
+
+def train(rank, world, steps=20, tide_mode=None, exact=False, mp=None, accum=1,
+          sync_each_micro=False, tier=None, topology=None, seed=0, lr=1e-2, perturb=False,
+          divide_factor=None, force_sum=False, hook=False, reshard_after_forward=True,
+          prefetch=False):
+    """One run; returns {"losses": [...], "params": [[local shards after step s]],
+    "addresses": [...per step], "groups": [(fqn, tier)], "fallbacks": [...]}."""
+    import tide.fsdp
+
+    mp_dtypes = None if mp is None else (_DTYPES[mp[0]], _DTYPES[mp[1]])
+    model = fsdp_model.build(seed=seed, exact=exact, mp=mp_dtypes,
+                             reshard_after_forward=reshard_after_forward)
+    if prefetch:
+        # Explicit prefetching: each layer unshards the next one (forward) / the previous
+        # one (backward) ahead of time, through FSDPModule's public API.
+        layers = list(model.layers)
+        layers[0].set_modules_to_forward_prefetch([layers[1]])
+        layers[1].set_modules_to_backward_prefetch([layers[0]])
+    if perturb:
+        # Every fp32 master one ulp up: the rounding noise that stock FSDP2 itself shows
+        # when anything upstream (a kernel, a reduction order) rounds differently.
+        with torch.no_grad():
+            for p in model.parameters():
+                local = p.to_local()
+                local.copy_(torch.nextafter(local, torch.full_like(local, float("inf"))))
+    if divide_factor is not None:
+        model.set_gradient_divide_factor(divide_factor)
+    if force_sum:
+        model.set_force_sum_reduction_for_comms(True)
+    if hook:
+        # A post-reduce hook that changes the output: it must see it before the division.
+        for m in model.modules():
+            if hasattr(m, "set_all_reduce_hook"):
+                m.set_all_reduce_hook(lambda out: out.mul_(3.0).add_(1e-3))
+    rec = None
+    if tide_mode is not None:
+        kw = {}
+        if topology is not None:
+            kw = dict(nodes=topology[0], gpus_per_node=topology[1])
+        rec = tide.fsdp.enable(model, mode=tide_mode, tier=tier, **kw)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1, foreach=False)
+    losses, params, addresses = [], [], []
+    counter = _CountStockCopies()
+    with counter:
+        _loop(model, opt, rank, steps, accum, sync_each_micro, rec, losses, params, addresses)
+    out = {"losses": losses, "params": params, "addresses": addresses,
+           "groups": rec.groups if rec else [], "fallbacks": rec.fallbacks if rec else [],
+           "calls": {st.spec.name: dict(st.calls) for st in rec.states} if rec else {},
+           "stock_copies": counter.counts}
+    if rec is not None:
+        tide.fsdp.disable(model)
+    return out
+
+
+def _loop(model, opt, rank, steps, accum, sync_each_micro, rec, losses, params, addresses):
+    for step in range(steps):
+        total = 0.0
+        for micro in range(accum):
+            last = micro == accum - 1
+            if accum > 1 and not sync_each_micro:
+                model.set_requires_gradient_sync(last)
+            x, y = fsdp_model.batch(step, rank, micro)
+            loss = F.cross_entropy(model(x).reshape(-1, 37), y.reshape(-1)) / accum
+            loss.backward()
+            total += loss.item()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(total)
+        params.append([p.to_local().detach().clone() for p in model.parameters()])
+        if rec is not None:
+            addresses.append(_landing_addresses(model))
+
+
+def compare(rank, world, configs):
+    """For each config (a dict of train() keyword arguments with tide_mode set), a stock run
+    and a TIDE run; returns [(config, stock_result, tide_result)]."""
+    out = []
+    stock_cache = {}
+    for cfg in configs:
+        # "stock": overrides for the stock run, where gloo cannot run what FSDP2 asks for
+        # (PREMUL_SUM): the same arithmetic through another stock path.
+        tide_kw = {k: v for k, v in cfg.items() if k != "stock"}
+        stock_kw = {k: v for k, v in tide_kw.items() if k not in ("tide_mode", "tier",
+                                                                  "topology")}
+        stock_kw.update(cfg.get("stock", {}))
+        key = repr(sorted(stock_kw.items()))
+        if key not in stock_cache:
+            stock_cache[key] = train(rank, world, **stock_kw)
+        out.append((cfg, stock_cache[key], train(rank, world, **tide_kw)))
+    return out

@@ -1,0 +1,357 @@
+"""tide.fsdp: TIDE-AG and TIDE-RS inside PyTorch FSDP2 (fully_shard).
+
+    model = ...; fully_shard(layer) for each layer; fully_shard(model)
+    tide.fsdp.enable(model, mode="in_place")      # or mode="slot_reuse"
+    ... train ...
+    tide.fsdp.disable(model)
+
+enable() is collective over the parameter groups' process group: every rank calls it with
+the same model, between steps.  For each FSDPParamGroup of `model` (the root and every
+fully_shard submodule) it chooses:
+
+- Tier 1 (zero copy), when the installed torch has the internals Tier 1 was written for
+  (torch 2.11, see _internals.py): unsharded parameters live in TIDE's landing slot, TIDE-AG
+  lands in them, TIDE-RS reads per-parameter gradients.  See _tier1.py.
+- Tier 0 (public hooks), when torch's internals differ but set_custom_all_gather /
+  set_custom_reduce_scatter exist (or tier=0 is asked for): FSDP2's own buffers, TIDE moving
+  the bytes.  See _tier0.py.
+- stock FSDP2, with one log line naming the reason, for groups outside TIDE's contract:
+  sharding off dim 0, more than 256 parameters, mixed or unsupported dtypes, CPU offload,
+  all-gather extensions (fsdp_pre_all_gather), DTensor (TP) parameters, world size 1, HSDP or
+  replication, reshard_after_forward to a smaller mesh, custom communication hooks.
+
+Ranks whose groups disagree (shapes, dtypes, tier, mode, topology) abort enable() with a
+RuntimeError on every rank before anything is registered.
+"""
+
+import gc
+import hashlib
+import logging
+import math
+
+import torch
+import torch.distributed as dist
+
+from .. import _lib
+from ..torch_binding import Comm
+from . import _internals, _tier0, _tier1
+
+logger = logging.getLogger("tide.fsdp")
+
+_MODES = {"in_place": "in-place", "in-place": "in-place", "slot_reuse": "slot-reuse",
+          "slot-reuse": "slot-reuse"}
+
+
+class GroupSpec:
+    """What TIDE registers for one FSDPParamGroup."""
+
+    def __init__(self, name, shapes, ag_dtype, grad_dtype, shard_dtype, shard_numels,
+                 rs_dtype):
+        self.name = name
+        self.shapes = shapes
+        self.ag_dtype = ag_dtype
+        self.grad_dtype = grad_dtype
+        self.shard_dtype = shard_dtype
+        self.shard_numels = shard_numels
+        self.rs_dtype = rs_dtype
+
+    def key(self):
+        return (self.name, tuple(self.shapes), str(self.ag_dtype), str(self.grad_dtype),
+                str(self.shard_dtype), str(self.rs_dtype))
+
+
+class Enabled:
+    """What enable() did: `groups` [(fqn, tier)], `fallbacks` [(fqn, reason)], `mode`."""
+
+    def __init__(self, mode, comm, states, fallbacks, pg):
+        self.mode = mode
+        self.comm = comm
+        self.states = states
+        self.fallbacks = fallbacks
+        self.process_group = pg
+
+    @property
+    def groups(self):
+        return [(st.spec.name, st.tier) for st in self.states]
+
+    def __repr__(self):
+        return "<tide.fsdp.Enabled mode=%s groups=%s fallbacks=%s>" % (
+            self.mode, self.groups, self.fallbacks)
+
+
+def _param_groups(module):
+    from torch.distributed.fsdp import FSDPModule
+
+    out = []
+    for name, m in module.named_modules():
+        if isinstance(m, FSDPModule):
+            pg = m._get_fsdp_state()._fsdp_param_group
+            if pg is not None:
+                out.append((name or "<root>", m, pg))
+    return out
+
+
+def _check_idle(name, pg, what):
+    from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState
+
+    if (pg._training_state != TrainingState.IDLE or not pg.is_sharded
+            or pg._all_gather_result is not None):
+        raise RuntimeError("tide.fsdp.%s: group %s is in use (state %s, %s); call it between "
+                           "steps" % (what, name, pg._training_state.name, pg._sharded_state.name))
+
+
+def _contract(name, pg, tier):
+    """(GroupSpec, None) for a group TIDE serves, else (None, reason)."""
+    from torch.distributed.fsdp._fully_shard._fsdp_api import CPUOffloadPolicy
+    from torch.distributed.fsdp._fully_shard._fsdp_collectives import (
+        DefaultAllGather, DefaultReduceScatter)
+    from torch.distributed.fsdp._fully_shard._fsdp_common import FSDPMeshInfo, HSDPMeshInfo
+
+    fps = pg.fsdp_params
+    mesh = pg.mesh_info
+    if not isinstance(mesh, FSDPMeshInfo) or isinstance(mesh, HSDPMeshInfo):
+        return None, "HSDP / replicated meshes are not supported yet"
+    world = mesh.shard_mesh_size
+    if world < 2:
+        return None, "world size 1"
+    if pg.post_forward_mesh_info not in (None, mesh):
+        return None, "reshard_after_forward to a smaller mesh"
+    if isinstance(pg.offload_policy, CPUOffloadPolicy):
+        return None, "CPU offload"
+    if len(fps) > _lib.MAX_PARAMS:
+        return None, "%d parameters (TIDE serves at most %d)" % (len(fps), _lib.MAX_PARAMS)
+    if type(pg._all_gather_comm) is not DefaultAllGather or type(
+            pg._reduce_scatter_comm) is not DefaultReduceScatter:
+        return None, "custom all-gather / reduce-scatter hooks are set"
+    if pg.device.type not in ("cpu", "cuda"):
+        return None, "device %s" % pg.device
+    orig = {fp.sharded_param.dtype for fp in fps}
+    if len(orig) != 1:
+        return None, "mixed parameter dtypes %s" % sorted(str(d) for d in orig)
+    orig = orig.pop()
+    param_dtype = pg.mp_policy.param_dtype
+    ag = orig if param_dtype is None else param_dtype
+    if ag not in (torch.float32, torch.bfloat16) or orig not in (torch.float32,
+                                                                 torch.bfloat16):
+        return None, "dtype %s (TIDE serves bf16 and fp32)" % ag
+    if ag == torch.float32 and orig == torch.bfloat16:
+        return None, "bf16 masters all-gathered as fp32"
+    shapes, numels = [], []
+    for fp in fps:
+        what = fp._param_fqn or repr(fp)
+        if fp.fsdp_placement.dim != 0:
+            return None, "%s is sharded on dim %d" % (what, fp.fsdp_placement.dim)
+        if getattr(fp, "is_dtensor", False):
+            return None, "%s is a DTensor (tensor parallel)" % what
+        if hasattr(fp._sharded_local_tensor, "fsdp_pre_all_gather"):
+            return None, "%s uses all-gather extensions" % what
+        size = tuple(int(d) for d in fp._orig_size)
+        if len(size) == 0 or min(size) < 1:
+            return None, "%s has shape %s" % (what, size)
+        rows = math.ceil(size[0] / world)
+        inner = math.prod(size[1:])
+        if (tuple(fp.padded_sharded_param_size)[0] != rows
+                or fp._sharded_param_data.numel() != rows * inner):
+            return None, "%s is not padded to ceil(D / N) rows" % what
+        shapes.append(size)
+        numels.append(rows * inner)
+    reduce_dtype = pg.mp_policy.reduce_dtype or ag
+    if tier == 0 and reduce_dtype not in (torch.float32, torch.bfloat16):
+        return None, "reduce dtype %s" % reduce_dtype
+    spec = GroupSpec(name, shapes, ag_dtype=ag, grad_dtype=ag,
+                     shard_dtype=orig if tier == 1 else ag, shard_numels=numels,
+                     rs_dtype=reduce_dtype)
+    return spec, None
+
+
+def _choose_tier(tier):
+    problems = _internals.check()
+    hooks = _internals.check_public_hooks()
+    if tier is None:
+        if not problems:
+            return 1
+        if not hooks:
+            logger.warning("tide.fsdp: torch %s's FSDP2 internals differ from those Tier 1 "
+                           "was written for (%s); using Tier 0 (public hooks)",
+                           torch.__version__, "; ".join(problems))
+            return 0
+        raise RuntimeError("tide.fsdp: this torch (%s) offers neither the internals of Tier "
+                           "1 (%s) nor the public hooks of Tier 0 (%s)"
+                           % (torch.__version__, "; ".join(problems), "; ".join(hooks)))
+    if tier == 1 and problems:
+        raise RuntimeError("tide.fsdp: Tier 1 refused: torch %s's FSDP2 internals differ: %s"
+                           % (torch.__version__, "; ".join(problems)))
+    if tier == 0 and hooks:
+        raise RuntimeError("tide.fsdp: Tier 0 refused: %s" % "; ".join(hooks))
+    if tier not in (0, 1):
+        raise ValueError("tier: expected None, 0 or 1, got %r" % (tier,))
+    return tier
+
+
+def _agree(pg, payload, what):
+    digest = hashlib.sha256(repr(payload).encode()).hexdigest()
+    everyone = [None] * dist.get_world_size(pg)
+    dist.all_gather_object(everyone, digest, group=pg)
+    if len(set(everyone)) != 1:
+        raise RuntimeError("tide.fsdp.enable: ranks disagree on %s (digest per rank: %s); "
+                           "every rank must enable the same model the same way"
+                           % (what, ", ".join(d[:12] for d in everyone)))
+
+
+def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None):
+    """Switch `module`'s FSDP2 parameter groups to TIDE (collective; see the module doc).
+    Returns an Enabled record.  mode: "in_place" or "slot_reuse"; tier: None (best
+    available), 1 or 0; nodes / gpus_per_node: the topology (default: see
+    tide.torch_binding.default_topology)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if not isinstance(module, FSDPModule):
+        raise ValueError("tide.fsdp.enable: %s is not an FSDP2 module; call fully_shard() on "
+                         "it (and its layers) first" % type(module).__name__)
+    if getattr(module, "_tide_fsdp", None) is not None:
+        raise RuntimeError("tide.fsdp.enable: TIDE is already enabled on this module; call "
+                           "tide.fsdp.disable() first")
+    if mode not in _MODES:
+        raise ValueError("mode: expected 'in_place' or 'slot_reuse', got %r" % (mode,))
+    mode = _MODES[mode]
+    groups = _param_groups(module)
+    for name, _m, pg in groups:
+        if any(id(fp) in _tier1._OWNERS for fp in pg.fsdp_params) or getattr(
+                pg._all_gather_comm, "_tide", False):
+            raise RuntimeError("tide.fsdp.enable: group %s already runs TIDE (enabled through "
+                               "another module)" % name)
+        _check_idle(name, pg, "enable")
+    tier = _choose_tier(tier)
+    specs, fallbacks = [], []
+    pg0 = None
+    for name, _m, pg in groups:
+        spec, why = _contract(name, pg, tier)
+        if spec is not None:
+            shard_pg = pg.mesh_info.shard_process_group
+            if pg0 is None:
+                pg0 = shard_pg
+            elif shard_pg is not pg0:
+                spec, why = None, "another process group than the first TIDE group's"
+        if spec is None:
+            logger.warning("tide.fsdp: group %s stays on stock FSDP2: %s", name, why)
+            fallbacks.append((name, why))
+        else:
+            specs.append((spec, pg))
+    # Every rank takes part in the agreement whenever there is a process group of 2 or more
+    # ranks, even with nothing to register, so that a rank that would register a group
+    # cannot wait alone in the collective.
+    agree_pg = pg0
+    if agree_pg is None:
+        agree_pg = next((getattr(pg.mesh_info, "shard_process_group", None)
+                         for _n, _m, pg in groups), None)
+    if agree_pg is None or dist.get_world_size(agree_pg) < 2:
+        module._tide_fsdp = Enabled(mode, None, [], fallbacks, None)
+        return module._tide_fsdp
+    nodes, gpus_per_node = _topology(agree_pg, nodes, gpus_per_node)
+    _agree(agree_pg, (tier, mode, nodes, gpus_per_node, [s.key() for s, _ in specs],
+                      [f[0] for f in fallbacks]), "the TIDE group signatures")
+    if not specs:
+        module._tide_fsdp = Enabled(mode, None, [], fallbacks, None)
+        return module._tide_fsdp
+    comm = Comm.from_process_group(pg0, nodes, gpus_per_node, device=specs[0][1].device)
+    states = []
+    cls = _tier1.Tier1Group if tier == 1 else _tier0.Tier0Group
+    try:
+        for spec, pg in specs:
+            try:
+                states.append(cls(pg, comm, spec, mode))
+            except _lib.TideError as exc:
+                # The library plans a group locally before the collective registration, so
+                # a group it does not serve is refused on every rank alike: stock for it.
+                if exc.code != _lib.Result.UNSUPPORTED:
+                    raise
+                logger.warning("tide.fsdp: group %s stays on stock FSDP2: %s", spec.name, exc)
+                fallbacks.append((spec.name, str(exc)))
+    except BaseException:
+        for st in states:
+            st.release()
+        _tier1.uninstall_if_unused()
+        for st in states:  # collective, like the registrations that succeeded everywhere
+            try:
+                st.close()
+            except Exception:
+                pass
+        try:
+            comm.close()
+        except Exception:
+            pass
+        raise
+    if not states:
+        comm.close()
+        module._tide_fsdp = Enabled(mode, None, [], fallbacks, None)
+        return module._tide_fsdp
+    if tier == 1:
+        _tier1.install()
+    module._tide_fsdp = Enabled(mode, comm, states, fallbacks, pg0)
+    logger.info("tide.fsdp: enabled %s", module._tide_fsdp)
+    return module._tide_fsdp
+
+
+def _topology(pg, nodes, gpus_per_node):
+    from ..torch_binding import default_topology
+
+    return default_topology(dist.get_world_size(pg), nodes, gpus_per_node)
+
+
+def disable(module):
+    """Give `module`'s groups back to stock FSDP2 and release TIDE's arenas (collective,
+    between steps).  While a tensor that aliases an arena is alive on some rank (e.g. a kept
+    .detach() of an unsharded parameter), the model is back on stock FSDP2 but the arenas
+    stay mapped: RuntimeError on every rank; drop the tensor and call disable() again."""
+    handle = getattr(module, "_tide_fsdp", None)
+    if handle is None:
+        pending = getattr(module, "_tide_fsdp_closing", None)
+        if pending is None:
+            raise ValueError("tide.fsdp.disable: TIDE is not enabled on this module")
+        return _close(module, pending)
+    for st in handle.states:
+        _check_idle(st.spec.name, st.param_group, "disable")
+    for st in handle.states:
+        st.release()
+        _drop_all_gather_state(st.param_group)
+    _tier1.uninstall_if_unused()
+    module._tide_fsdp = None
+    if handle.comm is not None:
+        _close(module, handle)
+
+
+def _close(module, handle):
+    gc.collect()
+    live = sum(st.group.live_views() for st in handle.states)
+    flag = torch.tensor([live], dtype=torch.int64)
+    if handle.process_group is not None:
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=handle.process_group)
+    if int(flag.item()):
+        module._tide_fsdp_closing = handle
+        raise RuntimeError("tide.fsdp.disable: %d tensor(s) on this rank (at most %d on one "
+                           "rank) still alias TIDE's arenas; the model runs stock FSDP2 now, "
+                           "the arenas stay mapped until those tensors are dropped and "
+                           "disable() is called again" % (live, int(flag.item())))
+    module._tide_fsdp_closing = None
+    for st in handle.states:
+        st.close()
+    handle.comm.close()
+
+
+def _drop_all_gather_state(pg):
+    ctx = pg.comm_ctx
+    state = getattr(ctx, "all_gather_state", None)
+    if state is not None:
+        ctx.all_gather_state = None
+
+
+def enabled(module):
+    """The Enabled record of `module`, or None."""
+    return getattr(module, "_tide_fsdp", None)
+
+
+from . import _auto  # noqa: E402
+
+_auto.install_from_environment()
+
+__all__ = ["Enabled", "disable", "enable", "enabled"]
