@@ -19,6 +19,11 @@ assert lib == pkg / "lib" / "libtide.so", (lib, pkg)
 assert tide.version() == (0, 1, 0), tide.version()
 with tide.Plan(tide.Config(2, 4), [(64, 8), (16,)]) as plan:
     assert plan.summary["ranks"] == 8
+sc = pkg / "fsdp" / "sitecustomize" / "sitecustomize.py"
+assert sc.is_file(), sc  # the TIDE_FSDP switch (docs/fsdp.md) ships with the package
+import importlib.util
+assert importlib.util.find_spec("tide.fsdp") is not None
+assert importlib.util.find_spec("tide.torch_binding") is not None
 print("installed package OK:", lib)
 PY
 "$venv/bin/tide-plan" memory --nodes 8 --gpus-per-node 8 --round-width 2 --inbox-generations 2 >/dev/null
