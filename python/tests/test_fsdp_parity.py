@@ -56,6 +56,9 @@ def _check_tide_ran(run, cfg, world):
         assert calls["reduce_scatter"] + stock == STEPS * syncs, (name, calls)
         if not (cfg.get("mp", (None, None))[1] == "fp32" and syncs < accum):
             assert stock == 0, (name, calls)
+        if tier == 1 and cfg.get("mp", (None, None))[0] in (None, "fp32"):
+            # Shards adopted in the resident region: the all-gather never copied one in.
+            assert calls["copy_in"] == 0, (name, calls)
     copies = run["stock_copies"]
     # TIDE moved every byte: no gloo collective ran for FSDP2 (none at all when TIDE served
     # every reduction), and Tier 1 ran neither the copy-out nor the reduce-scatter pack.

@@ -355,6 +355,16 @@ class TorchGroup:
         slot, ptr = self._slot_ptr(slot)
         return self._tensor(ptr, self.group_bytes, self.ag_dtype)
 
+    def resident(self):
+        """The resident shard region (tide_group_resident): a 1-D tensor of sum_p R_p K_p
+        items of the shard dtype, parameter p at o_p.  A shard kept there is all-gathered
+        with all_gather(None, slot): no copy-in.  TideError(UNSUPPORTED) for a casting group,
+        which all-gathers from its fp32 shard."""
+        ptr = ctypes.c_void_p()
+        _lib.call("tide_group_resident", self._h(), ctypes.byref(ptr))
+        itemsize = torch.empty(0, dtype=self.shard_dtype).element_size()
+        return self._tensor(ptr.value, self.shard_numel * itemsize, self.shard_dtype)
+
     def param_storage(self, slot, p):
         """Parameter p's padded unsharded tensor in slot `slot`: a 1-D tensor of N R_p K_p
         items whose storage starts at its landing address o_p N (so that torch.as_strided

@@ -9,8 +9,12 @@ What changes for a Tier 1 group (nothing changes for any other group):
   rank's shard straight into it: no copy-out.
 - free_unsharded_param / alloc_all_gather_outputs of those FSDPParams are no-ops: the landing
   slot is the parameter's storage for the group's lifetime and is never resized.
-- foreach_all_gather packs the sharded parameters (fp32 masters when TIDE casts to bf16)
-  into one persistent shard buffer and runs TIDE-AG into slot 0; foreach_all_gather_copy_out
+- Each sharded parameter's padded local shard is adopted into the group's resident region
+  (the DTensor keeps its identity; its local tensor is rebound there), so the optimizer
+  updates shards where TIDE-AG reads them: no copy-in.  A casting group (fp32 masters, bf16
+  all-gather) packs its masters into one persistent buffer per call instead, and TIDE casts
+  them as they land.
+- foreach_all_gather runs TIDE-AG into slot 0; foreach_all_gather_copy_out
   only waits and binds the views; foreach_reduce hands the per-parameter gradients to TIDE-RS
   (In-Place: read where autograd left them; Slot-Reuse: copied into landing slot 1 and
   freed), which writes the fp32 reduce output without the _chunk_cat pack.  The rest of
@@ -94,6 +98,19 @@ def uninstall_if_unused():
     _ORIGINALS.clear()
 
 
+def _move_shard(fp, flat):
+    """Make `flat` (1-D, the padded sharded numel) the storage of fp's sharded parameter,
+    with its current values: FSDP2's _sharded_param_data and the DTensor's local tensor
+    (its first rows), as FSDPParam.reset_sharded_param rebinds them.  The nn.Parameter
+    object stays the same, so optimizers and their state keep pointing at it."""
+    old = fp._sharded_param_data
+    local = fp.sharded_param._local_tensor
+    length = local.size(0) if local.numel() > 0 else 0
+    flat.copy_(old)
+    fp._sharded_param_data = flat
+    fp.sharded_param._local_tensor = flat.view(fp.padded_sharded_param_size).narrow(0, 0, length)
+
+
 def _noop():
     return None
 
@@ -125,9 +142,19 @@ class Tier1Group:
         if mode == "slot-reuse":
             self.grad_views = [g.param_storage(1, p).view(spec.grad_dtype)[:geo.dim0 * geo.inner]
                                for p, geo in enumerate(g.params)]
+        # In-place shard adoption (paper §3.1): when the all-gather does not cast, every
+        # parameter's padded local shard lives in the group's resident region, so the
+        # optimizer updates it where TIDE-AG reads it and the all-gather copies nothing in.
+        # A casting group (fp32 masters, bf16 all-gather) has no resident region: it packs
+        # its masters each call and TIDE casts them as they land.
+        self.resident_splits = None
+        if spec.shard_dtype == spec.ag_dtype:
+            self.resident_splits = list(torch.split(g.resident(), numels))
+            self.shard = None
+            self.shard_splits = []
         self.zero_grad = None
         self._fallback_logged = False
-        self.calls = {"all_gather": 0, "reduce_scatter": 0, "stock_reduce": 0}
+        self.calls = {"all_gather": 0, "reduce_scatter": 0, "stock_reduce": 0, "copy_in": 0}
         self._adopt()
 
     # ---------------------------------------------------------------- adoption
@@ -142,9 +169,20 @@ class Tier1Group:
             fp.free_unsharded_param = _noop
             fp.alloc_all_gather_outputs = _noop
             _OWNERS[id(fp)] = self
+        if self.resident_splits is not None:
+            with torch.no_grad():
+                for fp, dst in zip(self.fsdp_params, self.resident_splits):
+                    _move_shard(fp, dst)
 
     def release(self):
         """Give the FSDPParams back to stock FSDP2 (the group must be sharded and idle)."""
+        if self.resident_splits is not None:
+            # The shards leave the arena for memory of their own before it is unmapped.
+            with torch.no_grad():
+                for fp, src in zip(self.fsdp_params, self.resident_splits):
+                    if fp._sharded_param_data.data_ptr() == src.data_ptr():
+                        _move_shard(fp, torch.empty_like(src))
+            self.resident_splits = None
         for fp in self.fsdp_params:
             _OWNERS.pop(id(fp), None)
             for name in ("free_unsharded_param", "alloc_all_gather_outputs"):
@@ -204,10 +242,18 @@ class Tier1Group:
         self.check_params(fsdp_params)
         handle = _get_device_handle(device.type)
         with torch.no_grad(), handle.stream(copy_in_stream):
-            # The fp32 masters (or the params themselves) packed param-major; TIDE casts to
-            # bf16 as it lands when the group casts.
-            torch._foreach_copy_(self.shard_splits,
-                                 [fp._sharded_param_data for fp in fsdp_params])
+            if self.resident_splits is None:
+                # The fp32 masters packed param-major; TIDE casts to bf16 as they land.
+                torch._foreach_copy_(self.shard_splits,
+                                     [fp._sharded_param_data for fp in fsdp_params])
+                self.calls["copy_in"] += 1
+            else:
+                # Adopted shards are read in place.  One whose storage was replaced since
+                # (load_state_dict(assign=True), a user's set_) is adopted again: one copy.
+                for fp, dst in zip(fsdp_params, self.resident_splits):
+                    if fp._sharded_param_data.data_ptr() != dst.data_ptr():
+                        _move_shard(fp, dst)
+                        self.calls["copy_in"] += 1
         all_gather_stream.wait_stream(copy_in_stream)
         with handle.stream(all_gather_stream):
             stream = handle.current_stream() if device.type == "cuda" else None
