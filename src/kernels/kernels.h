@@ -51,6 +51,13 @@ typedef struct {
     const void *const *own;     /* own gradient base pointers (device pointers for CUDA) */
     tide_dtype_t dtype;         /* bf16 or fp32 for staged and own */
     float *out;
+    /* Optional (NULL: the staged block above).  When set, staged contribution k of a segment
+     * is read in place at peers[k * peer_stride + own_idx] + own_off instead of at
+     * staged + k * stage_stride + stage_off: the gradients of the other local ranks, for a
+     * fabric that lets the sum read them where they are (the CUDA fabric when every rank of
+     * a node shares one device).  The order of the adds does not change. */
+    const void *const *peers;
+    int peer_stride;
 } tide_sum_args_t;
 
 /* One contiguous run of a landing: `len` elements. */
@@ -70,6 +77,10 @@ typedef struct {
     float alpha;
     bool init;       /* first landing of this call for these elements */
     bool accumulate; /* with init: add to the existing output */
+    /* Optional (NULL: in[k] + in_off).  When set, input k of segment s starts at
+     * in_table[s * num_in + k] (the segment's first element); a NULL entry is an input known
+     * to hold +0.0f, which is added as +0.0f without being read, so the bits do not change. */
+    const float *const *in_table;
 } tide_land_args_t;
 
 /* C references (always available). */

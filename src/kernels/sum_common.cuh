@@ -27,10 +27,11 @@ using namespace tide_dev;
 
 /* One segment as every thread of a CTA sees it. */
 template <typename T, int NS> struct seg_view {
-    const T *stage; /* staged[0] at the segment's first element (NS > 0, valid > 0) */
-    const T *own;   /* own contribution at the segment's first element (valid > 0) */
+    /* Staged contribution k at the segment's first element (NS > 0, valid > 0): in the staged
+     * block, or in place in a peer's gradient (tide_sum_args_t.peers). */
+    const T *src[NS > 0 ? NS : 1];
+    const T *own; /* own contribution at the segment's first element (valid > 0) */
     float *out;
-    uint64_t stride; /* elements between staged contributions */
     uint32_t len;
     uint32_t valid;
     int vec;         /* the vector path exists */
@@ -47,21 +48,35 @@ __device__ __forceinline__ seg_view<T, NS> load_seg(const tide_sum_args_t &a, in
     uint32_t valid = __ldg(&sp->valid);
     v.valid = valid < v.len ? valid : v.len;
     v.out = a.out + __ldg(&sp->out_off);
-    v.stride = a.stage_stride;
-    v.stage = nullptr;
+#pragma unroll
+    for (int k = 0; k < (NS > 0 ? NS : 1); ++k)
+        v.src[k] = nullptr;
     v.own = nullptr;
     int h;
     if (v.valid > 0) {
-        /* The pointer table lives in device memory; read it through the read-only path. */
+        /* The pointer tables live in device memory; read them through the read-only path. */
+        const int own_idx = __ldg(&sp->own_idx);
+        const uint64_t own_off = __ldg(&sp->own_off);
         const unsigned long long own_base =
-            __ldg((const unsigned long long *)(a.own + __ldg(&sp->own_idx)));
-        v.own = (const T *)own_base + __ldg(&sp->own_off);
+            __ldg((const unsigned long long *)(a.own + own_idx));
+        v.own = (const T *)own_base + own_off;
         uintptr_t a0 = (uintptr_t)v.own, mis = 0;
-        if (NS > 0) {
-            v.stage = (const T *)a.staged + __ldg(&sp->stage_off);
-            mis |= (uintptr_t)v.stage ^ a0;
+        if (a.peers != nullptr) {
+#pragma unroll
+            for (int k = 0; k < NS; ++k) {
+                const unsigned long long b = __ldg(
+                    (const unsigned long long *)(a.peers + (size_t)k * a.peer_stride + own_idx));
+                v.src[k] = (const T *)b + own_off;
+                mis |= (uintptr_t)v.src[k] ^ a0;
+            }
+        } else {
+            const T *stage = (const T *)a.staged + __ldg(&sp->stage_off);
+#pragma unroll
+            for (int k = 0; k < NS; ++k) {
+                v.src[k] = stage + (uint64_t)k * a.stage_stride;
+                mis |= (uintptr_t)v.src[k] ^ a0;
+            }
         }
-        if (NS > 1) mis |= (uintptr_t)(v.stride * sizeof(T));
         h = vector_head(a0, mis, (int)sizeof(T), (uintptr_t)v.out);
     } else {
         /* Only padding: the vector path needs the output aligned alone. */
@@ -78,10 +93,10 @@ __device__ __forceinline__ seg_view<T, NS> load_seg(const tide_sum_args_t &a, in
 template <typename T, int NS>
 __device__ __forceinline__ float sum_scalar(const seg_view<T, NS> &v, uint64_t e) {
     if (NS == 0) return load_scalar(v.own, e);
-    float acc = load_scalar(v.stage, e);
+    float acc = load_scalar(v.src[0], e);
 #pragma unroll
     for (int k = 1; k < NS; ++k)
-        acc = __fadd_rn(acc, load_scalar(v.stage, (uint64_t)k * v.stride + e));
+        acc = __fadd_rn(acc, load_scalar(v.src[k], e));
     return __fadd_rn(acc, load_scalar(v.own, e));
 }
 
@@ -189,7 +204,7 @@ __device__ __forceinline__ void do_group(const seg_view<T, NS> &v, uint64_t g) {
         uint4 in[NS + 1];
 #pragma unroll
         for (int k = 0; k < NS; ++k)
-            in[k] = ldg16(v.stage + (uint64_t)k * v.stride + e0);
+            in[k] = ldg16(v.src[k] + e0);
         in[NS] = ldg16(v.own + e0);
         sum_store<T, NS>(in, v.out + e0);
     } else if (v.vec && e0 >= v.valid && e0 + GE <= v.len) {
@@ -210,7 +225,7 @@ __device__ __forceinline__ void load_sources(const seg_view<T, NS> &v, uint64_t 
 #pragma unroll
     for (int j = 0; j < N; ++j) {
         const int s = FIRST + j;
-        out[j] = ldg16(s < NS ? v.stage + (uint64_t)s * v.stride + e0 : v.own + e0);
+        out[j] = ldg16(s < NS ? v.src[s < NS ? s : 0] + e0 : v.own + e0);
     }
 }
 

@@ -131,7 +131,12 @@ __device__ __forceinline__ uint32_t tma_bulk_groups(const seg_view<T, NS> &v, ui
 /* Element e of source j of a segment: the staged contributions in order, then own. */
 template <typename T, int NS>
 __device__ __forceinline__ const T *source_at(const seg_view<T, NS> &v, uint32_t j, uint64_t e) {
-    return (int)j < NS ? v.stage + (uint64_t)j * v.stride + e : v.own + e;
+    /* A select over the unrolled sources: a run-time index would put v.src in local memory. */
+    const T *p = v.own;
+#pragma unroll
+    for (int k = 0; k < NS; ++k)
+        if ((int)j == k) p = v.src[k];
+    return p + e;
 }
 
 /* Per-launch parameters of the kernel (tma_opts after validation). */
@@ -232,7 +237,7 @@ __global__ void __launch_bounds__(kTmaMaxThreads, 1)
 #pragma unroll
             for (int j = 0; j < NS; ++j)
                 if (mask & (1u << j))
-                    bulk_g2s(dst + j * shape::row_bytes, k.v.stage + (uint64_t)j * k.v.stride + e0,
+                    bulk_g2s(dst + j * shape::row_bytes, k.v.src[j] + e0,
                              row, bar);
             if (mask & (1u << NS)) bulk_g2s(dst + NS * shape::row_bytes, k.v.own + e0, row, bar);
         }
