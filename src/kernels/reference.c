@@ -83,12 +83,21 @@ static const void *elem_ptr(const void *base, tide_dtype_t dtype, uint64_t i) {
     return (const char *)base + i * (uint64_t)tide_dtype_size(dtype);
 }
 
+/* The store of a fused sum (tide_sum_args_t.fused): what the landing would have written. */
+static float fused_value(const tide_sum_fused_t *f, float acc, float old) {
+    float v = acc;
+    if (f->plus_zero) v = v + 0.0f;
+    volatile float scaled = f->alpha * v; /* rounded before the add: no FMA */
+    return canonical_f32(f->overwrite ? scaled : old + scaled);
+}
+
 void tide_ref_sum(const tide_sum_args_t *args) {
     if (args == NULL || args->segs == NULL) return;
     const tide_dtype_t dt = args->dtype;
     for (int s = 0; s < args->num_segs; ++s) {
         const tide_sum_seg_t *seg = &args->segs[s];
-        float *out = args->out + seg->out_off;
+        const tide_sum_fused_t *fz = args->fused != NULL ? &args->fused[s] : NULL;
+        float *out = fz != NULL ? fz->dst : args->out + seg->out_off;
         const uint32_t valid = seg->valid < seg->len ? seg->valid : seg->len;
         const void *own = valid > 0 ? elem_ptr(args->own[seg->own_idx], dt, seg->own_off) : NULL;
         const void *stage0 =
@@ -112,11 +121,11 @@ void tide_ref_sum(const tide_sum_args_t *args) {
                 }
                 acc += load_elem(own, dt, i);
             }
-            out[i] = canonical_f32(acc);
+            out[i] = fz != NULL ? fused_value(fz, canonical_f32(acc), out[i]) : canonical_f32(acc);
         }
         /* Padding rows read nothing and are written as +0. */
         for (uint32_t i = valid; i < seg->len; ++i)
-            out[i] = 0.0f;
+            out[i] = fz != NULL ? fused_value(fz, 0.0f, out[i]) : 0.0f;
     }
 }
 

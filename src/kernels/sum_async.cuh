@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(kAsyncMaxThreads) sum_async_kernel(const tide_
 #pragma unroll
             for (int j = 0; j <= NS; ++j)
                 vin[j] = *slot(stage, j);
-            sum_store<T, NS>(vin, v.out + v.head + g * GE);
+            sum_store<T, NS>(vin, v.out + v.head + g * GE, v.ep);
         } else if (g < v.groups) {
             do_group(v, g);
         }

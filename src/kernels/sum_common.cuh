@@ -25,6 +25,34 @@ namespace tide_sum {
 
 using namespace tide_dev;
 
+/* How a segment's results are stored: as they are (mode 0), or as the landing of a fused sum
+ * would store them (tide_sum_args_t.fused): 1 overwrites with alpha * v, 2 adds alpha * v to
+ * the output; v = acc + 0.0f with plus_zero. */
+struct epi_t {
+    float alpha;
+    int mode;
+    int plus_zero;
+};
+
+__device__ __forceinline__ float epi_value(const epi_t &ep, float x, float old) {
+    const float v = ep.plus_zero ? __fadd_rn(x, 0.0f) : x;
+    const float scaled = __fmul_rn(ep.alpha, v);
+    return canonical(ep.mode == 1 ? scaled : __fadd_rn(old, scaled));
+}
+
+/* Store four results at p (16-byte aligned), through the epilogue. */
+__device__ __forceinline__ void store4(const epi_t &ep, float *p, float a, float b, float c,
+                                       float d) {
+    if (ep.mode == 0) {
+        st16(p, a, b, c, d);
+        return;
+    }
+    float4 old = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (ep.mode == 2) old = *(const float4 *)p;
+    st16(p, epi_value(ep, a, old.x), epi_value(ep, b, old.y), epi_value(ep, c, old.z),
+         epi_value(ep, d, old.w));
+}
+
 /* One segment as every thread of a CTA sees it. */
 template <typename T, int NS> struct seg_view {
     /* Staged contribution k at the segment's first element (NS > 0, valid > 0): in the staged
@@ -32,6 +60,7 @@ template <typename T, int NS> struct seg_view {
     const T *src[NS > 0 ? NS : 1];
     const T *own; /* own contribution at the segment's first element (valid > 0) */
     float *out;
+    epi_t ep;
     uint32_t len;
     uint32_t valid;
     int vec;         /* the vector path exists */
@@ -47,7 +76,19 @@ __device__ __forceinline__ seg_view<T, NS> load_seg(const tide_sum_args_t &a, in
     v.len = __ldg(&sp->len);
     uint32_t valid = __ldg(&sp->valid);
     v.valid = valid < v.len ? valid : v.len;
-    v.out = a.out + __ldg(&sp->out_off);
+    v.ep.mode = 0;
+    v.ep.alpha = 1.0f;
+    v.ep.plus_zero = 0;
+    if (a.fused != nullptr) {
+        const tide_sum_fused_t *f = a.fused + s;
+        v.out = (float *)__ldg((const unsigned long long *)&f->dst);
+        v.ep.alpha = __ldg(&f->alpha);
+        const unsigned flags = __ldg((const unsigned *)&f->overwrite);
+        v.ep.mode = (flags & 0xffu) ? 1 : 2;
+        v.ep.plus_zero = (flags >> 8) & 0xffu;
+    } else {
+        v.out = a.out + __ldg(&sp->out_off);
+    }
 #pragma unroll
     for (int k = 0; k < (NS > 0 ? NS : 1); ++k)
         v.src[k] = nullptr;
@@ -104,7 +145,7 @@ __device__ __forceinline__ float sum_scalar(const seg_view<T, NS> &v, uint64_t e
  * (used with L >= 2 only) stores the last add's results as they are: the GPU's fp32 add
  * already returns the canonical NaN 0x7fffffff (see sum_store_unit). */
 template <typename T, int NS, bool RAW = false>
-__device__ __forceinline__ void sum_store(const uint4 *vin, float *out) {
+__device__ __forceinline__ void sum_store(const uint4 *vin, float *out, const epi_t &ep) {
     constexpr int GE = vec_traits<T>::GE;
     float acc[GE], f[GE];
     unpack<T>(vin[0], acc);
@@ -118,10 +159,10 @@ __device__ __forceinline__ void sum_store(const uint4 *vin, float *out) {
 #pragma unroll
     for (int j = 0; j < GE; j += 4) {
         if (RAW && NS > 0)
-            st16(out + j, acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
+            store4(ep, out + j, acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
         else
-            st16(out + j, canonical(acc[j]), canonical(acc[j + 1]), canonical(acc[j + 2]),
-                 canonical(acc[j + 3]));
+            store4(ep, out + j, canonical(acc[j]), canonical(acc[j + 1]), canonical(acc[j + 2]),
+                   canonical(acc[j + 3]));
     }
 }
 
@@ -173,7 +214,8 @@ __device__ __forceinline__ void unpack4(const uint4 &v, float *f) {
  * only) stores the last add's results as they are: a NaN the GPU's fp32 add returns is already
  * the canonical 0x7fffffff, so the select of canonical() is redundant there. */
 template <typename T, int NS, bool RAW>
-__device__ __forceinline__ void sum_store_unit(const typename unit_traits<T>::V *vin, float *out) {
+__device__ __forceinline__ void sum_store_unit(const typename unit_traits<T>::V *vin, float *out,
+                                               const epi_t &ep) {
     float acc[4], f[4];
     unpack4(vin[0], acc);
 #pragma unroll
@@ -184,15 +226,16 @@ __device__ __forceinline__ void sum_store_unit(const typename unit_traits<T>::V 
             acc[j] = __fadd_rn(acc[j], f[j]);
     }
     if (RAW && NS > 0)
-        st16(out, acc[0], acc[1], acc[2], acc[3]);
+        store4(ep, out, acc[0], acc[1], acc[2], acc[3]);
     else
-        st16(out, canonical(acc[0]), canonical(acc[1]), canonical(acc[2]), canonical(acc[3]));
+        store4(ep, out, canonical(acc[0]), canonical(acc[1]), canonical(acc[2]), canonical(acc[3]));
 }
 
 /* One element by element: real or padding. */
 template <typename T, int NS>
 __device__ __forceinline__ void do_element(const seg_view<T, NS> &v, uint64_t e) {
-    v.out[e] = e < v.valid ? canonical(sum_scalar(v, e)) : 0.0f;
+    const float x = e < v.valid ? canonical(sum_scalar(v, e)) : 0.0f;
+    v.out[e] = v.ep.mode == 0 ? x : epi_value(v.ep, x, v.ep.mode == 2 ? v.out[e] : 0.0f);
 }
 
 /* Group g of a segment from global memory, whatever its kind. */
@@ -206,11 +249,11 @@ __device__ __forceinline__ void do_group(const seg_view<T, NS> &v, uint64_t g) {
         for (int k = 0; k < NS; ++k)
             in[k] = ldg16(v.src[k] + e0);
         in[NS] = ldg16(v.own + e0);
-        sum_store<T, NS>(in, v.out + e0);
+        sum_store<T, NS>(in, v.out + e0, v.ep);
     } else if (v.vec && e0 >= v.valid && e0 + GE <= v.len) {
 #pragma unroll
         for (int j = 0; j < GE; j += 4)
-            st16(v.out + e0 + j, 0.0f, 0.0f, 0.0f, 0.0f);
+            store4(v.ep, v.out + e0 + j, 0.0f, 0.0f, 0.0f, 0.0f);
     } else {
         /* Rolled: unrolling would hoist GE * L scalar loads and spill. */
 #pragma unroll 1

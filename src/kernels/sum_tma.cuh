@@ -153,7 +153,7 @@ struct tma_params {
  */
 template <typename T, int NS, int ROW, bool RAW>
 __device__ __forceinline__ void consume_units(const unsigned char *st, uint32_t nu, float *o,
-                                              unsigned ct, unsigned ncons) {
+                                              unsigned ct, unsigned ncons, const epi_t &ep) {
     using V = typename unit_traits<T>::V;
     constexpr int UB = (int)sizeof(V), U = 16 / UB;
     uint32_t u = ct;
@@ -167,14 +167,14 @@ __device__ __forceinline__ void consume_units(const unsigned char *st, uint32_t 
                 x[r][j] = *(const V *)(st + j * ROW + (u + r * ncons) * UB);
 #pragma unroll
         for (int r = 0; r < U; ++r)
-            sum_store_unit<T, NS, RAW>(x[r], o + (size_t)(u + r * ncons) * 4);
+            sum_store_unit<T, NS, RAW>(x[r], o + (size_t)(u + r * ncons) * 4, ep);
     }
     if (U > 1 && u < nu) {
         V x[NS + 1];
 #pragma unroll
         for (int j = 0; j <= NS; ++j)
             x[j] = *(const V *)(st + j * ROW + u * UB);
-        sum_store_unit<T, NS, RAW>(x, o + (size_t)u * 4);
+        sum_store_unit<T, NS, RAW>(x, o + (size_t)u * 4, ep);
     }
 }
 
@@ -259,9 +259,11 @@ __global__ void __launch_bounds__(kTmaMaxThreads, 1)
             float *o = v.out + v.head + c * TG * GE;
             if (p.consume == TMA_CONSUME_UNITS) {
                 if (p.raw_nan)
-                    consume_units<T, NS, shape::row_bytes, true>(st, nb * (GE / 4), o, ct, ncons);
+                    consume_units<T, NS, shape::row_bytes, true>(st, nb * (GE / 4), o, ct, ncons,
+                                                                 v.ep);
                 else
-                    consume_units<T, NS, shape::row_bytes, false>(st, nb * (GE / 4), o, ct, ncons);
+                    consume_units<T, NS, shape::row_bytes, false>(st, nb * (GE / 4), o, ct, ncons,
+                                                                  v.ep);
             } else if (per_thread) {
 #pragma unroll 1
                 for (uint32_t g = ct; g < nb; g += ncons) {
@@ -269,7 +271,7 @@ __global__ void __launch_bounds__(kTmaMaxThreads, 1)
 #pragma unroll
                     for (int j = 0; j <= NS; ++j)
                         in[j] = *(const uint4 *)(st + j * shape::row_bytes + g * 16u);
-                    sum_store<T, NS>(in, o + (size_t)g * GE);
+                    sum_store<T, NS>(in, o + (size_t)g * GE, v.ep);
                 }
             }
             if (per_thread) {

@@ -114,21 +114,23 @@ __global__ void count_diff(const uint32_t *a, const uint32_t *b, uint64_t n,
 /* Copy modes of the fabric (TIDE_CUDA_BATCH, TIDE_CUDA_BATCH_MAX_BYTES and TIDE_CUDA_DIRECT,
  * read when a world is created); --modes picks which run, in this order.  "no-direct" is the
  * fabric before its single-device shortcuts (every staging push, spare copy and rail put
- * runs, every landing input is read); "direct-sum" and "direct-sum-zero" add them one at a
- * time (src/fabric/cuda/direct.c), so that their differences break the gain down. */
+ * runs, every landing input is read); "direct-sum", "direct-sum-zero" and "direct-alias" add
+ * them one at a time (src/fabric/cuda/direct.c) up to the default (all of them, with the
+ * fused sum and landing), so that their differences break the gain down. */
 struct copy_mode_t {
     const char *name;
     int batch;      /* TIDE_CUDA_BATCH */
     int max_bytes;  /* 1: TIDE_CUDA_BATCH_MAX_BYTES as the caller set it (or the default); 0: 0 */
     int direct;     /* TIDE_CUDA_DIRECT */
 };
-enum { MODE_COUNT = 6 };
+enum { MODE_COUNT = 7 };
 static const copy_mode_t MODES[MODE_COUNT] = {
-    {"batched", 1, 1, 7},    {"batched-all", 1, 0, 7}, {"per-op", 0, 1, 7},
-    {"no-direct", 1, 1, 0},  {"direct-sum", 1, 1, 1},  {"direct-sum-zero", 1, 1, 3},
+    {"batched", 1, 1, 15},  {"batched-all", 1, 0, 15},    {"per-op", 0, 1, 15},
+    {"no-direct", 1, 1, 0}, {"direct-sum", 1, 1, 1},      {"direct-sum-zero", 1, 1, 3},
+    {"direct-alias", 1, 1, 7},
 };
 enum { MODE_BATCHED = 0, MODE_PER_OP = 2 };
-static bool mode_on[MODE_COUNT] = {true, true, true, true, false, false};
+static bool mode_on[MODE_COUNT] = {true, true, true, true, false, false, false};
 /* TIDE_CUDA_BATCH_MAX_BYTES as the caller's environment set it (empty: the default). */
 static char user_max_bytes[64];
 
@@ -270,11 +272,13 @@ static void run_mode(bench_t &b, int iters, tide_rs_mode_t mode, result_t *ag, r
 
 static void print_mode_side(const char *what, const result_t &x, const result_t *per_op) {
     printf(" | %s tide %8.3f ms stock %8.3f ms ratio %5.2fx per-op/tide %5.2fx enqueue %7.1f "
-           "us/rank batches %llu batched %llu over-threshold %llu elided %llu wrong %llu",
+           "us/rank batches %llu batched %llu over-threshold %llu elided %llu fused %llu "
+           "wrong %llu",
            what, x.tide_ms, x.stock_ms, x.stock_ms / x.tide_ms,
            per_op ? per_op->tide_ms / x.tide_ms : 0.0, x.enqueue_us,
            (unsigned long long)x.st.batches, (unsigned long long)x.st.batched,
-           (unsigned long long)x.st.over_threshold, (unsigned long long)x.st.elided, x.wrong);
+           (unsigned long long)x.st.over_threshold, (unsigned long long)x.st.elided,
+           (unsigned long long)x.st.fused, x.wrong);
 }
 
 /* Returns the wrong elements of every mode. */
@@ -430,7 +434,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "usage: bench_fabric_cuda [--preset P] [--divisor D] [--iters N] "
                             "[--topology MxL]... [--sum-ctas C] [--landing-ctas C] "
                             "[--modes batched,batched-all,per-op,no-direct,direct-sum,"
-                            "direct-sum-zero]\n");
+                            "direct-sum-zero,direct-alias]\n");
             return 2;
         }
     }

@@ -102,8 +102,16 @@ def median_ms(samples):
     return statistics.median(samples)
 
 
+HOLD_CYCLES = 0  # --hold-ms in GPU clock cycles (main)
+
+
 def timed(fn, stream):
+    """GPU time of fn's work on `stream`.  With a hold, the stream first sleeps on the GPU
+    while the host enqueues fn (torch.cuda._sleep), so that host enqueue time, the Python and
+    ctypes overhead included, stays out of every path's figure alike."""
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    if HOLD_CYCLES:
+        torch.cuda._sleep(HOLD_CYCLES)
     a.record(stream)
     fn()
     b.record(stream)
@@ -284,6 +292,7 @@ def run_topology(tide, M, L, divisor, iters, sum_ctas, landing_ctas, bw, stream)
     for name in ("tide_rs", "stock_rs", "stock_rs_chunk_cat", "stock_rs_sum", "plain_rs"):
         rows.append((name, med[name], rs_roof / med[name]))
     return {
+        "hold_cycles": HOLD_CYCLES,
         "topology": "%dx%d" % (M, L), "ranks": N, "divisor": divisor, "group_mib": N * S / 2**20,
         "sum_ctas": sum_ctas, "landing_ctas": landing_ctas, "iters": iters,
         "copy_bw_tbps": bw / 1e12, "ag_roofline_ms": ag_roof, "rs_roofline_ms": rs_roof,
@@ -328,8 +337,14 @@ def main():
     ap.add_argument("--topology", action="append", default=[])
     ap.add_argument("--sum-ctas", type=int, default=0)
     ap.add_argument("--landing-ctas", type=int, default=0)
+    ap.add_argument("--hold-ms", type=float, default=20.0,
+                    help="GPU sleep before each timed region (0: none; host time then counts)")
     ap.add_argument("--json")
     a = ap.parse_args()
+    global HOLD_CYCLES
+    clock_khz = torch.cuda.get_device_properties(0).clock_rate if hasattr(
+        torch.cuda.get_device_properties(0), "clock_rate") else 1980000
+    HOLD_CYCLES = int(a.hold_ms * clock_khz)
     for v in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
         want = "0" if v == "NCCL_NVLS_ENABLE" else "1"
         if os.environ.get(v) != want:
@@ -341,8 +356,10 @@ def main():
     with torch.cuda.stream(stream):
         bw = copy_bandwidth(stream)
         print("# %s, torch %s; device copy %.2f TB/s (read + write); medians of %d iterations, "
-              "CUDA events on one stream; share = HBM roofline / time; ratio = stock / TIDE"
-              % (torch.cuda.get_device_name(), torch.__version__, bw / 1e12, a.iters))
+              "CUDA events on one stream after a %.1f ms GPU hold (host enqueue not counted); "
+              "share = HBM roofline / time; ratio = stock / TIDE"
+              % (torch.cuda.get_device_name(), torch.__version__, bw / 1e12, a.iters,
+                 a.hold_ms))
         for t in topos:
             M, L = (int(x) for x in t.split("x"))
             res = run_topology(tide, M, L, a.divisor, a.iters, a.sum_ctas, a.landing_ctas, bw,

@@ -330,10 +330,10 @@ static bool gpu_open(case_t *c, gpu_world_t *w, char *err, size_t err_size) {
     setenv("TIDE_CUDA_BATCH", batch_mode == MODE_PER_OP ? "0" : "1", 1);
     setenv("TIDE_CUDA_BATCH_MAX_BYTES", max_bytes, 1);
     /* Direct mode (direct.c: on one GPU every node shares the device) takes all shortcuts
-     * with batched copies, all but the inbox aliases with the threshold, and none per op, so
-     * each path meets the CPU fabric. */
+     * with batched copies, in-place sums and zero inputs only with the threshold, none per
+     * op, so that each path meets the CPU fabric. */
     setenv("TIDE_CUDA_DIRECT",
-           batch_mode == MODE_PER_OP ? "0" : batch_mode == MODE_THRESHOLD ? "3" : "7", 1);
+           batch_mode == MODE_PER_OP ? "0" : batch_mode == MODE_THRESHOLD ? "3" : "15", 1);
     if (tide_comm_init_all(TIDE_FABRIC_CUDA, c->m, c->l, w->comms) != TIDE_SUCCESS) {
         snprintf(err, err_size, "cuda comm_init_all: %s", tide_get_last_error());
         return false;

@@ -28,8 +28,12 @@ step matrix $f/test_fabric_cuda --matrix --max-seconds ${MATRIX_SECONDS:-90} 515
 step memcheck compute-sanitizer --tool memcheck --error-exitcode 3 $f/test_fabric_cuda --small 5153
 # Before (no-direct) and after (batched = all shortcuts), with the breakdown modes between.
 step bench $f/bench_fabric_cuda --divisor 2 --iters 10 --sum-ctas 16 --landing-ctas 16 \
-    --modes batched,no-direct,direct-sum,direct-sum-zero,per-op
+    --modes batched,no-direct,direct-sum,direct-sum-zero,direct-alias,per-op
 step ctas bash -c "for c in '4 4' '8 8' '16 8' '16 16' '32 16'; do set -- \$c; $f/bench_fabric_cuda --divisor 2 --iters 10 --sum-ctas \$1 --landing-ctas \$2 --modes batched || exit 1; done"
 step torch python3 tests/gpu/bench_torch_baseline.py --lib $b/lib/libtide.so --divisor 2 \
     --iters 10 --sum-ctas ${SUM_CTAS:-16} --landing-ctas ${LANDING_CTAS:-16} --json /tmp/torch.json
+# The kernels (nvcc alone) and their racecheck.
+case ",$steps," in *",kernels,"*|*",racecheck,"*) tests/gpu/build.sh $b/k >>"$out/build.txt" 2>&1 || { tail -30 "$out/build.txt"; exit 1; } ;; esac
+step kernels $b/k/test_kernels
+step racecheck timeout ${RACECHECK_SECONDS:-180} compute-sanitizer --tool racecheck --error-exitcode 3 $b/k/test_kernels --small
 cat "$out/summary.txt"

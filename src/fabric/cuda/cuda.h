@@ -207,6 +207,22 @@ typedef struct {
     int32_t ctas; /* grid of its kernel: scaled with its bytes (batch_copy.h) */
 } tide_cuda_batch_t;
 
+/* A fused sum (direct.c): segment s of SUM op `sum` is stored by landing segment `seg` of LAND
+ * op `land`. */
+typedef struct {
+    int32_t land, seg;
+} tide_cuda_fuse_seg_t;
+
+typedef struct {
+    tide_cuda_fuse_seg_t *segs;      /* [num_segs of the SUM's table] */
+    int num_segs;
+    tide_sum_fused_t *host[2];       /* [parity] pinned: upload sources */
+    tide_sum_fused_t *last[2];       /* [parity]: what the device table holds */
+    tide_sum_fused_t *dev[2];        /* [parity] device tables */
+    bool valid[2], inflight[2];
+    cudaEvent_t done[2];             /* [parity] the upload's completion */
+} tide_cuda_fuse_t;
+
 /* Where a landing reads input k of segment s in direct mode (direct.c). */
 enum { TIDE_CUDA_LAND_READ = 0, TIDE_CUDA_LAND_ZERO = 1, TIDE_CUDA_LAND_ALIAS = 2 };
 typedef struct tide_cuda_land_src {
@@ -252,6 +268,8 @@ typedef struct {
     tide_cuda_land_src_t **land_src;     /* [num_ops]: LAND ops, num_segs x num_in sources */
     void **land_dev[2];                  /* [parity][num_ops]: device in_table of a LAND op */
     const float ***land_last[2];         /* [parity][num_ops]: what each device table holds */
+    tide_cuda_fuse_t **fuse;             /* [num_ops]: SUM ops stored as their landings */
+    uint8_t *fused_land;                 /* [num_ops]: LAND ops a fused sum does */
 } tide_cuda_prepared_t;
 
 /* Batched copies (batch.c).  prepare: find the runs of the schedule's command lists (a copy
@@ -270,7 +288,9 @@ bool tide_cuda_batch_disjoint(tide_cuda_prepared_t *pp, const tide_cuda_batch_t 
  * pushes are elided); landings skip inputs no copy writes; inbox copies whose source stays
  * valid are elided and the landings read that source. */
 enum { TIDE_CUDA_DIRECT_SUM = 1, TIDE_CUDA_DIRECT_ZERO = 2, TIDE_CUDA_DIRECT_ALIAS = 4,
-       TIDE_CUDA_DIRECT_ALL = 7 };
+       TIDE_CUDA_DIRECT_FUSE = 8, TIDE_CUDA_DIRECT_ALL = 15 };
+
+
 
 /* Direct mode (direct.c).  world: whether every node's ranks share a device and
  * TIDE_CUDA_DIRECT allows it; prepare: the elided copies and landing sources of an RS
@@ -285,6 +305,11 @@ struct tide_cuda_family;
 void tide_cuda_direct_row(const struct tide_cuda_family *fam, int L, int r, const void **row);
 tide_result_t tide_cuda_direct_lands(tide_cuda_shared_t *sh, tide_cuda_prepared_t *pp,
                                      int parity);
+/* Upload rank r's fused-sum tables of this parity on `stream` (the caller's, after the fence,
+ * before the call's start) when they changed; bind them into pp->bound.  *uploads counts. */
+tide_result_t tide_cuda_direct_fuse_upload(tide_cuda_shared_t *sh, tide_cuda_prepared_t *pp,
+                                           int parity, int r, cudaStream_t stream,
+                                           uint64_t *uploads);
 
 /* Counts of the last enqueued call (host enqueue figures). */
 typedef struct {
@@ -302,6 +327,7 @@ typedef struct {
                               * batch without the threshold, counted in descriptors */
     uint64_t enqueue_ns;  /* host time of the last rank's execute (the whole enqueue) */
     uint64_t elided;      /* copies direct mode did not issue (direct.c) */
+    uint64_t fused;       /* landings a fused sum stored (direct.c) */
 } tide_cuda_stats_t;
 
 /* The calls of one collective on one group: AG, or RS (both modes share the RS counters). */

@@ -15,7 +15,13 @@
  *     landings read that source instead (tide_land_args_t.in_table);
  *   - does not read landing inputs that no copy of the program writes: they hold +0.0f (the
  *     arena is zeroed at registration, stale blocks by the program's ZERO ops), and the
- *     landing adds +0.0f for them, so the bits do not change.
+ *     landing adds +0.0f for them, so the bits do not change;
+ *   - fuses a SUM with the landings of its output when each of those landing segments has
+ *     that one live input (M = 1): the SUM stores alpha * (acc + 0) (or adds it) straight
+ *     into the landings' outputs (tide_sum_args_t.fused) and the LAND op issues nothing.
+ *     The fused SUM writes rank i's output from rank k's stream: it follows rank i's start
+ *     through the (elided) pushes of rank i that it waits for, and rank i's call-done
+ *     follows it through the landing's waits, which stay.
  *
  * Every signal, wait and record stays where it was: an elided copy still records its fused
  * signal on its stream after the waits before it, so everything that waited for the copy
@@ -135,7 +141,26 @@ static bool alias_candidate(const writes_t *w, const write_t *c, const tide_op_t
     return src_writers == 1;
 }
 
+static void fuse_free(tide_cuda_fuse_t *f) {
+    if (f == NULL) return;
+    for (int p = 0; p < 2; ++p) {
+        if (f->dev[p] != NULL) cudaFree(f->dev[p]);
+        if (f->host[p] != NULL) cudaFreeHost(f->host[p]);
+        if (f->done[p] != NULL) cudaEventDestroy(f->done[p]);
+        free(f->last[p]);
+    }
+    free(f->segs);
+    free(f);
+}
+
 void tide_cuda_direct_free(tide_cuda_prepared_t *pp) {
+    if (pp->fuse != NULL)
+        for (int id = 0; id < pp->sched.num_ops; ++id)
+            fuse_free(pp->fuse[id]);
+    free(pp->fuse);
+    free(pp->fused_land);
+    pp->fuse = NULL;
+    pp->fused_land = NULL;
     if (pp->land_src != NULL)
         for (int id = 0; id < pp->sched.num_ops; ++id)
             free(pp->land_src[id]);
@@ -232,6 +257,154 @@ static void drop_partial(const tide_cuda_prepared_t *pp, const tide_program_t *p
     }
 }
 
+static int thread_of(const tide_cuda_schedule_t *s, int id) {
+    int lo = 0, hi = s->num_threads - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (s->op_base[mid] <= id)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+/* The SUM segment that writes [lo, lo + bytes) of (rank, region) exactly; *seg_out = -1: none. */
+static int sum_writing(const tide_cuda_prepared_t *pp, const tide_program_t *prog,
+                       const writes_t *w, int rank, int region, uint64_t lo, uint64_t bytes,
+                       int *seg_out) {
+    *seg_out = -1;
+    for (int i = 0; i < w->n; ++i) {
+        const write_t *x = &w->v[i];
+        if (x->kind != TIDE_OP_SUM || x->rank != rank || x->region != region || lo < x->lo ||
+            lo + bytes > x->hi)
+            continue;
+        const int t = thread_of(&pp->sched, x->op);
+        const tide_op_t *op = tide_cuda_op(prog, &pp->sched, x->op, t);
+        const tide_table_t *tb = &prog->ranks[t / TIDE_CUDA_Q].tables[op->table];
+        for (int j = 0; j < tb->num_segs; ++j)
+            if (tb->out.offset + tb->sum_segs[j].out_off * 4u == lo &&
+                (uint64_t)tb->sum_segs[j].len * 4u == bytes) {
+                *seg_out = j;
+                return x->op;
+            }
+        return -1;
+    }
+    return -1;
+}
+
+static const tide_table_t *op_table(const tide_cuda_prepared_t *pp, const tide_program_t *prog,
+                                    int id) {
+    const int t = thread_of(&pp->sched, id);
+    const tide_op_t *op = tide_cuda_op(prog, &pp->sched, id, t);
+    return &prog->ranks[t / TIDE_CUDA_Q].tables[op->table];
+}
+
+/* Which SUMs store their segments as the landings that read them (see the top). */
+static tide_result_t fuse_plan(tide_cuda_prepared_t *pp, const tide_program_t *prog,
+                               const writes_t *w) {
+    const tide_cuda_schedule_t *s = &pp->sched;
+    const int n = s->num_ops;
+    pp->fuse = calloc((size_t)n + 1, sizeof(*pp->fuse));
+    pp->fused_land = calloc((size_t)n + 1, 1);
+    uint8_t *sum_ok = calloc((size_t)n + 1, 1);
+    tide_result_t res = TIDE_SUCCESS;
+    if (pp->fuse == NULL || pp->fused_land == NULL || sum_ok == NULL) {
+        res = TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda fabric: fused sums");
+        goto done;
+    }
+    /* Candidate landings: every segment has one live input, an alias of a SUM segment. */
+    for (int id = 0; id < n; ++id) {
+        if (pp->land_src[id] == NULL) continue;
+        const tide_table_t *lt = op_table(pp, prog, id);
+        bool ok = true;
+        for (int g = 0; ok && g < lt->num_segs; ++g) {
+            if (lt->land_segs[g].len == 0) continue;
+            int live = 0, at = -1;
+            for (int k = 0; k < lt->num_in; ++k)
+                if (pp->land_src[id][(size_t)g * lt->num_in + k].kind != TIDE_CUDA_LAND_ZERO)
+                    ++live, at = k;
+            const tide_cuda_land_src_t *o = at >= 0 ? &pp->land_src[id][(size_t)g * lt->num_in + at]
+                                                    : NULL;
+            if (live != 1 || o->kind != TIDE_CUDA_LAND_ALIAS) {
+                ok = false;
+                break;
+            }
+            const tide_op_t *copy = tide_cuda_op(prog, s, o->copy, thread_of(s, o->copy));
+            int j;
+            const int sum = sum_writing(pp, prog, w, copy->src.rank, copy->src.region,
+                                        copy->src.offset + o->delta,
+                                        (uint64_t)lt->land_segs[g].len * 4u, &j);
+            if (sum < 0) {
+                ok = false;
+                break;
+            }
+            if (pp->fuse[sum] == NULL) {
+                const tide_table_t *st = op_table(pp, prog, sum);
+                tide_cuda_fuse_t *f = calloc(1, sizeof(*f));
+                if (f != NULL) f->segs = malloc((size_t)(st->num_segs + 1) * sizeof(*f->segs));
+                if (f == NULL || f->segs == NULL) {
+                    fuse_free(f);
+                    res = TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda fabric: fused sums");
+                    goto done;
+                }
+                f->num_segs = st->num_segs;
+                for (int q = 0; q < st->num_segs; ++q)
+                    f->segs[q] = (tide_cuda_fuse_seg_t){-1, -1};
+                pp->fuse[sum] = f;
+                sum_ok[sum] = 1;
+            }
+            if (pp->fuse[sum]->segs[j].land >= 0) {
+                ok = false; /* read by two landings */
+                sum_ok[sum] = 0;
+                break;
+            }
+            pp->fuse[sum]->segs[j] = (tide_cuda_fuse_seg_t){id, g};
+        }
+        pp->fused_land[id] = ok;
+    }
+    /* A SUM fuses only if every segment goes to a fusing landing, a landing only if every
+     * segment comes from a fusing SUM: drop both until nothing changes. */
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int id = 0; id < n; ++id) {
+            tide_cuda_fuse_t *f = pp->fuse[id];
+            if (f == NULL || !sum_ok[id]) continue;
+            const tide_table_t *st = op_table(pp, prog, id);
+            for (int q = 0; q < f->num_segs; ++q)
+                if (st->sum_segs[q].len > 0 &&
+                    (f->segs[q].land < 0 || !pp->fused_land[f->segs[q].land])) {
+                    sum_ok[id] = 0;
+                    changed = true;
+                    break;
+                }
+        }
+        for (int id = 0; id < n; ++id) {
+            if (!pp->fused_land[id]) continue;
+            const tide_table_t *lt = op_table(pp, prog, id);
+            for (int sum = 0; sum < n && pp->fused_land[id]; ++sum) {
+                tide_cuda_fuse_t *f = pp->fuse[sum];
+                if (f == NULL || sum_ok[sum]) continue;
+                for (int q = 0; q < f->num_segs; ++q)
+                    if (f->segs[q].land == id) {
+                        pp->fused_land[id] = 0;
+                        changed = true;
+                        break;
+                    }
+            }
+            (void)lt;
+        }
+    }
+    for (int id = 0; id < n; ++id)
+        if (pp->fuse[id] != NULL && !sum_ok[id]) {
+            fuse_free(pp->fuse[id]);
+            pp->fuse[id] = NULL;
+        }
+done:
+    free(sum_ok);
+    return res;
+}
+
 static tide_result_t analyse(tide_cuda_prepared_t *pp, const tide_program_t *prog, int mask,
                              writes_t *w, uint8_t **cand_out) {
     const tide_cuda_schedule_t *s = &pp->sched;
@@ -266,6 +439,7 @@ static tide_result_t analyse(tide_cuda_prepared_t *pp, const tide_program_t *pro
             if (op->kind == TIDE_OP_LAND)
                 TIDE_CHECK(land_sources(pp, prog, w, cand, mask, id, t / TIDE_CUDA_Q, op));
         }
+    if (mask & TIDE_CUDA_DIRECT_FUSE) TIDE_CHECK(fuse_plan(pp, prog, w));
     /* Device tables of the landings with a source other than their inbox. */
     for (int p = 0; p < 2; ++p) {
         pp->land_dev[p] = calloc((size_t)s->num_ops + 1, sizeof(*pp->land_dev[p]));
@@ -320,7 +494,8 @@ tide_result_t tide_cuda_direct_lands(tide_cuda_shared_t *sh, tide_cuda_prepared_
     for (int t = 0; t < s->num_threads; ++t) {
         const int rank = t / TIDE_CUDA_Q;
         for (int id = s->op_base[t]; id < s->op_base[t + 1]; ++id) {
-            if (pp->land_src[id] == NULL) continue;
+            if (pp->land_src[id] == NULL || (pp->fused_land != NULL && pp->fused_land[id]))
+                continue;
             const tide_op_t *op = tide_cuda_op(pp->checked[rank], s, id, t);
             const tide_table_t *tb = &pp->checked[rank]->ranks[rank].tables[op->table];
             const tide_land_args_t *la = &pp->bound[id].land;
@@ -366,5 +541,63 @@ tide_result_t tide_cuda_direct_lands(tide_cuda_shared_t *sh, tide_cuda_prepared_
             return res;
         }
     }
+    return TIDE_SUCCESS;
+}
+
+tide_result_t tide_cuda_direct_fuse_upload(tide_cuda_shared_t *sh, tide_cuda_prepared_t *pp,
+                                           int parity, int r, cudaStream_t stream,
+                                           uint64_t *uploads) {
+    (void)sh;
+    if (pp->fuse == NULL) return TIDE_SUCCESS;
+    const tide_cuda_schedule_t *s = &pp->sched;
+    for (int t = r * TIDE_CUDA_Q; t < (r + 1) * TIDE_CUDA_Q; ++t)
+        for (int id = s->op_base[t]; id < s->op_base[t + 1]; ++id) {
+            tide_cuda_fuse_t *f = pp->fuse[id];
+            if (f == NULL || f->num_segs == 0) continue;
+            const size_t bytes = (size_t)f->num_segs * sizeof(tide_sum_fused_t);
+            if (f->dev[parity] == NULL) {
+                TIDE_CUDA_CALL(cudaMalloc((void **)&f->dev[parity], bytes),
+                               "cudaMalloc(fused sum table)");
+                TIDE_CUDA_CALL(cudaMallocHost((void **)&f->host[parity], bytes),
+                               "cudaMallocHost(fused sum table)");
+                TIDE_CUDA_CALL(cudaEventCreateWithFlags(&f->done[parity], cudaEventDisableTiming),
+                               "cudaEventCreateWithFlags(fused sum table)");
+                f->last[parity] = calloc(1, bytes);
+                if (f->last[parity] == NULL)
+                    return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda fabric: fused sum table");
+            }
+            /* The pinned row may still feed the upload of call e - 2. */
+            if (f->inflight[parity])
+                TIDE_CUDA_CALL(cudaEventSynchronize(f->done[parity]),
+                               "cudaEventSynchronize(fused sum table)");
+            f->inflight[parity] = false;
+            tide_sum_fused_t *row = f->host[parity];
+            memset(row, 0, bytes);
+            for (int q = 0; q < f->num_segs; ++q) {
+                if (f->segs[q].land < 0) continue; /* an empty segment: nothing is stored */
+                const int lid = f->segs[q].land;
+                const int lt = thread_of(s, lid);
+                const tide_op_t *lop = tide_cuda_op(pp->checked[lt / TIDE_CUDA_Q], s, lid, lt);
+                const tide_table_t *tb =
+                    &pp->checked[lt / TIDE_CUDA_Q]->ranks[lt / TIDE_CUDA_Q].tables[lop->table];
+                const tide_land_args_t *la = &pp->bound[lid].land;
+                row[q].dst = la->out + tb->land_segs[f->segs[q].seg].out_off;
+                row[q].alpha = la->alpha;
+                row[q].overwrite = la->init && !la->accumulate;
+                row[q].plus_zero = la->num_in > 1;
+            }
+            if (!f->valid[parity] || memcmp(f->last[parity], row, bytes) != 0) {
+                TIDE_CUDA_CALL(
+                    cudaMemcpyAsync(f->dev[parity], row, bytes, cudaMemcpyHostToDevice, stream),
+                    "cudaMemcpyAsync(fused sum table)");
+                TIDE_CUDA_CALL(cudaEventRecord(f->done[parity], stream),
+                               "cudaEventRecord(fused sum table)");
+                f->inflight[parity] = true;
+                memcpy(f->last[parity], row, bytes);
+                f->valid[parity] = true;
+                ++*uploads;
+            }
+            pp->bound[id].sum.fused = f->dev[parity];
+        }
     return TIDE_SUCCESS;
 }

@@ -136,6 +136,10 @@ static tide_result_t issue_op(issue_t *is, int id, int t) {
         ++is->st.elided;
         return TIDE_SUCCESS; /* direct mode: nothing reads what it would write (direct.c) */
     }
+    if (is->pp->fused_land != NULL && is->pp->fused_land[id]) {
+        ++is->st.fused;
+        return TIDE_SUCCESS; /* direct mode: a fused sum stored this landing (direct.c) */
+    }
     switch (op->kind) {
     case TIDE_OP_COPY:
         if (op->bytes == 0) return TIDE_SUCCESS;
@@ -301,6 +305,9 @@ static tide_result_t enqueue_commands(issue_t *is, int form, uint64_t epoch, int
         TIDE_CHECK(on_device_of(is, r));
         if (fence >= 0) TIDE_CHECK(wait_on(is, caller_of(is, r), fam->fence[fence % 2]));
         if (is->pp->batched) TIDE_CHECK(batch_upload(is, r));
+        if (is->pp->direct)
+            TIDE_CHECK(tide_cuda_direct_fuse_upload(sh, is->pp, is->parity, r, caller_of(is, r),
+                                                    &is->st.uploads));
         TIDE_CHECK(record_on(is, sh->start[r], caller_of(is, r)));
     }
     const bool batched = is->pp->batched;
@@ -365,7 +372,7 @@ tide_result_t tide_cuda_enqueue(tide_cuda_group_t *g, tide_cuda_family_t *fam) {
     is.st = fam->stats;
     is.st.form = form;
     is.st.descriptors = is.st.waits = is.st.records = is.st.uploads = 0;
-    is.st.batches = is.st.batched = is.st.unbatched = is.st.elided = 0;
+    is.st.batches = is.st.batched = is.st.unbatched = is.st.elided = is.st.fused = 0;
     /* The threshold's copies are plain OP commands of the lists; their count is the
      * program's (batch.c). */
     is.st.over_threshold = (uint64_t)is.pp->over_threshold[form];

@@ -51,13 +51,16 @@ static bool batch_enabled(void) {
  * other value is refused rather than ignored: a typo would otherwise silently measure the
  * default. */
 /* TIDE_CUDA_DIRECT: the single-device shortcuts a world whose nodes each live on one device
- * takes (direct.c): a mask of TIDE_CUDA_DIRECT_SUM (1), _ZERO (2) and _ALIAS (4); unset,
- * empty or not a number in [0, 7]: all of them.  0 runs every copy and reads every input. */
+ * takes (direct.c): a mask of TIDE_CUDA_DIRECT_SUM (1), _ZERO (2), _ALIAS (4) and _FUSE (8);
+ * unset, empty or not a number in [0, 15]: all of them.  0 runs every copy and reads every
+ * input. */
 static int direct_enabled(void) {
     const char *env = getenv("TIDE_CUDA_DIRECT");
-    if (env == NULL || env[0] < '0' || env[0] > '7' || env[1] != '\0')
-        return TIDE_CUDA_DIRECT_ALL;
-    return env[0] - '0';
+    if (env == NULL || env[0] == '\0') return TIDE_CUDA_DIRECT_ALL;
+    char *end;
+    const long v = strtol(env, &end, 10);
+    if (*end != '\0' || v < 0 || v > TIDE_CUDA_DIRECT_ALL) return TIDE_CUDA_DIRECT_ALL;
+    return (int)v;
 }
 
 static tide_result_t batch_max_bytes(uint64_t *out) {
