@@ -18,10 +18,10 @@ step() { # step NAME CMD...
     echo "   rc=$? ($((SECONDS - t0))s)" | tee -a "$out/summary.txt"
     tail -4 "$out/$name.txt"
 }
-{ nvidia-smi; nvcc --version; } >"$out/build.txt" 2>&1
-cmake -S . -B $b/lib -DTIDE_WITH_CUDA=ON -DTIDE_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >>"$out/build.txt" 2>&1
-cmake --build $b/lib -j16 --target tide_static tide >>"$out/build.txt" 2>&1 || { tail -30 "$out/build.txt"; exit 1; }
-tests/gpu/build_fabric.sh $b/lib $b/f >>"$out/build.txt" 2>&1 || { tail -30 "$out/build.txt"; exit 1; }
+{ nvidia-smi; nvcc --version; } >/tmp/tide-build.txt 2>&1; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv >"$out/summary.txt" 2>&1
+cmake -S . -B $b/lib -DTIDE_WITH_CUDA=ON -DTIDE_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >>/tmp/tide-build.txt 2>&1
+cmake --build $b/lib -j16 --target tide_static tide >>/tmp/tide-build.txt 2>&1 || { tail -30 /tmp/tide-build.txt; exit 1; }
+tests/gpu/build_fabric.sh $b/lib $b/f >>/tmp/tide-build.txt 2>&1 || { tail -30 /tmp/tide-build.txt; exit 1; }
 f=$b/f
 step test $f/test_fabric_cuda 5151
 step matrix $f/test_fabric_cuda --matrix --max-seconds ${MATRIX_SECONDS:-90} 5152
@@ -33,7 +33,7 @@ step ctas bash -c "for c in '4 4' '8 8' '16 8' '16 16' '32 16'; do set -- \$c; $
 step torch python3 tests/gpu/bench_torch_baseline.py --lib $b/lib/libtide.so --divisor 2 \
     --iters 10 --sum-ctas ${SUM_CTAS:-16} --landing-ctas ${LANDING_CTAS:-16} --json /tmp/torch.json
 # The kernels (nvcc alone) and their racecheck.
-case ",$steps," in *",kernels,"*|*",racecheck,"*) tests/gpu/build.sh $b/k >>"$out/build.txt" 2>&1 || { tail -30 "$out/build.txt"; exit 1; } ;; esac
+case ",$steps," in *",kernels,"*|*",racecheck,"*) tests/gpu/build.sh $b/k >>/tmp/tide-build.txt 2>&1 || { tail -30 /tmp/tide-build.txt; exit 1; } ;; esac
 step kernels $b/k/test_kernels
 step racecheck timeout ${RACECHECK_SECONDS:-180} compute-sanitizer --tool racecheck --error-exitcode 3 $b/k/test_kernels --small
 cat "$out/summary.txt"
