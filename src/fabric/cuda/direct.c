@@ -16,12 +16,16 @@
  *   - does not read landing inputs that no copy of the program writes: they hold +0.0f (the
  *     arena is zeroed at registration, stale blocks by the program's ZERO ops), and the
  *     landing adds +0.0f for them, so the bits do not change;
- *   - fuses a SUM with the landings of its output when each of those landing segments has
- *     that one live input (M = 1): the SUM stores alpha * (acc + 0) (or adds it) straight
+ *   - with TIDE_CUDA_DIRECT_FUSE (opt-in: not in the default mask), fuses a SUM with the
+ *     landings of its output when each of those landing segments has that one live input
+ *     and is the rank's only landing of those outputs (M = 1): the SUM stores alpha * (acc + 0) (or adds it) straight
  *     into the landings' outputs (tide_sum_args_t.fused) and the LAND op issues nothing.
  *     The fused SUM writes rank i's output from rank k's stream: it follows rank i's start
  *     through the (elided) pushes of rank i that it waits for, and rank i's call-done
- *     follows it through the landing's waits, which stay.
+ *     follows it through the landing's waits, which stay.  A first version without the
+ *     only-landing rule raced on multi-wave outputs (2 of 595 GPU matrix configurations,
+ *     M = 3); the rule was added after the last GPU run, so FUSE stays opt-in until the
+ *     matrix passes with it.
  *
  * Every signal, wait and record stays where it was: an elided copy still records its fused
  * signal on its stream after the waits before it, so everything that waited for the copy
@@ -302,7 +306,7 @@ static const tide_table_t *op_table(const tide_cuda_prepared_t *pp, const tide_p
 
 /* Which SUMs store their segments as the landings that read them (see the top). */
 static tide_result_t fuse_plan(tide_cuda_prepared_t *pp, const tide_program_t *prog,
-                               const writes_t *w) {
+                               const writes_t *w, int L) {
     const tide_cuda_schedule_t *s = &pp->sched;
     const int n = s->num_ops;
     pp->fuse = calloc((size_t)n + 1, sizeof(*pp->fuse));
@@ -313,11 +317,28 @@ static tide_result_t fuse_plan(tide_cuda_prepared_t *pp, const tide_program_t *p
         res = TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda fabric: fused sums");
         goto done;
     }
-    /* Candidate landings: every segment has one live input, an alias of a SUM segment. */
+    /* Candidate landings: every segment has one live input, an alias of a SUM segment; no
+     * other landing of the rank writes any of its outputs (several waves of one output land
+     * in their queue's order: fused, their sums would race on it); and the SUM runs on the
+     * landing's rank or waits for that rank's pushes (so it follows the rank's start). */
     for (int id = 0; id < n; ++id) {
         if (pp->land_src[id] == NULL) continue;
         const tide_table_t *lt = op_table(pp, prog, id);
+        const int lrank = thread_of(s, id) / TIDE_CUDA_Q;
         bool ok = true;
+        for (int o2 = 0; ok && o2 < n; ++o2) {
+            if (o2 == id || thread_of(s, o2) / TIDE_CUDA_Q != lrank) continue;
+            const tide_op_t *op2 = tide_cuda_op(prog, s, o2, thread_of(s, o2));
+            if (op2->kind != TIDE_OP_LAND) continue;
+            const tide_table_t *t2 = op_table(pp, prog, o2);
+            for (int g = 0; ok && g < lt->num_segs; ++g)
+                for (int h = 0; ok && h < t2->num_segs; ++h)
+                    if (meets(lt->land_segs[g].out_off,
+                              lt->land_segs[g].out_off + lt->land_segs[g].len,
+                              t2->land_segs[h].out_off,
+                              t2->land_segs[h].out_off + t2->land_segs[h].len))
+                        ok = false;
+        }
         for (int g = 0; ok && g < lt->num_segs; ++g) {
             if (lt->land_segs[g].len == 0) continue;
             int live = 0, at = -1;
@@ -336,6 +357,11 @@ static tide_result_t fuse_plan(tide_cuda_prepared_t *pp, const tide_program_t *p
                                         copy->src.offset + o->delta,
                                         (uint64_t)lt->land_segs[g].len * 4u, &j);
             if (sum < 0) {
+                ok = false;
+                break;
+            }
+            const int srank = thread_of(s, sum) / TIDE_CUDA_Q;
+            if (srank != lrank && (srank / L != lrank / L || op_table(pp, prog, sum)->num_staged < 1)) {
                 ok = false;
                 break;
             }
@@ -439,7 +465,8 @@ static tide_result_t analyse(tide_cuda_prepared_t *pp, const tide_program_t *pro
             if (op->kind == TIDE_OP_LAND)
                 TIDE_CHECK(land_sources(pp, prog, w, cand, mask, id, t / TIDE_CUDA_Q, op));
         }
-    if (mask & TIDE_CUDA_DIRECT_FUSE) TIDE_CHECK(fuse_plan(pp, prog, w));
+    if (mask & TIDE_CUDA_DIRECT_FUSE)
+        TIDE_CHECK(fuse_plan(pp, prog, w, prog->plan->config.gpus_per_node));
     /* Device tables of the landings with a source other than their inbox. */
     for (int p = 0; p < 2; ++p) {
         pp->land_dev[p] = calloc((size_t)s->num_ops + 1, sizeof(*pp->land_dev[p]));

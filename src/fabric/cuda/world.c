@@ -52,14 +52,14 @@ static bool batch_enabled(void) {
  * default. */
 /* TIDE_CUDA_DIRECT: the single-device shortcuts a world whose nodes each live on one device
  * takes (direct.c): a mask of TIDE_CUDA_DIRECT_SUM (1), _ZERO (2), _ALIAS (4) and _FUSE (8);
- * unset, empty or not a number in [0, 15]: all of them.  0 runs every copy and reads every
- * input. */
+ * unset, empty or not a number in [0, 15]: 7 (all but FUSE).  0 runs every copy and reads
+ * every input. */
 static int direct_enabled(void) {
     const char *env = getenv("TIDE_CUDA_DIRECT");
-    if (env == NULL || env[0] == '\0') return TIDE_CUDA_DIRECT_ALL;
+    if (env == NULL || env[0] == '\0') return TIDE_CUDA_DIRECT_DEFAULT;
     char *end;
     const long v = strtol(env, &end, 10);
-    if (*end != '\0' || v < 0 || v > TIDE_CUDA_DIRECT_ALL) return TIDE_CUDA_DIRECT_ALL;
+    if (*end != '\0' || v < 0 || v > TIDE_CUDA_DIRECT_ALL) return TIDE_CUDA_DIRECT_DEFAULT;
     return (int)v;
 }
 
