@@ -26,9 +26,10 @@ f=$b/f
 step test $f/test_fabric_cuda 5151
 step matrix $f/test_fabric_cuda --matrix --max-seconds ${MATRIX_SECONDS:-90} 5152
 step memcheck compute-sanitizer --tool memcheck --error-exitcode 3 $f/test_fabric_cuda --small 5153
-# Before (no-direct) and after (batched = all shortcuts), with the breakdown modes between.
+# Before (no-direct) and after (batched = the default shortcuts), the breakdown modes between,
+# and the opt-in fusion (direct-fused). run1 and run2 ran the earlier mode lists named in README.md.
 step bench $f/bench_fabric_cuda --divisor 2 --iters 10 --sum-ctas 16 --landing-ctas 16 \
-    --modes batched,no-direct,direct-sum,direct-sum-zero,direct-alias,per-op
+    --modes batched,no-direct,direct-sum,direct-sum-zero,direct-fused,per-op
 step ctas bash -c "for c in '4 4' '8 8' '16 8' '16 16' '32 16'; do set -- \$c; $f/bench_fabric_cuda --divisor 2 --iters 10 --sum-ctas \$1 --landing-ctas \$2 --modes batched || exit 1; done"
 step torch python3 tests/gpu/bench_torch_baseline.py --lib $b/lib/libtide.so --divisor 2 \
     --iters 10 --sum-ctas ${SUM_CTAS:-16} --landing-ctas ${LANDING_CTAS:-16} --json /tmp/torch.json
