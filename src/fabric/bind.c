@@ -312,7 +312,7 @@ tide_result_t tide_bind_sum(const tide_binding_t *b, const tide_program_t *prog,
         TIDE_CHECK(
             resolve(b, prog, &w, "sum staged", &t->staged, op->bank_dep, staged_bytes, &staged));
 
-    tide_sum_args_t a;
+    tide_sum_args_t a = {0};
     a.segs = t->sum_segs;
     a.num_segs = t->num_segs;
     a.staged = staged;

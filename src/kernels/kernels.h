@@ -42,6 +42,15 @@ typedef struct {
     int32_t pad_;
 } tide_sum_seg_t;
 
+/* Where a segment of a fused Level-1 sum is stored (tide_sum_args_t.fused). */
+typedef struct {
+    float *dst;        /* the landing's output at the segment's first element */
+    float alpha;       /* the landing's alpha */
+    uint8_t overwrite; /* the landing initialises the output (init and not accumulate) */
+    uint8_t plus_zero; /* the landing added +0.0f inputs: the value is acc + 0.0f */
+    uint8_t pad_[2];
+} tide_sum_fused_t;
+
 typedef struct {
     const tide_sum_seg_t *segs; /* host pointer (reference) or device pointer (CUDA) */
     int num_segs;
@@ -51,6 +60,19 @@ typedef struct {
     const void *const *own;     /* own gradient base pointers (device pointers for CUDA) */
     tide_dtype_t dtype;         /* bf16 or fp32 for staged and own */
     float *out;
+    /* Optional (NULL: the staged block above).  When set, staged contribution k of a segment
+     * is read in place at peers[k * peer_stride + own_idx] + own_off instead of at
+     * staged + k * stage_stride + stage_off: the gradients of the other local ranks, for a
+     * fabric that lets the sum read them where they are (the CUDA fabric when every rank of
+     * a node shares one device).  The order of the adds does not change. */
+    const void *const *peers;
+    int peer_stride;
+    /* Optional (NULL: out + out_off).  When set, segment s is not stored at out: it is stored
+     * as the one landing that reads it would store it (a landing whose every other input is
+     * +0.0f): v = plus_zero ? acc + 0.0f : acc (acc as stored above, padding +0), and
+     * fused[s].dst[i] = overwrite ? alpha * v : dst[i] + alpha * v, NaN canonical, the same
+     * bits as the sum followed by that landing. */
+    const tide_sum_fused_t *fused;
 } tide_sum_args_t;
 
 /* One contiguous run of a landing: `len` elements. */
@@ -70,6 +92,10 @@ typedef struct {
     float alpha;
     bool init;       /* first landing of this call for these elements */
     bool accumulate; /* with init: add to the existing output */
+    /* Optional (NULL: in[k] + in_off).  When set, input k of segment s starts at
+     * in_table[s * num_in + k] (the segment's first element); a NULL entry is an input known
+     * to hold +0.0f, which is added as +0.0f without being read, so the bits do not change. */
+    const float *const *in_table;
 } tide_land_args_t;
 
 /* C references (always available). */

@@ -19,7 +19,9 @@ using namespace tide_dev;
 namespace {
 
 struct land_view {
-    const float *in[TIDE_MAX_GPUS_PER_NODE]; /* inbox blocks at the segment's first element */
+    /* Inbox blocks at the segment's first element; nullptr: an input known to be +0.0f
+     * (tide_land_args_t.in_table), added as +0.0f without a load. */
+    const float *in[TIDE_MAX_GPUS_PER_NODE];
     float *out;
     uint32_t len;
     int vec;
@@ -34,12 +36,24 @@ __device__ __forceinline__ land_view load_land_seg(const tide_land_args_t &a, in
     v.len = __ldg(&sp->len);
     const uint64_t in_off = __ldg(&sp->in_off);
     v.out = a.out + __ldg(&sp->out_off);
-    uintptr_t a0 = (uintptr_t)(a.in[0] + in_off), mis = 0;
+    if (a.in_table != nullptr) {
+        const unsigned long long *t = (const unsigned long long *)(a.in_table + (size_t)s * L);
 #pragma unroll
-    for (int k = 0; k < L; ++k) {
-        v.in[k] = a.in[k] + in_off;
-        mis |= (uintptr_t)v.in[k] ^ a0;
+        for (int k = 0; k < L; ++k)
+            v.in[k] = (const float *)__ldg(t + k);
+    } else {
+#pragma unroll
+        for (int k = 0; k < L; ++k)
+            v.in[k] = a.in[k] + in_off;
     }
+    /* Alignment is decided by the inputs that are read, and the output. */
+    uintptr_t a0 = (uintptr_t)v.out, mis = 0;
+#pragma unroll
+    for (int k = L - 1; k >= 0; --k)
+        if (v.in[k] != nullptr) a0 = (uintptr_t)v.in[k];
+#pragma unroll
+    for (int k = 0; k < L; ++k)
+        if (v.in[k] != nullptr) mis |= (uintptr_t)v.in[k] ^ a0;
     const int h = vector_head(a0, mis, 4, (uintptr_t)v.out);
     v.vec = h >= 0;
     v.head = h > 0 ? ((uint32_t)h < v.len ? (uint32_t)h : v.len) : 0u;
@@ -55,10 +69,10 @@ __device__ __forceinline__ float land_one(float v, float alpha, bool overwrite, 
 template <int L>
 __device__ __forceinline__ void land_element(const land_view &v, uint64_t e, float alpha,
                                              bool overwrite) {
-    float s = __ldg(v.in[0] + e);
+    float s = v.in[0] != nullptr ? __ldg(v.in[0] + e) : 0.0f;
 #pragma unroll
     for (int k = 1; k < L; ++k)
-        s = __fadd_rn(s, __ldg(v.in[k] + e));
+        s = __fadd_rn(s, v.in[k] != nullptr ? __ldg(v.in[k] + e) : 0.0f);
     v.out[e] = land_one(s, alpha, overwrite, overwrite ? 0.0f : v.out[e]);
 }
 
@@ -70,7 +84,7 @@ __device__ __forceinline__ void land_group(const land_view &v, uint64_t g, float
         uint4 in[L];
 #pragma unroll
         for (int k = 0; k < L; ++k)
-            in[k] = ldg16(v.in[k] + e0);
+            in[k] = v.in[k] != nullptr ? ldg16(v.in[k] + e0) : make_uint4(0u, 0u, 0u, 0u);
         float4 old = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (!overwrite) old = *(const float4 *)(v.out + e0);
         float s[4], f[4];

@@ -83,32 +83,49 @@ static const void *elem_ptr(const void *base, tide_dtype_t dtype, uint64_t i) {
     return (const char *)base + i * (uint64_t)tide_dtype_size(dtype);
 }
 
+/* The store of a fused sum (tide_sum_args_t.fused): what the landing would have written. */
+static float fused_value(const tide_sum_fused_t *f, float acc, float old) {
+    float v = acc;
+    if (f->plus_zero) v = v + 0.0f;
+    volatile float scaled = f->alpha * v; /* rounded before the add: no FMA */
+    return canonical_f32(f->overwrite ? scaled : old + scaled);
+}
+
 void tide_ref_sum(const tide_sum_args_t *args) {
     if (args == NULL || args->segs == NULL) return;
     const tide_dtype_t dt = args->dtype;
     for (int s = 0; s < args->num_segs; ++s) {
         const tide_sum_seg_t *seg = &args->segs[s];
-        float *out = args->out + seg->out_off;
+        const tide_sum_fused_t *fz = args->fused != NULL ? &args->fused[s] : NULL;
+        float *out = fz != NULL ? fz->dst : args->out + seg->out_off;
         const uint32_t valid = seg->valid < seg->len ? seg->valid : seg->len;
         const void *own = valid > 0 ? elem_ptr(args->own[seg->own_idx], dt, seg->own_off) : NULL;
         const void *stage0 =
-            valid > 0 && args->num_staged > 0 ? elem_ptr(args->staged, dt, seg->stage_off) : NULL;
+            valid > 0 && args->num_staged > 0 && args->peers == NULL
+                ? elem_ptr(args->staged, dt, seg->stage_off)
+                : NULL;
         for (uint32_t i = 0; i < valid; ++i) {
-            float acc;
+            float acc = 0.0f;
             if (args->num_staged == 0) {
                 acc = load_elem(own, dt, i);
             } else {
                 /* Staged contributions in local-rank order, then the own one. */
-                acc = load_elem(stage0, dt, i);
-                for (int k = 1; k < args->num_staged; ++k)
-                    acc += load_elem(stage0, dt, (uint64_t)k * args->stage_stride + i);
+                for (int k = 0; k < args->num_staged; ++k) {
+                    const float v =
+                        args->peers != NULL
+                            ? load_elem(args->peers[(size_t)k * (size_t)args->peer_stride +
+                                                    (size_t)seg->own_idx],
+                                        dt, seg->own_off + i)
+                            : load_elem(stage0, dt, (uint64_t)k * args->stage_stride + i);
+                    acc = k == 0 ? v : acc + v;
+                }
                 acc += load_elem(own, dt, i);
             }
-            out[i] = canonical_f32(acc);
+            out[i] = fz != NULL ? fused_value(fz, canonical_f32(acc), out[i]) : canonical_f32(acc);
         }
         /* Padding rows read nothing and are written as +0. */
         for (uint32_t i = valid; i < seg->len; ++i)
-            out[i] = 0.0f;
+            out[i] = fz != NULL ? fused_value(fz, 0.0f, out[i]) : 0.0f;
     }
 }
 
@@ -118,11 +135,16 @@ void tide_ref_land(const tide_land_args_t *args) {
     for (int s = 0; s < args->num_segs; ++s) {
         const tide_land_seg_t *seg = &args->segs[s];
         float *out = args->out + seg->out_off;
+        const float *const *tab =
+            args->in_table != NULL ? args->in_table + (size_t)s * (size_t)args->num_in : NULL;
         for (uint32_t i = 0; i < seg->len; ++i) {
             const uint64_t j = seg->in_off + i;
-            float v = args->in[0][j];
-            for (int k = 1; k < args->num_in; ++k)
-                v += args->in[k][j];
+            float v = 0.0f;
+            for (int k = 0; k < args->num_in; ++k) {
+                /* A NULL table entry is an input known to be +0.0f. */
+                const float x = tab == NULL ? args->in[k][j] : tab[k] != NULL ? tab[k][i] : 0.0f;
+                v = k == 0 ? x : v + x;
+            }
             /* The product is rounded to fp32 before the add: no FMA. */
             volatile float scaled = args->alpha * v;
             float r = overwrite ? scaled : out[i] + scaled;

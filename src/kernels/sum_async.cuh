@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(kAsyncMaxThreads) sum_async_kernel(const tide_
                 const uint64_t e0 = in.v.head + g * GE;
 #pragma unroll
                 for (int j = 0; j < NS; ++j)
-                    cp_async16(slot(s, j), in.v.stage + (uint64_t)j * in.v.stride + e0);
+                    cp_async16(slot(s, j), in.v.src[j] + e0);
                 cp_async16(slot(s, NS), in.v.own + e0);
             }
             cursor_next(in, a, nthr);
@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(kAsyncMaxThreads) sum_async_kernel(const tide_
 #pragma unroll
             for (int j = 0; j <= NS; ++j)
                 vin[j] = *slot(stage, j);
-            sum_store<T, NS>(vin, v.out + v.head + g * GE);
+            sum_store<T, NS>(vin, v.out + v.head + g * GE, v.ep);
         } else if (g < v.groups) {
             do_group(v, g);
         }

@@ -25,12 +25,42 @@ namespace tide_sum {
 
 using namespace tide_dev;
 
+/* How a segment's results are stored: as they are (mode 0), or as the landing of a fused sum
+ * would store them (tide_sum_args_t.fused): 1 overwrites with alpha * v, 2 adds alpha * v to
+ * the output; v = acc + 0.0f with plus_zero. */
+struct epi_t {
+    float alpha;
+    int mode;
+    int plus_zero;
+};
+
+__device__ __forceinline__ float epi_value(const epi_t &ep, float x, float old) {
+    const float v = ep.plus_zero ? __fadd_rn(x, 0.0f) : x;
+    const float scaled = __fmul_rn(ep.alpha, v);
+    return canonical(ep.mode == 1 ? scaled : __fadd_rn(old, scaled));
+}
+
+/* Store four results at p (16-byte aligned), through the epilogue. */
+__device__ __forceinline__ void store4(const epi_t &ep, float *p, float a, float b, float c,
+                                       float d) {
+    if (ep.mode == 0) {
+        st16(p, a, b, c, d);
+        return;
+    }
+    float4 old = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (ep.mode == 2) old = *(const float4 *)p;
+    st16(p, epi_value(ep, a, old.x), epi_value(ep, b, old.y), epi_value(ep, c, old.z),
+         epi_value(ep, d, old.w));
+}
+
 /* One segment as every thread of a CTA sees it. */
 template <typename T, int NS> struct seg_view {
-    const T *stage; /* staged[0] at the segment's first element (NS > 0, valid > 0) */
-    const T *own;   /* own contribution at the segment's first element (valid > 0) */
+    /* Staged contribution k at the segment's first element (NS > 0, valid > 0): in the staged
+     * block, or in place in a peer's gradient (tide_sum_args_t.peers). */
+    const T *src[NS > 0 ? NS : 1];
+    const T *own; /* own contribution at the segment's first element (valid > 0) */
     float *out;
-    uint64_t stride; /* elements between staged contributions */
+    epi_t ep;
     uint32_t len;
     uint32_t valid;
     int vec;         /* the vector path exists */
@@ -46,22 +76,48 @@ __device__ __forceinline__ seg_view<T, NS> load_seg(const tide_sum_args_t &a, in
     v.len = __ldg(&sp->len);
     uint32_t valid = __ldg(&sp->valid);
     v.valid = valid < v.len ? valid : v.len;
-    v.out = a.out + __ldg(&sp->out_off);
-    v.stride = a.stage_stride;
-    v.stage = nullptr;
+    v.ep.mode = 0;
+    v.ep.alpha = 1.0f;
+    v.ep.plus_zero = 0;
+    if (a.fused != nullptr) {
+        const tide_sum_fused_t *f = a.fused + s;
+        v.out = (float *)__ldg((const unsigned long long *)&f->dst);
+        v.ep.alpha = __ldg(&f->alpha);
+        const unsigned flags = __ldg((const unsigned *)&f->overwrite);
+        v.ep.mode = (flags & 0xffu) ? 1 : 2;
+        v.ep.plus_zero = (flags >> 8) & 0xffu;
+    } else {
+        v.out = a.out + __ldg(&sp->out_off);
+    }
+#pragma unroll
+    for (int k = 0; k < (NS > 0 ? NS : 1); ++k)
+        v.src[k] = nullptr;
     v.own = nullptr;
     int h;
     if (v.valid > 0) {
-        /* The pointer table lives in device memory; read it through the read-only path. */
+        /* The pointer tables live in device memory; read them through the read-only path. */
+        const int own_idx = __ldg(&sp->own_idx);
+        const uint64_t own_off = __ldg(&sp->own_off);
         const unsigned long long own_base =
-            __ldg((const unsigned long long *)(a.own + __ldg(&sp->own_idx)));
-        v.own = (const T *)own_base + __ldg(&sp->own_off);
+            __ldg((const unsigned long long *)(a.own + own_idx));
+        v.own = (const T *)own_base + own_off;
         uintptr_t a0 = (uintptr_t)v.own, mis = 0;
-        if (NS > 0) {
-            v.stage = (const T *)a.staged + __ldg(&sp->stage_off);
-            mis |= (uintptr_t)v.stage ^ a0;
+        if (a.peers != nullptr) {
+#pragma unroll
+            for (int k = 0; k < NS; ++k) {
+                const unsigned long long b = __ldg(
+                    (const unsigned long long *)(a.peers + (size_t)k * a.peer_stride + own_idx));
+                v.src[k] = (const T *)b + own_off;
+                mis |= (uintptr_t)v.src[k] ^ a0;
+            }
+        } else {
+            const T *stage = (const T *)a.staged + __ldg(&sp->stage_off);
+#pragma unroll
+            for (int k = 0; k < NS; ++k) {
+                v.src[k] = stage + (uint64_t)k * a.stage_stride;
+                mis |= (uintptr_t)v.src[k] ^ a0;
+            }
         }
-        if (NS > 1) mis |= (uintptr_t)(v.stride * sizeof(T));
         h = vector_head(a0, mis, (int)sizeof(T), (uintptr_t)v.out);
     } else {
         /* Only padding: the vector path needs the output aligned alone. */
@@ -78,10 +134,10 @@ __device__ __forceinline__ seg_view<T, NS> load_seg(const tide_sum_args_t &a, in
 template <typename T, int NS>
 __device__ __forceinline__ float sum_scalar(const seg_view<T, NS> &v, uint64_t e) {
     if (NS == 0) return load_scalar(v.own, e);
-    float acc = load_scalar(v.stage, e);
+    float acc = load_scalar(v.src[0], e);
 #pragma unroll
     for (int k = 1; k < NS; ++k)
-        acc = __fadd_rn(acc, load_scalar(v.stage, (uint64_t)k * v.stride + e));
+        acc = __fadd_rn(acc, load_scalar(v.src[k], e));
     return __fadd_rn(acc, load_scalar(v.own, e));
 }
 
@@ -89,7 +145,7 @@ __device__ __forceinline__ float sum_scalar(const seg_view<T, NS> &v, uint64_t e
  * (used with L >= 2 only) stores the last add's results as they are: the GPU's fp32 add
  * already returns the canonical NaN 0x7fffffff (see sum_store_unit). */
 template <typename T, int NS, bool RAW = false>
-__device__ __forceinline__ void sum_store(const uint4 *vin, float *out) {
+__device__ __forceinline__ void sum_store(const uint4 *vin, float *out, const epi_t &ep) {
     constexpr int GE = vec_traits<T>::GE;
     float acc[GE], f[GE];
     unpack<T>(vin[0], acc);
@@ -103,10 +159,10 @@ __device__ __forceinline__ void sum_store(const uint4 *vin, float *out) {
 #pragma unroll
     for (int j = 0; j < GE; j += 4) {
         if (RAW && NS > 0)
-            st16(out + j, acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
+            store4(ep, out + j, acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
         else
-            st16(out + j, canonical(acc[j]), canonical(acc[j + 1]), canonical(acc[j + 2]),
-                 canonical(acc[j + 3]));
+            store4(ep, out + j, canonical(acc[j]), canonical(acc[j + 1]), canonical(acc[j + 2]),
+                   canonical(acc[j + 3]));
     }
 }
 
@@ -158,7 +214,8 @@ __device__ __forceinline__ void unpack4(const uint4 &v, float *f) {
  * only) stores the last add's results as they are: a NaN the GPU's fp32 add returns is already
  * the canonical 0x7fffffff, so the select of canonical() is redundant there. */
 template <typename T, int NS, bool RAW>
-__device__ __forceinline__ void sum_store_unit(const typename unit_traits<T>::V *vin, float *out) {
+__device__ __forceinline__ void sum_store_unit(const typename unit_traits<T>::V *vin, float *out,
+                                               const epi_t &ep) {
     float acc[4], f[4];
     unpack4(vin[0], acc);
 #pragma unroll
@@ -169,15 +226,16 @@ __device__ __forceinline__ void sum_store_unit(const typename unit_traits<T>::V 
             acc[j] = __fadd_rn(acc[j], f[j]);
     }
     if (RAW && NS > 0)
-        st16(out, acc[0], acc[1], acc[2], acc[3]);
+        store4(ep, out, acc[0], acc[1], acc[2], acc[3]);
     else
-        st16(out, canonical(acc[0]), canonical(acc[1]), canonical(acc[2]), canonical(acc[3]));
+        store4(ep, out, canonical(acc[0]), canonical(acc[1]), canonical(acc[2]), canonical(acc[3]));
 }
 
 /* One element by element: real or padding. */
 template <typename T, int NS>
 __device__ __forceinline__ void do_element(const seg_view<T, NS> &v, uint64_t e) {
-    v.out[e] = e < v.valid ? canonical(sum_scalar(v, e)) : 0.0f;
+    const float x = e < v.valid ? canonical(sum_scalar(v, e)) : 0.0f;
+    v.out[e] = v.ep.mode == 0 ? x : epi_value(v.ep, x, v.ep.mode == 2 ? v.out[e] : 0.0f);
 }
 
 /* Group g of a segment from global memory, whatever its kind. */
@@ -189,13 +247,13 @@ __device__ __forceinline__ void do_group(const seg_view<T, NS> &v, uint64_t g) {
         uint4 in[NS + 1];
 #pragma unroll
         for (int k = 0; k < NS; ++k)
-            in[k] = ldg16(v.stage + (uint64_t)k * v.stride + e0);
+            in[k] = ldg16(v.src[k] + e0);
         in[NS] = ldg16(v.own + e0);
-        sum_store<T, NS>(in, v.out + e0);
+        sum_store<T, NS>(in, v.out + e0, v.ep);
     } else if (v.vec && e0 >= v.valid && e0 + GE <= v.len) {
 #pragma unroll
         for (int j = 0; j < GE; j += 4)
-            st16(v.out + e0 + j, 0.0f, 0.0f, 0.0f, 0.0f);
+            store4(v.ep, v.out + e0 + j, 0.0f, 0.0f, 0.0f, 0.0f);
     } else {
         /* Rolled: unrolling would hoist GE * L scalar loads and spill. */
 #pragma unroll 1
@@ -210,7 +268,7 @@ __device__ __forceinline__ void load_sources(const seg_view<T, NS> &v, uint64_t 
 #pragma unroll
     for (int j = 0; j < N; ++j) {
         const int s = FIRST + j;
-        out[j] = ldg16(s < NS ? v.stage + (uint64_t)s * v.stride + e0 : v.own + e0);
+        out[j] = ldg16(s < NS ? v.src[s < NS ? s : 0] + e0 : v.own + e0);
     }
 }
 

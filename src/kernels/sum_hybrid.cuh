@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(split_limits<U>::hybrid, 1)
 #pragma unroll
             for (int j = 0; j < R; ++j)
                 if (mask & (1u << j))
-                    bulk_g2s(dst + j * row, k.v.stage + (uint64_t)j * k.v.stride + e0, bytes, bar);
+                    bulk_g2s(dst + j * row, k.v.src[j] + e0, bytes, bar);
         }
         return;
     }
@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(split_limits<U>::hybrid, 1)
 #pragma unroll
                     for (int j = 0; j < D; ++j)
                         x[R + j] = dir[u][j];
-                    sum_store<T, NS, true>(x, o + (size_t)q * GE);
+                    sum_store<T, NS, true>(x, o + (size_t)q * GE, v.ep);
                 }
             }
             /* The warp's reads of the stage are done once its lanes pass here. */

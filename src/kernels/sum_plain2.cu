@@ -33,7 +33,7 @@ __global__ void __launch_bounds__(split_limits<U>::plain2)
         for (int u = 0; u < U; ++u) {
             const uint64_t g = g0 + (uint64_t)u * nthr;
             if (full[u])
-                sum_store<T, NS, true>(in[u], v.out + v.head + g * GE);
+                sum_store<T, NS, true>(in[u], v.out + v.head + g * GE, v.ep);
             else if (g < v.groups)
                 do_group(v, g);
         }

@@ -131,7 +131,12 @@ __device__ __forceinline__ uint32_t tma_bulk_groups(const seg_view<T, NS> &v, ui
 /* Element e of source j of a segment: the staged contributions in order, then own. */
 template <typename T, int NS>
 __device__ __forceinline__ const T *source_at(const seg_view<T, NS> &v, uint32_t j, uint64_t e) {
-    return (int)j < NS ? v.stage + (uint64_t)j * v.stride + e : v.own + e;
+    /* A select over the unrolled sources: a run-time index would put v.src in local memory. */
+    const T *p = v.own;
+#pragma unroll
+    for (int k = 0; k < NS; ++k)
+        if ((int)j == k) p = v.src[k];
+    return p + e;
 }
 
 /* Per-launch parameters of the kernel (tma_opts after validation). */
@@ -148,7 +153,7 @@ struct tma_params {
  */
 template <typename T, int NS, int ROW, bool RAW>
 __device__ __forceinline__ void consume_units(const unsigned char *st, uint32_t nu, float *o,
-                                              unsigned ct, unsigned ncons) {
+                                              unsigned ct, unsigned ncons, const epi_t &ep) {
     using V = typename unit_traits<T>::V;
     constexpr int UB = (int)sizeof(V), U = 16 / UB;
     uint32_t u = ct;
@@ -162,14 +167,14 @@ __device__ __forceinline__ void consume_units(const unsigned char *st, uint32_t 
                 x[r][j] = *(const V *)(st + j * ROW + (u + r * ncons) * UB);
 #pragma unroll
         for (int r = 0; r < U; ++r)
-            sum_store_unit<T, NS, RAW>(x[r], o + (size_t)(u + r * ncons) * 4);
+            sum_store_unit<T, NS, RAW>(x[r], o + (size_t)(u + r * ncons) * 4, ep);
     }
     if (U > 1 && u < nu) {
         V x[NS + 1];
 #pragma unroll
         for (int j = 0; j <= NS; ++j)
             x[j] = *(const V *)(st + j * ROW + u * UB);
-        sum_store_unit<T, NS, RAW>(x, o + (size_t)u * 4);
+        sum_store_unit<T, NS, RAW>(x, o + (size_t)u * 4, ep);
     }
 }
 
@@ -232,7 +237,7 @@ __global__ void __launch_bounds__(kTmaMaxThreads, 1)
 #pragma unroll
             for (int j = 0; j < NS; ++j)
                 if (mask & (1u << j))
-                    bulk_g2s(dst + j * shape::row_bytes, k.v.stage + (uint64_t)j * k.v.stride + e0,
+                    bulk_g2s(dst + j * shape::row_bytes, k.v.src[j] + e0,
                              row, bar);
             if (mask & (1u << NS)) bulk_g2s(dst + NS * shape::row_bytes, k.v.own + e0, row, bar);
         }
@@ -254,9 +259,11 @@ __global__ void __launch_bounds__(kTmaMaxThreads, 1)
             float *o = v.out + v.head + c * TG * GE;
             if (p.consume == TMA_CONSUME_UNITS) {
                 if (p.raw_nan)
-                    consume_units<T, NS, shape::row_bytes, true>(st, nb * (GE / 4), o, ct, ncons);
+                    consume_units<T, NS, shape::row_bytes, true>(st, nb * (GE / 4), o, ct, ncons,
+                                                                 v.ep);
                 else
-                    consume_units<T, NS, shape::row_bytes, false>(st, nb * (GE / 4), o, ct, ncons);
+                    consume_units<T, NS, shape::row_bytes, false>(st, nb * (GE / 4), o, ct, ncons,
+                                                                  v.ep);
             } else if (per_thread) {
 #pragma unroll 1
                 for (uint32_t g = ct; g < nb; g += ncons) {
@@ -264,7 +271,7 @@ __global__ void __launch_bounds__(kTmaMaxThreads, 1)
 #pragma unroll
                     for (int j = 0; j <= NS; ++j)
                         in[j] = *(const uint4 *)(st + j * shape::row_bytes + g * 16u);
-                    sum_store<T, NS>(in, o + (size_t)g * GE);
+                    sum_store<T, NS>(in, o + (size_t)g * GE, v.ep);
                 }
             }
             if (per_thread) {

@@ -29,6 +29,7 @@
 extern "C" {
 #include "core/comm.h"
 #include "fabric/cuda/cuda.h"
+#include "plan/plan.h"
 #include "plan/presets.h"
 }
 
@@ -110,19 +111,40 @@ __global__ void count_diff(const uint32_t *a, const uint32_t *b, uint64_t n,
     if (local) atomicAdd(wrong, local);
 }
 
-/* Copy modes of the fabric (TIDE_CUDA_BATCH, TIDE_CUDA_BATCH_MAX_BYTES, read when a world is
- * created), in the order they run. */
-enum { MODE_BATCHED = 0, MODE_BATCHED_ALL = 1, MODE_PER_OP = 2, MODE_COUNT = 3 };
-static const char *const MODE_NAMES[MODE_COUNT] = {"batched", "batched-all", "per-op"};
+/* Copy modes of the fabric (TIDE_CUDA_BATCH, TIDE_CUDA_BATCH_MAX_BYTES and TIDE_CUDA_DIRECT,
+ * read when a world is created); --modes picks which run, in this order.  "no-direct" is the
+ * fabric before its single-device shortcuts (every staging push, spare copy and rail put
+ * runs, every landing input is read); "direct-sum" and "direct-sum-zero" add them one at a
+ * time (src/fabric/cuda/direct.c) up to the default (TIDE_CUDA_DIRECT=7, with the inbox
+ * aliases), so that their differences break the gain down; "direct-fused" adds the fused sum
+ * and landing (TIDE_CUDA_DIRECT=15, opt-in). */
+struct copy_mode_t {
+    const char *name;
+    int batch;      /* TIDE_CUDA_BATCH */
+    int max_bytes;  /* 1: TIDE_CUDA_BATCH_MAX_BYTES as the caller set it (or the default); 0: 0 */
+    int direct;     /* TIDE_CUDA_DIRECT */
+};
+enum { MODE_COUNT = 7 };
+static const copy_mode_t MODES[MODE_COUNT] = {
+    {"batched", 1, 1, 7},   {"batched-all", 1, 0, 7},     {"per-op", 0, 1, 7},
+    {"no-direct", 1, 1, 0}, {"direct-sum", 1, 1, 1},      {"direct-sum-zero", 1, 1, 3},
+    {"direct-fused", 1, 1, 15},
+};
+enum { MODE_BATCHED = 0, MODE_PER_OP = 2 };
+static bool mode_on[MODE_COUNT] = {true, true, true, true, false, false, false};
 /* TIDE_CUDA_BATCH_MAX_BYTES as the caller's environment set it (empty: the default). */
 static char user_max_bytes[64];
 
 /* Set the fabric's variables for a mode; `max_out` gets the threshold in bytes as text. */
 static void mode_setenv(int mode, char *max_out, size_t max_size) {
-    setenv("TIDE_CUDA_BATCH", mode == MODE_PER_OP ? "0" : "1", 1);
-    if (mode == MODE_PER_OP) {
+    const copy_mode_t &m = MODES[mode];
+    setenv("TIDE_CUDA_BATCH", m.batch ? "1" : "0", 1);
+    char direct[8];
+    snprintf(direct, sizeof direct, "%d", m.direct);
+    setenv("TIDE_CUDA_DIRECT", direct, 1);
+    if (!m.batch) {
         snprintf(max_out, max_size, "-");
-    } else if (mode == MODE_BATCHED_ALL) {
+    } else if (!m.max_bytes) {
         setenv("TIDE_CUDA_BATCH_MAX_BYTES", "0", 1);
         snprintf(max_out, max_size, "none");
     } else if (user_max_bytes[0] != '\0') {
@@ -249,15 +271,20 @@ static void run_mode(bench_t &b, int iters, tide_rs_mode_t mode, result_t *ag, r
     for (int r = 0; r < N; ++r) TK(tide_comm_destroy(comms[r]));
 }
 
-static void print_mode_side(const char *what, const result_t &x, const result_t &per_op) {
+static void print_mode_side(const char *what, const result_t &x, const result_t *per_op) {
     printf(" | %s tide %8.3f ms stock %8.3f ms ratio %5.2fx per-op/tide %5.2fx enqueue %7.1f "
-           "us/rank batches %llu batched %llu over-threshold %llu wrong %llu",
-           what, x.tide_ms, x.stock_ms, x.stock_ms / x.tide_ms, per_op.tide_ms / x.tide_ms,
-           x.enqueue_us, (unsigned long long)x.st.batches, (unsigned long long)x.st.batched,
-           (unsigned long long)x.st.over_threshold, x.wrong);
+           "us/rank batches %llu batched %llu over-threshold %llu elided %llu fused %llu "
+           "wrong %llu",
+           what, x.tide_ms, x.stock_ms, x.stock_ms / x.tide_ms,
+           per_op ? per_op->tide_ms / x.tide_ms : 0.0, x.enqueue_us,
+           (unsigned long long)x.st.batches, (unsigned long long)x.st.batched,
+           (unsigned long long)x.st.over_threshold, (unsigned long long)x.st.elided,
+           (unsigned long long)x.st.fused, x.wrong);
 }
 
 /* Returns the wrong elements of every mode. */
+static int sum_ctas = 0, landing_ctas = 0; /* --sum-ctas, --landing-ctas: 0 = the plan's */
+
 static unsigned long long run_topology(const char *preset_name, int M, int L, int divisor,
                                        int iters, tide_rs_mode_t mode) {
     const tide_preset_t *pr = tide_preset_find(preset_name);
@@ -272,6 +299,7 @@ static unsigned long long run_topology(const char *preset_name, int M, int L, in
     for (auto &s : b.shapes) s.dim0 = (s.dim0 + divisor - 1) / divisor;
     b.cfg = TIDE_CONFIG_INIT;
     b.cfg.nodes = M, b.cfg.gpus_per_node = L;
+    b.cfg.sum_ctas = sum_ctas, b.cfg.landing_ctas = landing_ctas;
     b.desc = {P, b.shapes.data(), TIDE_DTYPE_BF16, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16};
     /* Every mode's groups plan the same geometry as this plan. */
     tide_plan_t plan;
@@ -280,6 +308,7 @@ static unsigned long long run_topology(const char *preset_name, int M, int L, in
     TK(tide_plan_get_summary(plan, &sum));
     std::vector<tide_param_geometry_t> geo(P);
     for (int p = 0; p < P; ++p) TK(tide_plan_get_param(plan, p, &geo[p]));
+    const int plan_sum_ctas = plan->config.sum_ctas, plan_landing_ctas = plan->config.landing_ctas;
     tide_plan_destroy(plan);
     b.S = sum.shard_bytes, b.NS = sum.group_bytes, b.E = sum.fp32_shard_bytes / 4;
     const uint64_t S = b.S, NS = b.NS, E = b.E;
@@ -331,15 +360,20 @@ static unsigned long long run_topology(const char *preset_name, int M, int L, in
 
     result_t ag[MODE_COUNT], rs[MODE_COUNT];
     char max_bytes[MODE_COUNT][64];
+    int first = -1;
     for (int m = 0; m < MODE_COUNT; ++m) {
+        if (!mode_on[m]) continue;
         mode_setenv(m, max_bytes[m], sizeof(max_bytes[m]));
         run_mode(b, iters, mode, &ag[m], &rs[m]);
-        if (m != MODE_BATCHED) continue;
-        /* The line of the default mode, as before the modes existed. */
-        printf("%-22s %dx%d dim0/%-3d P=%-3d group %8.1f MiB | AG tide %8.3f ms stock %8.3f ms "
+        if (first >= 0) continue;
+        first = m;
+        /* The line of the first mode (the default, batched, unless --modes says otherwise). */
+        printf("%-22s %dx%d dim0/%-3d P=%-3d group %8.1f MiB sum_ctas %d landing_ctas %d (%s) | "
+               "AG tide %8.3f ms stock %8.3f ms "
                "ratio %5.2fx enqueue %7.1f us/rank desc %llu wrong %llu | RS tide %8.3f ms "
                "stock %8.3f ms ratio %5.2fx enqueue %7.1f us/rank desc %llu wrong %llu\n",
-               preset_name, M, L, divisor, P, NS / 1048576.0, ag[m].tide_ms, ag[m].stock_ms,
+               preset_name, M, L, divisor, P, NS / 1048576.0, plan_sum_ctas, plan_landing_ctas,
+               MODES[m].name, ag[m].tide_ms, ag[m].stock_ms,
                ag[m].stock_ms / ag[m].tide_ms, ag[m].enqueue_us,
                (unsigned long long)sum.ag_descriptors_max, ag[m].wrong, rs[m].tide_ms,
                rs[m].stock_ms, rs[m].stock_ms / rs[m].tide_ms, rs[m].enqueue_us,
@@ -348,9 +382,11 @@ static unsigned long long run_topology(const char *preset_name, int M, int L, in
     }
     unsigned long long wrong = 0;
     for (int m = 0; m < MODE_COUNT; ++m) {
-        printf("  mode %-11s %dx%d max_bytes %-9s", MODE_NAMES[m], M, L, max_bytes[m]);
-        print_mode_side("AG", ag[m], ag[MODE_PER_OP]);
-        print_mode_side("RS", rs[m], rs[MODE_PER_OP]);
+        if (!mode_on[m]) continue;
+        printf("  mode %-15s %dx%d max_bytes %-9s direct %d", MODES[m].name, M, L, max_bytes[m],
+               MODES[m].direct);
+        print_mode_side("AG", ag[m], mode_on[MODE_PER_OP] ? &ag[MODE_PER_OP] : nullptr);
+        print_mode_side("RS", rs[m], mode_on[MODE_PER_OP] ? &rs[MODE_PER_OP] : nullptr);
         printf("\n");
         wrong += ag[m].wrong + rs[m].wrong;
     }
@@ -373,18 +409,38 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--preset") && i + 1 < argc) preset = argv[++i];
         else if (!strcmp(argv[i], "--divisor") && i + 1 < argc) divisor = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--sum-ctas") && i + 1 < argc) sum_ctas = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--landing-ctas") && i + 1 < argc)
+            landing_ctas = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--modes") && i + 1 < argc) {
+            char list[256];
+            snprintf(list, sizeof list, "%s", argv[++i]);
+            for (int m = 0; m < MODE_COUNT; ++m) mode_on[m] = false;
+            for (char *tok = strtok(list, ","); tok; tok = strtok(nullptr, ",")) {
+                int found = -1;
+                for (int m = 0; m < MODE_COUNT; ++m)
+                    if (!strcmp(tok, MODES[m].name)) found = m;
+                if (found < 0) {
+                    fprintf(stderr, "bench_fabric_cuda: unknown mode %s\n", tok);
+                    return 2;
+                }
+                mode_on[found] = true;
+            }
+        }
         else if (!strcmp(argv[i], "--topology") && i + 1 < argc) {
             int m, l;
             if (sscanf(argv[++i], "%dx%d", &m, &l) != 2) return 2;
             topos.push_back({m, l});
         } else {
             fprintf(stderr, "usage: bench_fabric_cuda [--preset P] [--divisor D] [--iters N] "
-                            "[--topology MxL]...\n");
+                            "[--topology MxL]... [--sum-ctas C] [--landing-ctas C] "
+                            "[--modes batched,batched-all,per-op,no-direct,direct-sum,"
+                            "direct-sum-zero,direct-fused]\n");
             return 2;
         }
     }
     if (topos.empty()) topos = {{1, 8}, {2, 4}};
-    if (divisor < 1 || iters < 1) return 2;
+    if (divisor < 1 || iters < 1 || sum_ctas < 0 || landing_ctas < 0) return 2;
     const char *user = getenv("TIDE_CUDA_BATCH_MAX_BYTES");
     if (user != nullptr && strlen(user) >= sizeof user_max_bytes) {
         fprintf(stderr, "bench_fabric_cuda: TIDE_CUDA_BATCH_MAX_BYTES is too long\n");

@@ -184,7 +184,8 @@ int main(int argc, char **argv) {
     tide_sum_seg_t *segs_small = make_segs(1u << 14, &nseg_small);
     const double sum_bytes = (double)E * ((NS + 1) * 2 + 4);
     auto sum_args = [&](int set, tide_sum_seg_t *segs, int n) {
-        tide_sum_args_t a = {segs, n, staged[set], E, NS, d_table[set], TIDE_DTYPE_BF16, out[set]};
+        tide_sum_args_t a = {segs,         n,           staged[set],     E, NS,
+                             d_table[set], TIDE_DTYPE_BF16, out[set], nullptr, 0, nullptr};
         return a;
     };
 

@@ -118,7 +118,7 @@ static void comm_free(comm_t *c) {
 
 static void sum_launch(comm_t *c, int ctas, cudaStream_t st) {
     tide_sum_args_t a = {c->sum_segs, c->num_sum_segs, c->staged, c->sum_elems, 7,
-                         c->own_table, TIDE_DTYPE_BF16, c->sum_out};
+                         c->own_table, TIDE_DTYPE_BF16, c->sum_out, nullptr, 0, nullptr};
     CK(tide_cuda_sum(&a, ctas, 0, st));
 }
 

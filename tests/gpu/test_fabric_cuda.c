@@ -68,7 +68,7 @@
 
 /* The CUDA fabric's copy path (TIDE_CUDA_BATCH and TIDE_CUDA_BATCH_MAX_BYTES, read when a
  * world is created): per op, batched without a size threshold, batched with the threshold
- * batch_threshold. */
+ * batch_threshold; each with its own TIDE_CUDA_DIRECT (gpu_open). */
 enum { MODE_PER_OP = 0, MODE_BATCHED = 1, MODE_THRESHOLD = 2 };
 static int batch_mode = MODE_BATCHED;
 static uint64_t batch_threshold = 4096;
@@ -329,6 +329,11 @@ static bool gpu_open(case_t *c, gpu_world_t *w, char *err, size_t err_size) {
              (unsigned long long)(batch_mode == MODE_THRESHOLD ? batch_threshold : 0));
     setenv("TIDE_CUDA_BATCH", batch_mode == MODE_PER_OP ? "0" : "1", 1);
     setenv("TIDE_CUDA_BATCH_MAX_BYTES", max_bytes, 1);
+    /* Direct mode (direct.c: on one GPU every node shares the device) takes all shortcuts,
+     * the opt-in fusion included, with batched copies; in-place sums and zero inputs only with
+     * the threshold; none per op: each path meets the CPU fabric. */
+    setenv("TIDE_CUDA_DIRECT",
+           batch_mode == MODE_PER_OP ? "0" : batch_mode == MODE_THRESHOLD ? "3" : "15", 1);
     if (tide_comm_init_all(TIDE_FABRIC_CUDA, c->m, c->l, w->comms) != TIDE_SUCCESS) {
         snprintf(err, err_size, "cuda comm_init_all: %s", tide_get_last_error());
         return false;

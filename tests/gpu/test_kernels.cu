@@ -208,10 +208,11 @@ static void run_sum_case(const sum_case &c) {
     const uint32_t poison = 0xff800000u | (uint32_t)rnd_below(1u << 22) | 1u;
     std::vector<float> want(out_n, f_from(poison)), got(out_n);
     tide_sum_args_t ha = {segs.data(), nsegs,   h_st.data(), stride,
-                          c.ns,        h_table, c.dtype,     want.data()};
+                          c.ns,        h_table, c.dtype,     want.data(), nullptr, 0, nullptr};
     tide_ref_sum(&ha);
     tide_sum_args_t da = {(const tide_sum_seg_t *)d_segs, nsegs,   d_st,          stride, c.ns,
-                          (const void *const *)d_table,   c.dtype, (float *)d_out};
+                          (const void *const *)d_table,   c.dtype, (float *)d_out,
+                          nullptr,                        0,       nullptr};
 
     /* variant, ctas (set below), threads, smem_bytes, stage_bytes, producers, groups,
      * bulk_sources.  HYBRID's R follows L as the benchmark's L = 8 sweep does (L/2, L-3, L-2,
@@ -463,7 +464,7 @@ static void run_arg_checks() {
     CUDA_OK(cudaMalloc(&d_out, 64));
     const float marker = 42.0f;
     CUDA_OK(cudaMemcpy(d_out, &marker, 4, cudaMemcpyHostToDevice));
-    tide_sum_args_t a = {nullptr, 0, nullptr, 0, 1, nullptr, TIDE_DTYPE_BF16, d_out};
+    tide_sum_args_t a = {nullptr, 0, nullptr, 0, 1, nullptr, TIDE_DTYPE_BF16, d_out, nullptr, 0, nullptr};
     int bad = 0;
     bad += tide_cuda_sum(&a, 4, 0, 0) != cudaSuccess; /* no segments: nothing to do */
     bad += tide_cuda_sum(&a, 0, 0, 0) != cudaErrorInvalidValue;

@@ -140,7 +140,9 @@ static tide_result_t find_runs(const tide_cuda_shared_t *sh, const tide_cuda_pre
             const int t = c->thread;
             if (c->kind == TIDE_CUDA_CMD_OP) {
                 const tide_op_t *op = tide_cuda_op(prog, s, c->arg, t);
-                if (op->kind == TIDE_OP_SIGNAL) continue; /* issues nothing */
+                /* A SIGNAL issues nothing; neither does a copy direct mode elides. */
+                if (op->kind == TIDE_OP_SIGNAL || (pp->elide != NULL && pp->elide[c->arg]))
+                    continue;
                 if (op_batchable(sh, op, t / TIDE_CUDA_Q, max_bytes)) {
                     run_t *r = &open[t];
                     if (r->copies == 0) *r = (run_t){t, i, i, c->arg, c->arg, 0};
@@ -191,7 +193,8 @@ static int count_over_threshold(const tide_cuda_shared_t *sh, const tide_cuda_pr
         const run_t *r = &whole->v[k];
         for (int id = r->first_op; id <= r->last_op; ++id) {
             const tide_op_t *op = tide_cuda_op(prog, &pp->sched, id, r->thread);
-            count += is_copy(op) && over_threshold(sh->batch_max_bytes, copy_bytes(op));
+            count += is_copy(op) && !(pp->elide != NULL && pp->elide[id]) &&
+                     over_threshold(sh->batch_max_bytes, copy_bytes(op));
         }
     }
     return count;
@@ -209,7 +212,9 @@ static tide_result_t build(const tide_cuda_shared_t *sh, tide_cuda_prepared_t *p
         for (int k = 0; k < runs[f].n; ++k) {
             const run_t *r = &runs[f].v[k];
             for (int id = r->first_op; id <= r->last_op; ++id)
-                if (is_copy(tide_cuda_op(prog, s, id, r->thread))) slot_of[id] = 0;
+                if (is_copy(tide_cuda_op(prog, s, id, r->thread)) &&
+                    !(pp->elide != NULL && pp->elide[id]))
+                    slot_of[id] = 0;
         }
     pp->slot_base = calloc((size_t)n + 1, sizeof(*pp->slot_base));
     if (pp->slot_base == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda fabric: copy tables");

@@ -142,6 +142,7 @@ typedef struct {
     int ranks;
     int num_devices;    /* devices used: min(visible, N) */
     bool batch;         /* TIDE_CUDA_BATCH (default 1): runs of same-device copies batched */
+    int direct;         /* TIDE_CUDA_DIRECT (default 7): single-device shortcuts (direct.c) */
     uint64_t batch_max_bytes; /* TIDE_CUDA_BATCH_MAX_BYTES: larger copies stay per op; 0: none */
     int *sm_count;      /* [num_devices] */
     size_t *max_pitch;  /* [num_devices] */
@@ -206,6 +207,30 @@ typedef struct {
     int32_t ctas; /* grid of its kernel: scaled with its bytes (batch_copy.h) */
 } tide_cuda_batch_t;
 
+/* A fused sum (direct.c): segment s of SUM op `sum` is stored by landing segment `seg` of LAND
+ * op `land`. */
+typedef struct {
+    int32_t land, seg;
+} tide_cuda_fuse_seg_t;
+
+typedef struct {
+    tide_cuda_fuse_seg_t *segs;      /* [num_segs of the SUM's table] */
+    int num_segs;
+    tide_sum_fused_t *host[2];       /* [parity] pinned: upload sources */
+    tide_sum_fused_t *last[2];       /* [parity]: what the device table holds */
+    tide_sum_fused_t *dev[2];        /* [parity] device tables */
+    bool valid[2], inflight[2];
+    cudaEvent_t done[2];             /* [parity] the upload's completion */
+} tide_cuda_fuse_t;
+
+/* Where a landing reads input k of segment s in direct mode (direct.c). */
+enum { TIDE_CUDA_LAND_READ = 0, TIDE_CUDA_LAND_ZERO = 1, TIDE_CUDA_LAND_ALIAS = 2 };
+typedef struct tide_cuda_land_src {
+    int32_t kind;   /* READ: its inbox; ZERO: +0.0f, not read; ALIAS: the source of `copy` */
+    int32_t copy;   /* ALIAS: op id of the elided inbox copy */
+    uint64_t delta; /* ALIAS: bytes from the copy's destination start */
+} tide_cuda_land_src_t;
+
 /* A program's device-side state: its schedule, events, and segment tables. */
 typedef struct {
     bool ready;
@@ -235,6 +260,16 @@ typedef struct {
     bool *desc_inflight[2];              /* [parity][N]: desc_done recorded after an upload */
     cudaEvent_t *desc_done[2];           /* [parity][N] */
     void *scratch;                       /* 2 * max_batch intervals (overlap check) */
+    /* Direct mode (direct.c): an RS program whose nodes each live on one device. */
+    bool direct;                         /* some TIDE_CUDA_DIRECT bit applies */
+    bool direct_sum;                     /* SUMs read the peers' gradients in place */
+    int direct_l;                        /* L: ranks per node */
+    uint8_t *elide;                      /* [num_ops]: copies not issued */
+    tide_cuda_land_src_t **land_src;     /* [num_ops]: LAND ops, num_segs x num_in sources */
+    void **land_dev[2];                  /* [parity][num_ops]: device in_table of a LAND op */
+    const float ***land_last[2];         /* [parity][num_ops]: what each device table holds */
+    tide_cuda_fuse_t **fuse;             /* [num_ops]: SUM ops stored as their landings */
+    uint8_t *fused_land;                 /* [num_ops]: LAND ops a fused sum does */
 } tide_cuda_prepared_t;
 
 /* Batched copies (batch.c).  prepare: find the runs of the schedule's command lists (a copy
@@ -248,6 +283,36 @@ tide_result_t tide_cuda_batch_prepare(tide_cuda_shared_t *sh, tide_cuda_prepared
 void tide_cuda_batch_free(tide_cuda_prepared_t *pp, int ranks);
 void tide_cuda_batch_fill(tide_cuda_prepared_t *pp, int rank);
 bool tide_cuda_batch_disjoint(tide_cuda_prepared_t *pp, const tide_cuda_batch_t *b);
+
+/* TIDE_CUDA_DIRECT bits (direct.c): sums read the peers' gradients in place (the staging
+ * pushes are elided); landings skip inputs no copy writes; inbox copies whose source stays
+ * valid are elided and the landings read that source. */
+enum { TIDE_CUDA_DIRECT_SUM = 1, TIDE_CUDA_DIRECT_ZERO = 2, TIDE_CUDA_DIRECT_ALIAS = 4,
+       TIDE_CUDA_DIRECT_FUSE = 8, TIDE_CUDA_DIRECT_ALL = 15,
+       /* The default: the shortcuts verified bit for bit on the GPU matrix (run
+        * bench/results/h200-2026-12-03); FUSE only when asked for (see direct.c). */
+       TIDE_CUDA_DIRECT_DEFAULT = 7 };
+
+
+
+/* Direct mode (direct.c).  world: whether every node's ranks share a device and
+ * TIDE_CUDA_DIRECT allows it; prepare: the elided copies and landing sources of an RS
+ * program (nothing for other programs or worlds); row: rank r's pointer row of L P
+ * gradients (the other local ranks in local-rank order, then its own); lands: the landing
+ * tables of this call's parity, uploaded when they change, bound into pp->bound. */
+bool tide_cuda_direct_world(const tide_cuda_shared_t *sh, int gpus_per_node);
+tide_result_t tide_cuda_direct_prepare(tide_cuda_shared_t *sh, tide_cuda_prepared_t *pp,
+                                       const tide_program_t *prog);
+void tide_cuda_direct_free(tide_cuda_prepared_t *pp);
+struct tide_cuda_family;
+void tide_cuda_direct_row(const struct tide_cuda_family *fam, int L, int r, const void **row);
+tide_result_t tide_cuda_direct_lands(tide_cuda_shared_t *sh, tide_cuda_prepared_t *pp,
+                                     int parity);
+/* Upload rank r's fused-sum tables of this parity on `stream` (the caller's, after the fence,
+ * before the call's start) when they changed; bind them into pp->bound.  *uploads counts. */
+tide_result_t tide_cuda_direct_fuse_upload(tide_cuda_shared_t *sh, tide_cuda_prepared_t *pp,
+                                           int parity, int r, cudaStream_t stream,
+                                           uint64_t *uploads);
 
 /* Counts of the last enqueued call (host enqueue figures). */
 typedef struct {
@@ -264,10 +329,12 @@ typedef struct {
                               * (TIDE_CUDA_BATCH_MAX_BYTES): copies that would have joined a
                               * batch without the threshold, counted in descriptors */
     uint64_t enqueue_ns;  /* host time of the last rank's execute (the whole enqueue) */
+    uint64_t elided;      /* copies direct mode did not issue (direct.c) */
+    uint64_t fused;       /* landings a fused sum stored (direct.c) */
 } tide_cuda_stats_t;
 
 /* The calls of one collective on one group: AG, or RS (both modes share the RS counters). */
-typedef struct {
+typedef struct tide_cuda_family {
     tide_collective_t coll;
     tide_cuda_prepared_t prep[TIDE_RS_MODE_COUNT]; /* AG uses prep[0] */
     cudaEvent_t fence[2];                          /* every rank finished call e: parity e % 2 */
@@ -284,6 +351,8 @@ typedef struct {
     int sum_ctas, landing_ctas;
     int num_params;
     const void **grads; /* [N * P]: the call's gradient pointers */
+    int own_row;        /* pointers per rank in the tables below: P, or L P in direct mode */
+    const void **own_row_tmp; /* [own_row]: direct mode's row under construction */
     /* RS: gradient pointer tables, double-buffered by call parity. */
     void **own_dev[2];        /* [parity][N] device tables of P pointers */
     const void **own_host[2]; /* [parity] pinned N * P */

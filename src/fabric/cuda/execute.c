@@ -132,6 +132,14 @@ static tide_result_t issue_op(issue_t *is, int id, int t) {
     const cudaStream_t s = is->sh->stream[t];
     cudaError_t e = cudaSuccess;
     const char *call = "";
+    if (is->pp->elide != NULL && is->pp->elide[id]) {
+        ++is->st.elided;
+        return TIDE_SUCCESS; /* direct mode: nothing reads what it would write (direct.c) */
+    }
+    if (is->pp->fused_land != NULL && is->pp->fused_land[id]) {
+        ++is->st.fused;
+        return TIDE_SUCCESS; /* direct mode: a fused sum stored this landing (direct.c) */
+    }
     switch (op->kind) {
     case TIDE_OP_COPY:
         if (op->bytes == 0) return TIDE_SUCCESS;
@@ -166,6 +174,9 @@ static tide_result_t issue_op(issue_t *is, int id, int t) {
         e = tide_cuda_land(&b->land, is->fam->landing_ctas, 0, s);
         break;
     case TIDE_OP_EVENT:
+        /* Direct mode: the node's sums read this rank's gradients until the node's call
+         * ends; read-done is recorded then (enqueue_commands). */
+        if (is->pp->direct_sum && op->event == TIDE_EVENT_READ_DONE) return TIDE_SUCCESS;
         return record_on(is, is->fam->user[rank * TIDE_EVENT_COUNT + op->event], s);
     default:
         return TIDE_SUCCESS; /* SIGNAL: its record follows as a command */
@@ -176,15 +187,19 @@ static tide_result_t issue_op(issue_t *is, int id, int t) {
 /* Refresh rank r's gradient pointer table of this parity (skipped when unchanged). */
 static tide_result_t issue_upload(issue_t *is, int t) {
     tide_cuda_family_t *fam = is->fam;
-    const int r = t / TIDE_CUDA_Q, p = is->parity, np = fam->num_params;
-    const size_t row = (size_t)np * sizeof(void *);
+    const int r = t / TIDE_CUDA_Q, p = is->parity, np = fam->num_params, nr = fam->own_row;
+    const size_t row = (size_t)nr * sizeof(void *);
     const void **want = &fam->grads[(size_t)r * (size_t)np];
-    const void **last = &fam->own_last[p][(size_t)r * (size_t)np];
+    if (is->pp->direct_sum) {
+        tide_cuda_direct_row(fam, is->pp->direct_l, r, fam->own_row_tmp);
+        want = fam->own_row_tmp;
+    }
+    const void **last = &fam->own_last[p][(size_t)r * (size_t)nr];
     if (fam->own_valid[p][r] && memcmp(last, want, row) == 0) return TIDE_SUCCESS;
     /* The pinned row may still feed the copy of call e - 2. */
     if (fam->own_inflight[p][r])
         TIDE_CUDA_CALL(cudaEventSynchronize(fam->own_done[p][r]), "cudaEventSynchronize(upload)");
-    const void **pinned = &fam->own_host[p][(size_t)r * (size_t)np];
+    const void **pinned = &fam->own_host[p][(size_t)r * (size_t)nr];
     memcpy(pinned, want, row);
     fam->own_valid[p][r] = false;
     ++is->st.descriptors;
@@ -290,6 +305,9 @@ static tide_result_t enqueue_commands(issue_t *is, int form, uint64_t epoch, int
         TIDE_CHECK(on_device_of(is, r));
         if (fence >= 0) TIDE_CHECK(wait_on(is, caller_of(is, r), fam->fence[fence % 2]));
         if (is->pp->batched) TIDE_CHECK(batch_upload(is, r));
+        if (is->pp->direct)
+            TIDE_CHECK(tide_cuda_direct_fuse_upload(sh, is->pp, is->parity, r, caller_of(is, r),
+                                                    &is->st.uploads));
         TIDE_CHECK(record_on(is, sh->start[r], caller_of(is, r)));
     }
     const bool batched = is->pp->batched;
@@ -300,6 +318,20 @@ static tide_result_t enqueue_commands(issue_t *is, int form, uint64_t epoch, int
     for (int r = 0; r < n; ++r) {
         TIDE_CHECK(on_device_of(is, r));
         TIDE_CHECK(record_on(is, sh->done[r], caller_of(is, r)));
+    }
+    if (is->pp->direct_sum) {
+        /* Read-done of every rank of a node once the node's call ended: its sums read the
+         * gradients of all of them in place (direct.c).  On the device's utility stream, so
+         * that no caller waits for another rank. */
+        const int L = is->pp->direct_l;
+        for (int n0 = 0; n0 < n; n0 += L) {
+            TIDE_CHECK(on_device_of(is, n0));
+            const cudaStream_t u = sh->util[is->cur_dev];
+            for (int j = n0; j < n0 + L; ++j)
+                TIDE_CHECK(wait_on(is, u, sh->done[j]));
+            for (int j = n0; j < n0 + L; ++j)
+                TIDE_CHECK(record_on(is, fam->user[j * TIDE_EVENT_COUNT + TIDE_EVENT_READ_DONE], u));
+        }
     }
     TIDE_CHECK(on_device_of(is, 0));
     for (int r = 0; r < n; ++r)
@@ -340,11 +372,13 @@ tide_result_t tide_cuda_enqueue(tide_cuda_group_t *g, tide_cuda_family_t *fam) {
     is.st = fam->stats;
     is.st.form = form;
     is.st.descriptors = is.st.waits = is.st.records = is.st.uploads = 0;
-    is.st.batches = is.st.batched = is.st.unbatched = 0;
+    is.st.batches = is.st.batched = is.st.unbatched = is.st.elided = is.st.fused = 0;
     /* The threshold's copies are plain OP commands of the lists; their count is the
      * program's (batch.c). */
     is.st.over_threshold = (uint64_t)is.pp->over_threshold[form];
-    tide_result_t res = enqueue_commands(&is, form, e, fence);
+    tide_result_t res = tide_cuda_direct_lands(g->shared, is.pp, is.parity);
+    if (res != TIDE_SUCCESS) return res;
+    res = enqueue_commands(&is, form, e, fence);
     if (res != TIDE_SUCCESS) return res;
     fam->last_epoch = (int64_t)e;
     fam->last_prep = pi;
@@ -373,6 +407,18 @@ static tide_result_t bind_rank(tide_cuda_family_t *fam, tide_cuda_prepared_t *pp
                 TIDE_CHECK(tide_bind_sum(b, prog, (tide_queue_t)q, i, &out->sum));
                 out->sum.segs = pp->table_dev[r][op->table];
                 out->sum.own = (const void *const *)fam->own_dev[parity][r];
+                if (pp->direct_sum && out->sum.num_staged > 0) {
+                    /* The other local ranks' gradients in place (direct.c). */
+                    if (out->sum.num_staged != pp->direct_l - 1)
+                        return TIDE_ERR(TIDE_ERR_INTERNAL,
+                                        "cuda fabric: rank %d: a sum of %d staged "
+                                        "contributions on a node of %d ranks",
+                                        r, out->sum.num_staged, pp->direct_l);
+                    const int np = fam->num_params;
+                    out->sum.peers = out->sum.own;
+                    out->sum.peer_stride = np;
+                    out->sum.own = out->sum.own + (size_t)(pp->direct_l - 1) * (size_t)np;
+                }
                 break;
             case TIDE_OP_LAND:
                 TIDE_CHECK(tide_bind_land(b, prog, (tide_queue_t)q, i, &out->land));

@@ -31,6 +31,7 @@ void tide_cuda_prepared_free(tide_cuda_prepared_t *pp, int ranks) {
     free(pp->table_dev);
     free(pp->checked);
     free(pp->bound);
+    tide_cuda_direct_free(pp);
     tide_cuda_batch_free(pp, ranks);
     tide_cuda_schedule_free(&pp->sched);
     memset(pp, 0, sizeof(*pp));
@@ -140,22 +141,30 @@ void tide_cuda_own_tables_free(tide_cuda_family_t *fam, int ranks) {
         fam->own_inflight[p] = NULL;
     }
     free(fam->grads);
+    free(fam->own_row_tmp);
     fam->grads = NULL;
+    fam->own_row_tmp = NULL;
     fam->num_params = 0;
+    fam->own_row = 0;
     (void)cudaGetLastError();
 }
 
-/* RS: the per-call gradient pointer tables, double-buffered by call parity. */
-static tide_result_t own_tables_build(tide_cuda_shared_t *sh, tide_cuda_family_t *fam, int params) {
+/* RS: the per-call gradient pointer tables, double-buffered by call parity: P pointers per
+ * rank, or in direct mode L P (the node's other ranks' gradients, then the rank's own). */
+static tide_result_t own_tables_build(tide_cuda_shared_t *sh, tide_cuda_family_t *fam, int params,
+                                      int row_ptrs) {
     const int n = sh->ranks;
-    const size_t row = (size_t)params * sizeof(void *);
+    const size_t row = (size_t)row_ptrs * sizeof(void *);
     fam->num_params = params;
+    fam->own_row = row_ptrs;
     fam->grads = calloc((size_t)n * (size_t)params, sizeof(*fam->grads));
-    if (fam->grads == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda fabric: gradient tables");
+    fam->own_row_tmp = calloc((size_t)row_ptrs, sizeof(*fam->own_row_tmp));
+    if (fam->grads == NULL || fam->own_row_tmp == NULL)
+        return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda fabric: gradient tables");
     for (int p = 0; p < 2; ++p) {
         fam->own_dev[p] = calloc((size_t)n, sizeof(*fam->own_dev[p]));
         fam->own_done[p] = calloc((size_t)n, sizeof(*fam->own_done[p]));
-        fam->own_last[p] = calloc((size_t)n * (size_t)params, sizeof(*fam->own_last[p]));
+        fam->own_last[p] = calloc((size_t)n * (size_t)row_ptrs, sizeof(*fam->own_last[p]));
         fam->own_valid[p] = calloc((size_t)n, sizeof(*fam->own_valid[p]));
         fam->own_inflight[p] = calloc((size_t)n, sizeof(*fam->own_inflight[p]));
         if (fam->own_dev[p] == NULL || fam->own_done[p] == NULL || fam->own_last[p] == NULL ||
@@ -174,8 +183,9 @@ static tide_result_t own_tables_build(tide_cuda_shared_t *sh, tide_cuda_family_t
     return TIDE_SUCCESS;
 }
 
-static tide_result_t own_tables_alloc(tide_cuda_shared_t *sh, tide_cuda_family_t *fam, int params) {
-    tide_result_t res = own_tables_build(sh, fam, params);
+static tide_result_t own_tables_alloc(tide_cuda_shared_t *sh, tide_cuda_family_t *fam, int params,
+                                      int row_ptrs) {
+    tide_result_t res = own_tables_build(sh, fam, params, row_ptrs);
     if (res != TIDE_SUCCESS) tide_cuda_own_tables_free(fam, sh->ranks);
     return res;
 }
@@ -202,9 +212,21 @@ tide_result_t tide_cuda_prepare(tide_cuda_group_t *g, tide_cuda_family_t *fam,
     TIDE_CHECK_GOTO(events_create(sh, pp), res, fail);
     for (int r = 0; r < n; ++r)
         TIDE_CHECK_GOTO(tables_upload(sh, pp, &prog->ranks[r], r), res, fail);
+    /* Before the batches: elided copies join no batch. */
+    TIDE_CHECK_GOTO(tide_cuda_direct_prepare(sh, pp, prog), res, fail);
     if (sh->batch) TIDE_CHECK_GOTO(tide_cuda_batch_prepare(sh, pp, prog), res, fail);
-    if (pp->sched.has_sum && fam->own_dev[0] == NULL)
-        TIDE_CHECK_GOTO(own_tables_alloc(sh, fam, prog->plan->geom.num_params), res, fail);
+    if (pp->sched.has_sum) {
+        const int np = prog->plan->geom.num_params;
+        const int row = pp->direct_sum ? pp->direct_l * np : np;
+        if (fam->own_dev[0] == NULL)
+            TIDE_CHECK_GOTO(own_tables_alloc(sh, fam, np, row), res, fail);
+        if (fam->own_row != row) {
+            res = TIDE_ERR(TIDE_ERR_INTERNAL,
+                           "cuda fabric: gradient tables of %d pointers, the program needs %d",
+                           fam->own_row, row);
+            goto fail;
+        }
+    }
     pp->ready = true;
     return TIDE_SUCCESS;
 fail:

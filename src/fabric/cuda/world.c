@@ -50,6 +50,19 @@ static bool batch_enabled(void) {
  * (every same-device copy may join a batch; TIDE_CUDA_BATCH=0 is the all-per-op mode).  Any
  * other value is refused rather than ignored: a typo would otherwise silently measure the
  * default. */
+/* TIDE_CUDA_DIRECT: the single-device shortcuts a world whose nodes each live on one device
+ * takes (direct.c): a mask of TIDE_CUDA_DIRECT_SUM (1), _ZERO (2), _ALIAS (4) and _FUSE (8);
+ * unset, empty or not a number in [0, 15]: 7 (all but FUSE).  0 runs every copy and reads
+ * every input. */
+static int direct_enabled(void) {
+    const char *env = getenv("TIDE_CUDA_DIRECT");
+    if (env == NULL || env[0] == '\0') return TIDE_CUDA_DIRECT_DEFAULT;
+    char *end;
+    const long v = strtol(env, &end, 10);
+    if (*end != '\0' || v < 0 || v > TIDE_CUDA_DIRECT_ALL) return TIDE_CUDA_DIRECT_DEFAULT;
+    return (int)v;
+}
+
 static tide_result_t batch_max_bytes(uint64_t *out) {
     const char *env = getenv("TIDE_CUDA_BATCH_MAX_BYTES");
     if (env == NULL || *env == '\0') {
@@ -210,6 +223,7 @@ static tide_result_t shared_create(int n, tide_cuda_shared_t **out) {
     }
     sh->ranks = n;
     sh->batch = batch_enabled();
+    sh->direct = direct_enabled();
     sh->batch_max_bytes = max_bytes;
     sh->num_devices = visible < n ? visible : n;
     sh->sm_count = calloc((size_t)sh->num_devices, sizeof(*sh->sm_count));
