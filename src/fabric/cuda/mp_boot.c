@@ -19,6 +19,9 @@
 #include <unistd.h>
 
 #define BOOT_MAGIC 0x7469646bu /* "tidk" */
+/* seq of the hello that opens a connection and of the goodbye that closes it. */
+#define SEQ_HELLO UINT32_MAX
+#define SEQ_BYE (UINT32_MAX - 1)
 
 typedef struct {
     uint32_t magic;
@@ -153,7 +156,7 @@ static tide_result_t connect_lower(tide_mp_boot_t *b, int peer, int64_t deadline
         if (fd < 0) return TIDE_ERR(TIDE_ERR_FABRIC, "cuda mp bootstrap: socket: %s", strerror(errno));
         if (connect(fd, (const struct sockaddr *)&a, len) == 0) {
             b->peer_fd[peer] = fd;
-            boot_hdr_t h = {BOOT_MAGIC, UINT32_MAX, (uint32_t)b->rank, 0, (uint32_t)b->ranks, 0};
+            boot_hdr_t h = {BOOT_MAGIC, SEQ_HELLO, (uint32_t)b->rank, 0, (uint32_t)b->ranks, 0};
             return send_msg(b, peer, &h, NULL, -1);
         }
         close(fd);
@@ -187,7 +190,7 @@ static tide_result_t accept_higher(tide_mp_boot_t *b, int64_t deadline) {
             close(fd);
             return res;
         }
-        if (h.magic != BOOT_MAGIC || h.seq != UINT32_MAX || (int)h.ranks != b->ranks ||
+        if (h.magic != BOOT_MAGIC || h.seq != SEQ_HELLO || (int)h.ranks != b->ranks ||
             (int)h.from <= b->rank || (int)h.from >= b->ranks || b->peer_fd[h.from] >= 0) {
             close(fd);
             return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
@@ -248,9 +251,14 @@ fail:
 
 void tide_mp_boot_close(tide_mp_boot_t *b) {
     if (b->listen_fd >= 0) close(b->listen_fd);
+    /* A goodbye first: peers that still wait then tell a rank that left from one that died. */
+    const boot_hdr_t bye = {BOOT_MAGIC, SEQ_BYE, (uint32_t)b->rank, 0, (uint32_t)b->ranks, 0};
     if (b->peer_fd != NULL)
         for (int r = 0; r < b->ranks; ++r)
-            if (b->peer_fd[r] >= 0) close(b->peer_fd[r]);
+            if (b->peer_fd[r] >= 0) {
+                (void)send(b->peer_fd[r], &bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT);
+                close(b->peer_fd[r]);
+            }
     free(b->peer_fd);
     memset(b, 0, sizeof(*b));
     b->listen_fd = -1;
@@ -281,6 +289,11 @@ tide_result_t tide_mp_boot_allgather(tide_mp_boot_t *b, const void *blob, size_t
         boot_hdr_t in;
         int got_fd = -1;
         res = recv_exact(b, p, &in, sizeof(in), &got_fd, deadline);
+        if (res == TIDE_SUCCESS && in.magic == BOOT_MAGIC && in.seq == SEQ_BYE)
+            res = TIDE_ERR(TIDE_ERR_TIMEOUT,
+                           "cuda mp bootstrap '%s': rank %d waited for rank %d, which closed "
+                           "its world",
+                           b->name, b->rank, p);
         if (res == TIDE_SUCCESS &&
             (in.magic != BOOT_MAGIC || in.seq != seq || (int)in.from != p || in.bytes != bytes))
             res = TIDE_ERR(TIDE_ERR_INTERNAL,
@@ -322,17 +335,24 @@ tide_result_t tide_mp_boot_barrier(tide_mp_boot_t *b, uint64_t tag, int64_t time
 }
 
 int tide_mp_boot_dead_peer(tide_mp_boot_t *b) {
+    int left = -1;
     for (int p = 0; p < b->ranks; ++p) {
         if (p == b->rank) continue;
         if (b->peer_fd[p] < 0) return p;
         struct pollfd q = {b->peer_fd[p], POLLIN, 0};
         if (poll(&q, 1, 0) <= 0) continue;
         if (q.revents & (POLLERR | POLLNVAL)) return p;
-        char c;
-        ssize_t k = recv(b->peer_fd[p], &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        boot_hdr_t h;
+        ssize_t k = recv(b->peer_fd[p], &h, sizeof(h), MSG_PEEK | MSG_DONTWAIT);
+        if (k == (ssize_t)sizeof(h) && h.magic == BOOT_MAGIC && h.seq == SEQ_BYE) {
+            /* It closed the world on purpose (after its own failure, say): a rank that died
+             * without a word is the better answer. */
+            if (left < 0) left = p;
+            continue;
+        }
         /* Data waiting is a live peer ahead of us; EOF or an error is a dead one. */
         if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
             return p;
     }
-    return -1;
+    return left;
 }

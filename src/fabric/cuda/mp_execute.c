@@ -433,11 +433,12 @@ tide_result_t tide_cuda_mp_fail_stop(tide_mp_arena_t *a, tide_mp_family_t *fam, 
                                      const char *waiting_for) {
     tide_mp_world_t *w = a->w;
     const int n = w->base.ranks, me = w->base.rank;
-    /* Who is behind: the done flags as they are now (the util stream depends on nothing). */
+    /* Who is behind (only needed when nobody died): the done flags as they are now, read on
+     * the util stream, which depends on nothing. */
     char behind[200];
     size_t used = 0;
     behind[0] = '\0';
-    uint64_t *vals = calloc((size_t)n, sizeof(*vals));
+    uint64_t *vals = dead >= 0 ? NULL : calloc((size_t)n, sizeof(*vals));
     if (vals != NULL) {
         for (int r = 0; r < n; ++r)
             cudaMemcpyAsync(&vals[r], (const void *)(uintptr_t)done_flag(a, r, fam), 8,
@@ -446,7 +447,7 @@ tide_result_t tide_cuda_mp_fail_stop(tide_mp_arena_t *a, tide_mp_family_t *fam, 
             uint64_t most = 0;
             for (int r = 0; r < n; ++r)
                 most = vals[r] > most ? vals[r] : most;
-            for (int r = 0; r < n && used + 16 < sizeof(behind); ++r)
+            for (int r = 0; r < n && used + 24 < sizeof(behind); ++r)
                 if (vals[r] < most)
                     used += (size_t)snprintf(behind + used, sizeof(behind) - used, "%s%d (%llu)",
                                              used ? ", " : "", r, (unsigned long long)vals[r]);
