@@ -33,6 +33,7 @@ step build-test 120 gcc -std=c11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -DTIDE_
     -I"$root/include" -I"$root/src" -I/usr/local/cuda/include "$root/tests/gpu/test_fabric_cuda_mp.c" \
     "$work/lib/libtide_static.a" -L/usr/local/cuda/lib64 -lcuda -lcudart -lpthread -lm -lrt -lstdc++ -o "$t"
 step mp-kill 90 "$t" --kill
+step mp-stop 90 "$t" --stop
 step mp-matrix $(( ${TIDE_MP_SECONDS:-60} + 90 )) "$t" --seconds "${TIDE_MP_SECONDS:-60}"
 step mp-enqueue 120 "$t" --enqueue
 step mp-legacy-ipc 90 env TIDE_CUDA_IPC=legacy "$t" --seconds 5

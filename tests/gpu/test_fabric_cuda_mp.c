@@ -3,7 +3,9 @@
  * against the CPU fabric, bit for bit, with 1..8 processes on one GPU.
  *
  *   test_fabric_cuda_mp [--seconds S]   configuration matrix (default budget 60 s)
- *   test_fabric_cuda_mp --kill          a rank killed mid-run: the others fail stop
+ *   test_fabric_cuda_mp --kill          a rank killed mid-run: the others fail stop at once
+ *   test_fabric_cuda_mp --stop          a rank hung mid-run: the others fail stop at the
+ *                                       deadline, naming it
  *   test_fabric_cuda_mp --enqueue       host enqueue time per rank per call, P = 30, M = 8
  *
  * The parent never touches CUDA: it draws every configuration's inputs, runs the CPU fabric
@@ -331,6 +333,7 @@ static int child_main(case_t *cases, int num, int m, int l, int r, const char *n
     for (int k = 0; k < num; ++k)
         if (!child_case(comm, &cases[k], r, s, cases[k].child_error + r * 256)) return 1;
     tide_comm_destroy(comm);
+    fflush(stdout); /* the child leaves by _exit */
     return 0;
 }
 
@@ -423,7 +426,8 @@ typedef struct {
     char msg[MAX_RANKS][320];
 } kill_report_t;
 
-static int kill_child(int m, int l, int r, const char *name, int victim, kill_report_t *rep) {
+static int kill_child(int m, int l, int r, const char *name, int victim, kill_report_t *rep,
+                      int sig) {
     if (cudaSetDevice(0) != cudaSuccess) return 2;
     tide_comm_t comm;
     if (tide_comm_init_rank(TIDE_FABRIC_CUDA, m, l, r, name, &comm) != TIDE_SUCCESS) return 3;
@@ -442,7 +446,7 @@ static int kill_child(int m, int l, int r, const char *name, int victim, kill_re
     for (int e = 0; e < 200 && res == TIDE_SUCCESS; ++e) {
         if (r == victim && e == 3) {
             rep->killed_at = now_s();
-            raise(SIGKILL);
+            raise(sig); /* SIGKILL: dies; SIGSTOP: hangs with its sockets open */
         }
         res = tide_all_gather(grp, shard, e % 2, NULL);
     }
@@ -457,8 +461,12 @@ static int kill_child(int m, int l, int r, const char *name, int victim, kill_re
     return 0;
 }
 
-static int kill_test(void) {
+/* sig SIGKILL: the victim dies, its sockets close, the survivors name it at once.  SIGSTOP:
+ * it hangs with its sockets open, the survivors hit TIDE_TIMEOUT_MS and name it from the
+ * done flags (the ranks behind). */
+static int kill_test(int sig) {
     const int m = 2, l = 2, n = 4, victim = 2;
+    const double lo = sig == SIGSTOP ? 3.0 : 0.0, hi = 3.0 + 1.0;
     setenv("TIDE_TIMEOUT_MS", "3000", 1);
     kill_report_t *rep = shared_alloc(sizeof(*rep));
     char name[64];
@@ -469,37 +477,38 @@ static int kill_test(void) {
         pids[r] = fork();
         if (pids[r] == 0) {
             alarm(60); /* a hang is a failure, not a stuck job */
-            _exit(kill_child(m, l, r, name, victim, rep));
+            _exit(kill_child(m, l, r, name, victim, rep, sig));
         }
     }
     bool ok = true;
     for (int r = 0; r < n; ++r) {
+        if (r == victim) continue;
         int st = 0;
         waitpid(pids[r], &st, 0);
-        if (r == victim) {
-            ok = ok && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
-            continue;
-        }
         const double after = rep->failed_at[r] - rep->killed_at;
         char want[32];
         snprintf(want, sizeof(want), "rank %d", victim);
         const bool good = WIFEXITED(st) && WEXITSTATUS(st) == 0 &&
                           rep->result[r] == TIDE_ERR_TIMEOUT && strstr(rep->msg[r], want) &&
-                          after >= 0 && after < 3.0 + 1.0;
+                          after >= lo && after < hi;
         printf("%s rank %d: %s %.3f s after the kill: %s\n", good ? "ok  " : "FAIL", r,
                tide_get_error_string((tide_result_t)rep->result[r]), after, rep->msg[r]);
         ok = ok && good;
     }
-    printf("%s: killed rank %d of %d; survivors fail stop within TIDE_TIMEOUT_MS = 3000 and exit "
+    if (sig == SIGSTOP) kill(pids[victim], SIGKILL);
+    int st = 0;
+    waitpid(pids[victim], &st, 0);
+    ok = ok && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
+    printf("%s: %s rank %d of %d; survivors fail stop within TIDE_TIMEOUT_MS = 3000 and exit "
            "(%.1f s in all)\n",
-           ok ? "PASS" : "FAIL", victim, n, now_s() - t0);
+           ok ? "PASS" : "FAIL", sig == SIGSTOP ? "stopped" : "killed", victim, n, now_s() - t0);
     return ok ? 0 : 1;
 }
 
 /* ------------------------------------------------------------------ enqueue time */
 
 typedef struct {
-    double ag_us[MAX_RANKS], rs_us[MAX_RANKS], ag_api_us[MAX_RANKS];
+    double ag_us[MAX_RANKS], rs_us[MAX_RANKS], ag_api_us[MAX_RANKS], rs_api_us[MAX_RANKS];
     uint64_t ag_cmds[MAX_RANKS], rs_cmds[MAX_RANKS];
     int status[MAX_RANKS];
 } enq_report_t;
@@ -539,7 +548,7 @@ static int enqueue_child(int m, int l, int r, const char *name, enq_report_t *re
     cudaStream_t s;
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     cudaDeviceSynchronize();
-    double ag[ITERS], rs[ITERS], api[ITERS];
+    double ag[ITERS], rs[ITERS], api[ITERS], rsapi[ITERS];
     for (int i = 0; i < ITERS; ++i) {
         tide_cuda_stats_t st;
         const double t0 = now_s();
@@ -548,9 +557,11 @@ static int enqueue_child(int m, int l, int r, const char *name, enq_report_t *re
         tide_cuda_mp_stats(grp->arena, TIDE_COLL_ALL_GATHER, &st);
         ag[i] = 1e-3 * (double)st.enqueue_ns;
         rep->ag_cmds[r] = st.descriptors + st.waits + st.records;
+        const double t1 = now_s();
         if (tide_reduce_scatter(grp, (const void *const *)grads, out, 1.0f, 0, TIDE_RS_IN_PLACE,
                                 s) != TIDE_SUCCESS)
             return 6;
+        rsapi[i] = 1e6 * (now_s() - t1);
         tide_cuda_mp_stats(grp->arena, TIDE_COLL_REDUCE_SCATTER, &st);
         rs[i] = 1e-3 * (double)st.enqueue_ns;
         rep->rs_cmds[r] = st.descriptors + st.waits + st.records;
@@ -560,6 +571,8 @@ static int enqueue_child(int m, int l, int r, const char *name, enq_report_t *re
     qsort(ag + 4, ITERS - 4, sizeof(double), by_double);
     qsort(rs + 4, ITERS - 4, sizeof(double), by_double);
     qsort(api + 4, ITERS - 4, sizeof(double), by_double);
+    qsort(rsapi + 4, ITERS - 4, sizeof(double), by_double);
+    rep->rs_api_us[r] = rsapi[4 + (ITERS - 4) / 2];
     rep->ag_us[r] = ag[4 + (ITERS - 4) / 2];
     rep->rs_us[r] = rs[4 + (ITERS - 4) / 2];
     rep->ag_api_us[r] = api[4 + (ITERS - 4) / 2];
@@ -587,18 +600,21 @@ static int enqueue_test(void) {
     }
     if (!ok) return 1;
     printf("enqueue per rank per call, P = 30, M = 8, L = 1 (8 processes, one GPU), median of 56 "
-           "steady calls:\n");
+           "steady calls; enqueue: host work of the call; API: the whole tide_* call, which also "
+           "waits for the rank's call e - 2:\n");
     for (int r = 0; r < n; ++r)
-        printf("  rank %d: AG %.1f us (API %.1f us, %llu stream ops), RS %.1f us (%llu stream ops)\n",
+        printf("  rank %d: AG enqueue %.1f us (API %.1f us, %llu stream ops), RS enqueue %.1f us "
+               "(API %.1f us, %llu stream ops)\n",
                r, rep->ag_us[r], rep->ag_api_us[r], (unsigned long long)rep->ag_cmds[r],
-               rep->rs_us[r], (unsigned long long)rep->rs_cmds[r]);
+               rep->rs_us[r], rep->rs_api_us[r], (unsigned long long)rep->rs_cmds[r]);
     return 0;
 }
 
 int main(int argc, char **argv) {
     double seconds = 60;
     for (int i = 1; i < argc; ++i) {
-        if (strcmp(argv[i], "--kill") == 0) return kill_test();
+        if (strcmp(argv[i], "--kill") == 0) return kill_test(SIGKILL);
+        if (strcmp(argv[i], "--stop") == 0) return kill_test(SIGSTOP);
         if (strcmp(argv[i], "--enqueue") == 0) return enqueue_test();
         if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) seconds = atof(argv[++i]);
     }

@@ -335,7 +335,6 @@ tide_result_t tide_mp_boot_barrier(tide_mp_boot_t *b, uint64_t tag, int64_t time
 }
 
 int tide_mp_boot_dead_peer(tide_mp_boot_t *b) {
-    int left = -1;
     for (int p = 0; p < b->ranks; ++p) {
         if (p == b->rank) continue;
         if (b->peer_fd[p] < 0) return p;
@@ -345,14 +344,13 @@ int tide_mp_boot_dead_peer(tide_mp_boot_t *b) {
         boot_hdr_t h;
         ssize_t k = recv(b->peer_fd[p], &h, sizeof(h), MSG_PEEK | MSG_DONTWAIT);
         if (k == (ssize_t)sizeof(h) && h.magic == BOOT_MAGIC && h.seq == SEQ_BYE) {
-            /* It closed the world on purpose (after its own failure, say): a rank that died
-             * without a word is the better answer. */
-            if (left < 0) left = p;
+            /* It closed its world on purpose (after its own fail-stop, say): not the rank that
+             * is missing.  A wait for it ends at the deadline instead. */
             continue;
         }
         /* Data waiting is a live peer ahead of us; EOF or an error is a dead one. */
         if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
             return p;
     }
-    return left;
+    return -1;
 }

@@ -53,8 +53,8 @@ tide_result_t tide_mp_boot_allgather(tide_mp_boot_t *b, const void *blob, size_t
  * TIDE_ERR_INVALID_ARGUMENT naming the first that differs). */
 tide_result_t tide_mp_boot_barrier(tide_mp_boot_t *b, uint64_t tag, int64_t timeout_ms);
 
-/* A peer whose connection reads EOF or failed (its process exited), else one that closed its
- * world (a goodbye is waiting), else -1.  Never blocks. */
+/* A peer whose connection reads EOF or failed without a goodbye (its process died), or -1.
+ * A peer that closed its world (goodbye waiting) is not reported.  Never blocks. */
 int tide_mp_boot_dead_peer(tide_mp_boot_t *b);
 
 #endif /* TIDE_FABRIC_CUDA_MP_BOOT_H_ */

@@ -522,6 +522,8 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
                  fam->coll == TIDE_COLL_ALL_GATHER ? "all-gather" : "reduce-scatter");
         TIDE_CHECK(host_wait(a, fam, fam->done_ev[par], what));
     }
+    /* The enqueue figure leaves the wait out: it is the host work of the call. */
+    const uint64_t t_enqueue = now_ns();
     issue_t is;
     memset(&is, 0, sizeof(is));
     is.a = a;
@@ -546,6 +548,7 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     fam->last_epoch = (int64_t)e;
     fam->last_prep = pi;
     ++is.st.calls;
+    is.st.enqueue_ns = now_ns() - t_enqueue;
     fam->stats = is.st;
     return TIDE_SUCCESS;
 }
@@ -581,7 +584,6 @@ tide_result_t tide_cuda_mp_execute(struct tide_fabric_arena *arena, const tide_p
     tide_mp_arena_t *a = (tide_mp_arena_t *)arena;
     tide_mp_world_t *w = a->w;
     const int r = w->base.rank;
-    const uint64_t t0 = now_ns();
     if (prog->num_ranks != w->base.ranks || binding->rank != r || binding->arena != arena ||
         (prog->coll != TIDE_COLL_ALL_GATHER && prog->coll != TIDE_COLL_REDUCE_SCATTER) ||
         (unsigned)prog->mode >= TIDE_RS_MODE_COUNT)
@@ -614,7 +616,6 @@ tide_result_t tide_cuda_mp_execute(struct tide_fabric_arena *arena, const tide_p
     if (prev != w->device) TIDE_CUDA_CALL(cudaSetDevice(w->device), "cudaSetDevice");
     tide_mp_family_t *fam = &a->fam[fi];
     tide_result_t res = record_call(a, fam, pi, prog, binding, caller);
-    if (res == TIDE_SUCCESS) fam->stats.enqueue_ns = now_ns() - t0;
     if (prev >= 0 && prev != w->device) (void)cudaSetDevice(prev);
     return res;
 }
