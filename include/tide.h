@@ -324,8 +324,10 @@ TIDE_API tide_result_t tide_comm_init_all(tide_fabric_kind_t fabric, int nodes, 
                                           tide_comm_t *comms_out);
 
 /*
- * One process per rank (CPU fabric): every rank calls this with the same `name` (a short
- * identifier, [A-Za-z0-9_-], shared by the ranks of one job) and its own rank.
+ * One process per rank (CPU and CUDA fabrics): every rank calls this with the same `name` (a
+ * short identifier, [A-Za-z0-9_-], shared by the ranks of one job) and its own rank.  CUDA:
+ * the rank runs on the calling thread's current device; all ranks must be on one host
+ * (docs/cuda-fabric.md, "One process per rank").
  */
 TIDE_API tide_result_t tide_comm_init_rank(tide_fabric_kind_t fabric, int nodes, int gpus_per_node,
                                            int rank, const char *name, tide_comm_t *comm_out);

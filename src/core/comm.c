@@ -24,7 +24,9 @@ static tide_result_t comm_new(const struct tide_fabric_ops *ops, const tide_topo
                               struct tide_fabric_world *world, struct tide_comm **comm_out) {
     struct tide_comm *c = calloc(1, sizeof(*c));
     if (c == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "communicator: out of host memory");
-    c->ops = ops;
+    /* A fabric may hand out worlds of another provider of its kind (the CUDA fabric's
+     * one-process-per-rank worlds): the world's ops serve the communicator. */
+    c->ops = world->ops != NULL ? world->ops : ops;
     c->world = world;
     c->topo = *topo;
     c->rank = world->rank;

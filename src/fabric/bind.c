@@ -8,6 +8,7 @@
  */
 #include "core/checks.h"
 #include "fabric/fabric.h"
+#include "program/machine.h"
 
 #include <inttypes.h>
 
@@ -205,9 +206,7 @@ tide_result_t tide_bind_op(const tide_binding_t *b, const tide_program_t *prog, 
         break;
     case TIDE_OP_WAIT: {
         int64_t t;
-        if (b->epoch > (uint64_t)INT64_MAX ||
-            __builtin_mul_overflow((int64_t)b->epoch, op->inc, &t) ||
-            __builtin_add_overflow(t, op->thr, &t))
+        if (!tide_machine_wait_target(b->epoch, op, &t))
             return TIDE_ERR(TIDE_ERR_OVERFLOW,
                             WHERE_FMT ": target epoch %" PRIu64 " x %" PRId64 " + %" PRId64
                                       " overflows",
@@ -239,7 +238,7 @@ tide_result_t tide_bind_op(const tide_binding_t *b, const tide_program_t *prog, 
         return TIDE_ERR(TIDE_ERR_INTERNAL, WHERE_FMT ": unknown op kind %d", WHERE_ARGS(&w),
                         op->kind);
     }
-    if ((op->kind == TIDE_OP_COPY || op->kind == TIDE_OP_COPY2D) && op->sig_rank >= 0)
+    if (op->kind != TIDE_OP_SIGNAL && tide_machine_signals(op))
         TIDE_CHECK(counter(b, &w, op->sig_rank, op->ctr, &r.signal));
     *out = r;
     return TIDE_SUCCESS;

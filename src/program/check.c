@@ -13,6 +13,7 @@
 #include "program/check_internal.h"
 
 #include "core/checks.h"
+#include "program/machine.h"
 #include "program/counters.h"
 
 #include <stdarg.h>
@@ -139,7 +140,7 @@ static const char *op_problem(const chk_ctx_t *c, int rank, const tide_op_t *op,
                            (unsigned long long)op->bytes);
         if (op->kind == TIDE_OP_CAST && op->bytes % 2 != 0)
             return problem(why, len, "cast of %llu bf16 bytes", (unsigned long long)op->bytes);
-        if ((op->kind == TIDE_OP_COPY || op->kind == TIDE_OP_COPY2D) && op->sig_rank >= 0 &&
+        if (tide_machine_signals(op) &&
             !counter_ok(c, op->sig_rank, op->ctr))
             return problem(why, len, "fused signal to rank %d counter %d", op->sig_rank, op->ctr);
         return NULL;
@@ -204,23 +205,10 @@ static void check_ir(chk_ctx_t *c) {
 
 /* ------------------------------------------------------------------ INC */
 
-static bool signals(const tide_op_t *op) {
-    return op->kind == TIDE_OP_SIGNAL ||
-           ((op->kind == TIDE_OP_COPY || op->kind == TIDE_OP_COPY2D) && op->sig_rank >= 0);
-}
-
 static tide_result_t check_inc(chk_ctx_t *c) {
-    const size_t slots = (size_t)c->n * TIDE_ARENA_SIGNAL_SLOTS;
-    int64_t *count = calloc(slots, sizeof(*count));
-    if (count == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "check: %zu signal counts", slots);
-    for (int r = 0; r < c->n; ++r)
-        for (int q = 0; q < TIDE_Q_COUNT; ++q) {
-            const tide_queue_ops_t *qo = &c->prog->ranks[r].queues[q];
-            for (int i = 0; i < qo->num_ops; ++i)
-                if (signals(&qo->ops[i]))
-                    ++count[(size_t)qo->ops[i].sig_rank * TIDE_ARENA_SIGNAL_SLOTS +
-                            (size_t)qo->ops[i].ctr];
-        }
+    /* Signal indices were validated by the IR pass. */
+    int64_t *count = NULL;
+    TIDE_CHECK(tide_machine_count_signals(c->prog, TIDE_ARENA_SIGNAL_SLOTS, &count));
     for (int r = 0; r < c->n && !c->found; ++r)
         for (int q = 0; q < TIDE_Q_COUNT && !c->found; ++q) {
             const tide_queue_ops_t *qo = &c->prog->ranks[r].queues[q];
@@ -228,7 +216,7 @@ static tide_result_t check_inc(chk_ctx_t *c) {
                 const tide_op_t *op = &qo->ops[i];
                 if (op->kind != TIDE_OP_WAIT) continue;
                 int64_t n = count[(size_t)r * TIDE_ARENA_SIGNAL_SLOTS + (size_t)op->ctr];
-                if (n >= 1 && op->inc == n && op->thr <= op->inc) continue;
+                if (tide_machine_inc_ok(op, n)) continue;
                 tide_check_site_t s;
                 chk_site(&s, r, q, i, op->kind, -1);
                 chk_fail(c, TIDE_CHECK_INC, &s, NULL,
@@ -260,19 +248,6 @@ static tide_result_t check_args(const tide_program_t *prog, const tide_check_opt
     return TIDE_SUCCESS;
 }
 
-/* Counters per rank the abstract machine tracks: one past the largest index used. */
-static int counters_used(const tide_program_t *prog) {
-    int max = 0;
-    for (int r = 0; r < prog->num_ranks; ++r)
-        for (int q = 0; q < TIDE_Q_COUNT; ++q)
-            for (int i = 0; i < prog->ranks[r].queues[q].num_ops; ++i) {
-                const tide_op_t *op = &prog->ranks[r].queues[q].ops[i];
-                if ((signals(op) || op->kind == TIDE_OP_WAIT) && op->ctr + 1 > max)
-                    max = op->ctr + 1;
-            }
-    return max;
-}
-
 tide_result_t tide_program_check_ex(const tide_program_t *prog, const tide_check_options_t *opts,
                                     tide_check_report_t *report_out) {
     TIDE_CHECK(check_args(prog, opts));
@@ -296,7 +271,7 @@ tide_result_t tide_program_check_ex(const tide_program_t *prog, const tide_check
     if (!c.found && !opts->skip_inc) TIDE_CHECK(check_inc(&c));
     if (c.found) goto done;
 
-    c.ctrs = counters_used(prog);
+    c.ctrs = tide_machine_counters_used(prog);
     TIDE_CHECK_GOTO(chk_objects_init(&c), res, fail_objects);
     TIDE_CHECK_GOTO(chk_run_alloc(&c), res, fail_run);
     for (int s = 0; s < opts->schedules && !c.found; ++s) {

@@ -74,29 +74,18 @@ typedef struct {
 
 tide_result_t chk_run_alloc(chk_ctx_t *c) {
     const size_t t = (size_t)c->threads, n = (size_t)c->n;
-    const size_t ctrs = n * (size_t)(c->ctrs > 0 ? c->ctrs : 1);
-    c->pc = calloc(t, sizeof(*c->pc));
-    c->epoch = calloc(n, sizeof(*c->epoch));
-    c->finished = calloc(n, 1);
-    c->ctr = calloc(ctrs, sizeof(*c->ctr));
+    TIDE_CHECK(tide_machine_init(&c->m, c->prog, c->ctrs, c->calls));
     c->vc = calloc(t * t, sizeof(*c->vc));
     c->events = calloc(n * (size_t)c->calls * TIDE_EVENT_COUNT, 1);
-    if (c->pc == NULL || c->epoch == NULL || c->finished == NULL || c->ctr == NULL ||
-        c->vc == NULL || c->events == NULL)
+    if (c->vc == NULL || c->events == NULL)
         return TIDE_ERR(TIDE_ERR_NO_MEMORY, "check: run state of %zu threads", t);
     return TIDE_SUCCESS;
 }
 
 void chk_run_free(chk_ctx_t *c) {
-    free(c->pc);
-    free(c->epoch);
-    free(c->finished);
-    free(c->ctr);
+    tide_machine_free(&c->m);
     free(c->vc);
     free(c->events);
-    c->pc = c->epoch = NULL;
-    c->finished = NULL;
-    c->ctr = NULL;
     c->vc = NULL;
     c->events = NULL;
 }
@@ -128,20 +117,13 @@ static const tide_op_t *op_at(const chk_ctx_t *c, int t, int pc) {
 }
 
 static const tide_op_t *head(const chk_ctx_t *c, int t) {
-    const tide_queue_ops_t *qo = &c->prog->ranks[t / TIDE_Q_COUNT].queues[t % TIDE_Q_COUNT];
-    return c->pc[t] < qo->num_ops ? &qo->ops[c->pc[t]] : NULL;
+    return tide_machine_head(&c->m, t);
 }
 
-static bool signals(const tide_op_t *op) {
-    return op->kind == TIDE_OP_SIGNAL ||
-           ((op->kind == TIDE_OP_COPY || op->kind == TIDE_OP_COPY2D) && op->sig_rank >= 0);
-}
-
+/* Targets of the machine's calls are representable (tide_machine_init checked them). */
 static int64_t wait_target(int call, const tide_op_t *op) {
-    int64_t t;
-    if (__builtin_mul_overflow((int64_t)call, op->inc, &t) ||
-        __builtin_add_overflow(t, op->thr, &t))
-        return INT64_MAX;
+    int64_t t = 0;
+    (void)tide_machine_wait_target((uint64_t)call, op, &t);
     return t;
 }
 
@@ -150,30 +132,6 @@ static size_t ctr_key(const chk_ctx_t *c, int rank, int ctr) {
 }
 
 /* ------------------------------------------------------------------ the trace (I4) */
-
-static bool enabled(const chk_ctx_t *c, int t) {
-    const tide_op_t *op = head(c, t);
-    if (op == NULL) return false;
-    if (op->kind != TIDE_OP_WAIT) return true;
-    const int rank = t / TIDE_Q_COUNT;
-    return c->ctr[ctr_key(c, rank, op->ctr)] >= wait_target(c->epoch[rank], op);
-}
-
-/* Rank r finished every queue of its call: start the next one. */
-static void next_calls(chk_ctx_t *c, int r) {
-    const int q0 = r * TIDE_Q_COUNT;
-    while (!c->finished[r]) {
-        for (int q = 0; q < TIDE_Q_COUNT; ++q)
-            if (head(c, q0 + q) != NULL) return;
-        if (c->epoch[r] + 1 >= c->calls) {
-            c->finished[r] = 1;
-            return;
-        }
-        ++c->epoch[r];
-        for (int q = 0; q < TIDE_Q_COUNT; ++q)
-            c->pc[q0 + q] = 0;
-    }
-}
 
 static tide_result_t record(chk_trace_t *tr, int t, int pc, int call) {
     if (tr->num == tr->cap) {
@@ -201,15 +159,16 @@ static void report_stuck(chk_ctx_t *c) {
         int k = snprintf(msg + used, sizeof(msg) - used,
                          "%srank %d queue %s op %d (wait) call %d: counter %d = %lld < %lld",
                          shown > 1 ? "; " : "", rank,
-                         tide_queue_name((tide_queue_t)(t % TIDE_Q_COUNT)), c->pc[t],
-                         c->epoch[rank], op->ctr, (long long)c->ctr[ctr_key(c, rank, op->ctr)],
-                         (long long)wait_target(c->epoch[rank], op));
+                         tide_queue_name((tide_queue_t)(t % TIDE_Q_COUNT)), c->m.pc[t],
+                         c->m.epoch[rank], op->ctr,
+                         (long long)*tide_machine_counter(&c->m, rank, op->ctr),
+                         (long long)tide_machine_head_target(&c->m, t));
         if (k < 0) break;
         used += (size_t)k < sizeof(msg) - used ? (size_t)k : sizeof(msg) - used - 1;
     }
     tide_check_site_t s;
     const int r = first / TIDE_Q_COUNT;
-    chk_site(&s, r, first % TIDE_Q_COUNT, c->pc[first], TIDE_OP_WAIT, c->epoch[r]);
+    chk_site(&s, r, first % TIDE_Q_COUNT, c->m.pc[first], TIDE_OP_WAIT, c->m.epoch[r]);
     chk_fail(c, TIDE_CHECK_I4, &s, NULL, "deadlock, %d queue(s) blocked: %s", shown, msg);
 }
 
@@ -224,11 +183,7 @@ static void pick_starved(const chk_ctx_t *c, int index, uint64_t *rng, uint8_t *
 /* One maximal run, choosing uniformly among the enabled ops of threads not starved (of the
  * starved ones when no other can run); records every op run. */
 static tide_result_t run_trace(chk_ctx_t *c, chk_trace_t *tr, int index, uint64_t seed) {
-    const size_t n = (size_t)c->n;
-    memset(c->pc, 0, (size_t)c->threads * sizeof(*c->pc));
-    memset(c->epoch, 0, n * sizeof(*c->epoch));
-    memset(c->finished, 0, n);
-    memset(c->ctr, 0, n * (size_t)(c->ctrs > 0 ? c->ctrs : 1) * sizeof(*c->ctr));
+    tide_machine_reset(&c->m);
     uint64_t rng = (seed + (uint64_t)index) * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
     if (rng == 0) rng = 1;
     int *cand = malloc((size_t)c->threads * sizeof(int));
@@ -239,30 +194,19 @@ static tide_result_t run_trace(chk_ctx_t *c, chk_trace_t *tr, int index, uint64_
         goto out;
     }
     pick_starved(c, index, &rng, starved);
-    for (int r = 0; r < c->n; ++r)
-        next_calls(c, r); /* ranks with empty programs */
     for (;;) {
         int num = 0;
         for (int t = 0; t < c->threads; ++t)
-            if (!starved[t] && enabled(c, t)) cand[num++] = t;
+            if (!starved[t] && tide_machine_enabled(&c->m, t)) cand[num++] = t;
         for (int t = 0; t < c->threads && num == 0; ++t)
-            if (starved[t] && enabled(c, t)) cand[num++] = t;
+            if (starved[t] && tide_machine_enabled(&c->m, t)) cand[num++] = t;
         if (num == 0) break;
         const int t = cand[rng_next(&rng) % (uint64_t)num], rank = t / TIDE_Q_COUNT;
-        const tide_op_t *op = head(c, t);
-        TIDE_CHECK_GOTO(record(tr, t, c->pc[t], c->epoch[rank]), res, out);
-        if (signals(op)) {
-            ++c->ctr[ctr_key(c, op->sig_rank, op->ctr)];
-            ++tr->num_sigs;
-        }
-        ++c->pc[t];
-        next_calls(c, rank);
+        TIDE_CHECK_GOTO(record(tr, t, c->m.pc[t], c->m.epoch[rank]), res, out);
+        if (tide_machine_signals(head(c, t))) ++tr->num_sigs;
+        tide_machine_fire(&c->m, t);
     }
-    for (int r = 0; r < c->n; ++r)
-        if (!c->finished[r]) {
-            report_stuck(c);
-            break;
-        }
+    if (!tide_machine_done(&c->m)) report_stuck(c);
 out:
     free(starved);
     free(cand);
@@ -290,7 +234,7 @@ static tide_result_t index_signals(chk_ctx_t *c, chk_trace_t *tr) {
         return TIDE_ERR(TIDE_ERR_NO_MEMORY, "check: clocks of %zu signals", tr->num_sigs);
     for (size_t i = 0; i < tr->num; ++i) {
         const tide_op_t *op = op_at(c, tr->inst[i].thread, tr->inst[i].pc);
-        if (signals(op)) ++tr->key_start[ctr_key(c, op->sig_rank, op->ctr) + 1];
+        if (tide_machine_signals(op)) ++tr->key_start[ctr_key(c, op->sig_rank, op->ctr) + 1];
     }
     for (size_t k = 0; k < keys; ++k)
         tr->key_start[k + 1] += tr->key_start[k];
@@ -299,7 +243,7 @@ static tide_result_t index_signals(chk_ctx_t *c, chk_trace_t *tr) {
     uint32_t sig = 0;
     for (size_t i = 0; i < tr->num; ++i) {
         const tide_op_t *op = op_at(c, tr->inst[i].thread, tr->inst[i].pc);
-        if (!signals(op)) continue;
+        if (!tide_machine_signals(op)) continue;
         const size_t k = ctr_key(c, op->sig_rank, op->ctr);
         tr->key_sigs[tr->key_start[k] + fill[k]++] = sig;
         /* Before the first pass a signal is known to follow only its own thread's past. */
@@ -445,9 +389,9 @@ static tide_result_t replay(chk_ctx_t *c, chk_trace_t *tr, bool checks, bool *ch
                 if (c->trace && !c->found) TIDE_CHECK(chk_data_op(c, op, &s));
             }
         }
-        if (signals(op) && c->per_trace)
+        if (tide_machine_signals(op) && c->per_trace)
             join(tr->key_vc + ctr_key(c, op->sig_rank, op->ctr) * T, vc, (int)T);
-        if (signals(op)) {
+        if (tide_machine_signals(op)) {
             uint32_t *dst = tr->sig_vc + (size_t)sig * T;
             if (memcmp(dst, vc, T * sizeof(uint32_t)) != 0) {
                 memcpy(dst, vc, T * sizeof(uint32_t));

@@ -16,6 +16,7 @@
 
 #include "plan/plan.h"
 #include "program/check.h"
+#include "program/machine.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -75,10 +76,7 @@ typedef struct {
     chk_object_t *objs;
 
     /* run state */
-    int *pc;    /* threads */
-    int *epoch; /* ranks */
-    uint8_t *finished;
-    int64_t *ctr;    /* ranks x ctrs */
+    tide_machine_t m; /* pc, call, counters (machine.h) */
     uint32_t *vc;    /* threads x threads */
     uint8_t *events; /* ranks x calls x TIDE_EVENT_COUNT: recorded */
     uint64_t ops_run;

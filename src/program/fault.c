@@ -9,6 +9,7 @@
 #include "program/fault.h"
 
 #include "core/checks.h"
+#include "program/machine.h"
 #include "program/counters.h"
 
 #include <stdio.h>
@@ -40,8 +41,7 @@ static bool in_family(int ctr, int base, int size) {
 }
 
 static bool signals(const tide_op_t *op) {
-    return op->kind == TIDE_OP_SIGNAL ||
-           ((op->kind == TIDE_OP_COPY || op->kind == TIDE_OP_COPY2D) && op->sig_rank >= 0);
+    return tide_machine_signals(op);
 }
 
 static bool is_wait(const tide_op_t *op, int base, int size) {

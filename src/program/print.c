@@ -10,6 +10,7 @@
 #include "program/program.h"
 
 #include "core/checks.h"
+#include "program/machine.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -144,7 +145,7 @@ static void print_op(FILE *f, const tide_rank_program_t *rp, int q, int i, const
     default:
         break;
     }
-    if ((op->kind == TIDE_OP_COPY || op->kind == TIDE_OP_COPY2D) && op->sig_rank >= 0)
+    if (op->kind != TIDE_OP_SIGNAL && tide_machine_signals(op))
         fprintf(f, " +signal %s@r%d", ctr, (int)op->sig_rank);
     if (op->bank_dep) fprintf(f, " bank");
     fputc('\n', f);

@@ -31,5 +31,10 @@ if [ -f "$root/tests/gpu/test_fabric_cuda.c" ]; then
         -I/usr/local/cuda/include "$root/tests/gpu/test_fabric_cuda.c" "${libs[@]}" \
         -L/usr/local/cuda/lib64 -lstdc++ -o "$out/test_fabric_cuda"
 fi
+if [ -f "$root/tests/gpu/test_fabric_cuda_mp.c" ]; then
+    build test_fabric_cuda_mp gcc -std=c11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -DTIDE_HAVE_CUDA=1 \
+        "${inc[@]}" -I/usr/local/cuda/include "$root/tests/gpu/test_fabric_cuda_mp.c" "${libs[@]}" \
+        -L/usr/local/cuda/lib64 -lstdc++ -o "$out/test_fabric_cuda_mp"
+fi
 echo "built in $out: ${built[*]:-none}${failed[*]:+; FAILED: ${failed[*]}}"
 [ ${#failed[@]} -eq 0 ]

@@ -21,6 +21,7 @@
 
 #include "core/checks.h"
 #include "plan/plan.h"
+#include "program/machine.h"
 #include "program/counters.h"
 #include "program/program.h"
 
@@ -309,7 +310,7 @@ static int exec_op(sim_t *s, int rank, int call, const tide_op_t *op) {
     case TIDE_OP_COPY:
     case TIDE_OP_COPY2D:
         if (exec_copy(s, rank, call, op)) return -1;
-        if (op->sig_rank >= 0) s->ctr[(uint64_t)op->sig_rank * s->num_ctrs + op->ctr] += 1;
+        if (tide_machine_signals(op)) s->ctr[(uint64_t)op->sig_rank * s->num_ctrs + op->ctr] += 1;
         return 0;
     case TIDE_OP_SIGNAL:
         s->ctr[(uint64_t)op->sig_rank * s->num_ctrs + op->ctr] += 1;
@@ -350,10 +351,14 @@ static const tide_op_t *head(const sim_t *s, int rank, int q, int *call_out) {
     return &qo->ops[pc % qo->num_ops];
 }
 
+/* The machine's wait rule (program/machine.h).  The simulator's order is deliberately weaker
+ * than the machine's: a queue may start its next call before its rank's other queues finished
+ * theirs, so it explores a superset of the fabrics' interleavings. */
 static bool runnable(const sim_t *s, int rank, const tide_op_t *op, int call) {
     if (op->kind != TIDE_OP_WAIT) return true;
-    int64_t v = s->ctr[(uint64_t)rank * s->num_ctrs + op->ctr];
-    return v >= (int64_t)call * op->inc + op->thr;
+    int64_t target = 0;
+    assert_true(tide_machine_wait_target((uint64_t)call, op, &target));
+    return tide_machine_wait_passes(s->ctr[(uint64_t)rank * s->num_ctrs + op->ctr], target);
 }
 
 /*
@@ -507,10 +512,7 @@ static int64_t *count_signals(const tide_program_t *prog, uint64_t num_ctrs) {
             const tide_queue_ops_t *qo = &prog->ranks[r].queues[q];
             for (int i = 0; i < qo->num_ops; ++i) {
                 const tide_op_t *op = &qo->ops[i];
-                bool sig =
-                    op->kind == TIDE_OP_SIGNAL ||
-                    ((op->kind == TIDE_OP_COPY || op->kind == TIDE_OP_COPY2D) && op->sig_rank >= 0);
-                if (!sig) continue;
+                if (!tide_machine_signals(op)) continue;
                 assert_true(op->sig_rank >= 0 && op->sig_rank < prog->num_ranks);
                 assert_true(op->ctr >= TIDE_CTR_RS_BASE && (uint64_t)op->ctr < num_ctrs);
                 count[(uint64_t)op->sig_rank * num_ctrs + op->ctr] += 1;

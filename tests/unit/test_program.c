@@ -12,6 +12,7 @@
 
 #include "core/checks.h"
 #include "plan/plan.h"
+#include "program/machine.h"
 #include "program/counters.h"
 #include "program/program.h"
 
@@ -156,8 +157,7 @@ static void execute(sim_t *s, int rank, int call, int q, const tide_op_t *op) {
     default:
         fail_msg("unexpected op kind %d in an AG program", op->kind);
     }
-    bool fused = (op->kind == TIDE_OP_COPY || op->kind == TIDE_OP_COPY2D) && op->sig_rank >= 0;
-    if (op->kind == TIDE_OP_SIGNAL || fused) sim_signal(s, op->sig_rank, op->ctr);
+    if (tide_machine_signals(op)) sim_signal(s, op->sig_rank, op->ctr);
 }
 
 static uint64_t rng_next(uint64_t *x) {
@@ -208,9 +208,13 @@ static void simulate(const tide_program_t *prog, uint64_t seed, bool priorities)
             if (qo->num_ops == 0 || call[i] == CALLS) continue;
             ++pending;
             const tide_op_t *op = &qo->ops[pc[i]];
+            /* The machine's wait rule; the order is deliberately weaker than the machine's (a
+             * queue may start its next call before its rank's other queues finished theirs). */
             if (op->kind == TIDE_OP_WAIT) {
                 int64_t v = s.ctr[(uint64_t)(i / TIDE_Q_COUNT) * s.num_ctrs + (uint64_t)op->ctr];
-                if (v < call[i] * op->inc + op->thr) continue;
+                int64_t target = 0;
+                assert_true(tide_machine_wait_target((uint64_t)call[i], op, &target));
+                if (!tide_machine_wait_passes(v, target)) continue;
             }
             runnable[count++] = i;
         }
@@ -261,8 +265,7 @@ static void simulate(const tide_program_t *prog, uint64_t seed, bool priorities)
 /* ------------------------------------------------------------------ static properties */
 
 static bool has_signal(const tide_op_t *op) {
-    return op->kind == TIDE_OP_SIGNAL ||
-           ((op->kind == TIDE_OP_COPY || op->kind == TIDE_OP_COPY2D) && op->sig_rank >= 0);
+    return tide_machine_signals(op);
 }
 
 /* Brute force: signals per (rank, counter) per call, compared with every wait's inc. */

@@ -23,7 +23,7 @@
  * in enqueue order.
  */
 #include "core/checks.h"
-#include "fabric/cuda/cuda.h"
+#include "fabric/cuda/schedule.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -14,7 +14,8 @@
  * execute (execute.c).  Every dependency then points backwards in enqueue order, which is why
  * no aliasing of streams onto hardware queues can deadlock.
  *
- * The schedule part (tide_cuda_schedule_t and its builder) is plain C without CUDA types.
+ * The schedule part (tide_cuda_schedule_t and its builder) is plain C without CUDA types: it
+ * lives in schedule.h and the CPU build compiles and tests it.
  */
 #ifndef TIDE_FABRIC_CUDA_CUDA_H_
 #define TIDE_FABRIC_CUDA_CUDA_H_
@@ -25,6 +26,7 @@
 #endif
 
 #include "fabric/cuda/batch_copy.h"
+#include "fabric/cuda/schedule.h"
 #include "fabric/fabric.h"
 #include "kernels/launch.h"
 
@@ -33,7 +35,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define TIDE_CUDA_Q TIDE_Q_COUNT
 /* Streams per device unless TIDE_CUDA_STREAMS says otherwise: (rank, queue) pairs beyond it
  * share streams round-robin (correct, see the deadlock argument; only less concurrent). */
 #define TIDE_CUDA_STREAMS_DEFAULT 64
@@ -47,90 +48,6 @@
  * 64 MiB is the power of two below it.  A 1 MiB threshold measured worse on both counts: it
  * gave back most of batching's host saving, and GPU time as well. */
 #define TIDE_CUDA_BATCH_MAX_BYTES_DEFAULT ((uint64_t)64 << 20)
-
-/* ------------------------------------------------------------------ schedules (host only) */
-
-typedef enum {
-    TIDE_CUDA_CMD_FORK = 0,        /* the thread's stream waits on its rank's call-start event */
-    TIDE_CUDA_CMD_OP = 1,          /* run op `arg` (global id) on the thread's stream */
-    TIDE_CUDA_CMD_RECORD = 2,      /* record signal event `arg` of this call's parity */
-    TIDE_CUDA_CMD_WAIT = 3,        /* wait on signal event `arg` of this call */
-    TIDE_CUDA_CMD_WAIT_PREV = 4,   /* wait on signal event `arg` of the previous call */
-    TIDE_CUDA_CMD_UPLOAD = 5,      /* upload the rank's gradient pointer table */
-    TIDE_CUDA_CMD_UPLOAD_WAIT = 6, /* wait for the rank's upload (made on another stream) */
-    TIDE_CUDA_CMD_JOIN = 7,        /* the caller's stream waits for the thread's end */
-    TIDE_CUDA_CMD_BATCH = 8,       /* run batch `arg` (batch.c) as one copy kernel */
-    TIDE_CUDA_CMD_KIND_COUNT = 9
-} tide_cuda_cmd_kind_t;
-
-typedef struct {
-    uint8_t kind;   /* tide_cuda_cmd_kind_t */
-    int32_t thread; /* rank * TIDE_CUDA_Q + queue */
-    int32_t arg;    /* OP: op id; RECORD / WAIT / WAIT_PREV: event slot; else unused */
-} tide_cuda_cmd_t;
-
-/* A call is FRESH when nothing of its program is in flight (epoch 0, or the previous call of
- * its counters ran another program, e.g. the other RS mode) and STEADY otherwise. */
-typedef enum { TIDE_CUDA_FRESH = 0, TIDE_CUDA_STEADY = 1, TIDE_CUDA_FORMS = 2 } tide_cuda_form_t;
-
-typedef struct {
-    int num_ranks;
-    int num_threads;  /* num_ranks * TIDE_CUDA_Q */
-    int num_ops;      /* all ranks and queues; op ids are [0, num_ops) */
-    int *op_base;     /* [num_threads + 1]: first op id of each thread */
-    int num_slots;    /* signal events per call parity */
-    int *slot_thread; /* [num_slots]: the thread that records the slot (its rank's device) */
-    int num_counters; /* counter indices per rank used by the program */
-    int32_t *incs;    /* [num_ranks * num_counters]: signals per call on each counter */
-    tide_cuda_cmd_t *cmds[TIDE_CUDA_FORMS];
-    int num_cmds[TIDE_CUDA_FORMS];
-    bool has_sum;        /* some op is a SUM: gradient pointer tables are uploaded per call */
-    uint64_t *rank_hash; /* [num_ranks]: tide_cuda_rank_hash of the program it was built from */
-} tide_cuda_schedule_t;
-
-/* Hash of what a schedule depends on in rank r's part of a program: queue lengths, op kinds,
- * counters, thresholds, tables.  Every rank's group compiles its own copy of the program; a
- * rank whose copy hashes differently cannot run the shared schedule. */
-uint64_t tide_cuda_rank_hash(const tide_program_t *prog, int rank);
-
-/* Build the schedule of `prog` (all ranks): abstract execution, dependency sets, commands.
- * TIDE_ERR_INTERNAL names the op when the program deadlocks or a count is ambiguous. */
-tide_result_t tide_cuda_schedule_build(const tide_program_t *prog, tide_cuda_schedule_t *out);
-void tide_cuda_schedule_free(tide_cuda_schedule_t *s);
-
-/* Whether the counters of two schedules get the same signals per call, so that the calls of
- * one may follow the calls of the other (the RS modes share the RS counters). */
-bool tide_cuda_schedule_incs_match(const tide_cuda_schedule_t *a, const tide_cuda_schedule_t *b);
-
-/* The abstract execution (schedule.c) for the command builder (commands.c). */
-typedef struct {
-    int32_t op;   /* op id of the signalling op */
-    int32_t call; /* 0 or 1 */
-} tide_cuda_sig_t;
-
-typedef struct {
-    const tide_program_t *prog;
-    tide_cuda_schedule_t *s;
-    int32_t *op_thread;               /* [num_ops] */
-    int32_t *order[TIDE_CUDA_FORMS];  /* op ids of call 0 (FRESH) and call 1 (STEADY), in order */
-    int32_t *target[TIDE_CUDA_FORMS]; /* WAIT op id -> signals it needs (0: none) */
-    int32_t *log_base;                /* [counters + 1] into log */
-    tide_cuda_sig_t *log;             /* signals of both calls, per counter, in abstract order */
-} tide_cuda_run_t;
-
-tide_result_t tide_cuda_commands_build(tide_cuda_run_t *run);
-
-static inline const tide_op_t *tide_cuda_op(const tide_program_t *prog,
-                                            const tide_cuda_schedule_t *s, int id, int thread) {
-    return &prog->ranks[thread / TIDE_CUDA_Q]
-                .queues[thread % TIDE_CUDA_Q]
-                .ops[id - s->op_base[thread]];
-}
-
-static inline bool tide_cuda_op_signals(const tide_op_t *op) {
-    return op->kind == TIDE_OP_SIGNAL ||
-           ((op->kind == TIDE_OP_COPY || op->kind == TIDE_OP_COPY2D) && op->sig_rank >= 0);
-}
 
 /* ------------------------------------------------------------------ worlds */
 

@@ -2,10 +2,10 @@
  * schedule.c - resolve a program's counters on the host: the abstract execution of two
  * consecutive calls of all ranks.
  *
- * Counters start at 0.  Sweeps over the (rank, queue) threads run every op whose WAIT is
- * satisfied, in program order per thread, and give a rank its call 1 only after all of its
- * queues finished call 0 (the fabric enforces the same per-rank order, see execute.c).  The
- * run records
+ * The abstract machine (program/machine.h) runs two calls from counters at 0: sweeps over
+ * the (rank, queue) threads fire every enabled op, in program order per thread, and the
+ * machine gives a rank its call 1 only after all of its queues finished call 0 (the fabrics
+ * enforce the same per-rank order, see execute.c).  The run records
  *   - the order in which ops ran, per call: call 0 is the FRESH order (nothing of the program
  *     in flight), call 1 the STEADY order (the previous call's ops enqueued before);
  *   - per counter, the signal instances (op, call) in the order they were applied;
@@ -19,7 +19,8 @@
  * event waits.
  */
 #include "core/checks.h"
-#include "fabric/cuda/cuda.h"
+#include "fabric/cuda/schedule.h"
+#include "fabric/fabric.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -63,21 +64,26 @@ static tide_result_t layout(const tide_program_t *prog, tide_cuda_schedule_t *s)
     return TIDE_SUCCESS;
 }
 
-/* Signals per call on every counter, and the log's layout (two calls per counter). */
+/* Signals per call on every counter (the machine's count), and the log's layout (two calls
+ * per counter). */
 static tide_result_t count_signals(tide_cuda_run_t *run) {
     tide_cuda_schedule_t *s = run->s;
     const size_t ctrs = (size_t)s->num_ranks * (size_t)s->num_counters;
+    int64_t *count = NULL;
+    TIDE_CHECK(tide_machine_count_signals(run->prog, s->num_counters, &count));
     s->incs = calloc(ctrs > 0 ? ctrs : 1, sizeof(*s->incs));
     run->log_base = calloc(ctrs + 1, sizeof(*run->log_base));
-    if (s->incs == NULL || run->log_base == NULL)
+    if (s->incs == NULL || run->log_base == NULL) {
+        free(count);
         return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda schedule: %zu counters", ctrs);
+    }
+    /* A counter receives at most num_ops <= INT32_MAX / 2 signals per call (layout). */
+    for (size_t c = 0; c < ctrs; ++c)
+        s->incs[c] = (int32_t)count[c];
+    free(count);
     for (int t = 0; t < s->num_threads; ++t)
-        for (int id = s->op_base[t]; id < s->op_base[t + 1]; ++id) {
+        for (int id = s->op_base[t]; id < s->op_base[t + 1]; ++id)
             run->op_thread[id] = t;
-            const tide_op_t *op = tide_cuda_op(run->prog, s, id, t);
-            if (tide_cuda_op_signals(op))
-                ++s->incs[(size_t)op->sig_rank * (size_t)s->num_counters + (size_t)op->ctr];
-        }
     for (size_t c = 0; c < ctrs; ++c)
         run->log_base[c + 1] = run->log_base[c] + 2 * s->incs[c];
     run->log = calloc((size_t)run->log_base[ctrs] + 1, sizeof(*run->log));
@@ -86,99 +92,55 @@ static tide_result_t count_signals(tide_cuda_run_t *run) {
 }
 
 /* The wait nobody can satisfy, for the deadlock message. */
-static tide_result_t deadlock(const tide_cuda_run_t *run, const int *pc, const int *call,
-                              const int32_t *cnt) {
-    const tide_cuda_schedule_t *s = run->s;
-    for (int t = 0; t < s->num_threads; ++t) {
+static tide_result_t deadlock(const tide_machine_t *m) {
+    for (int t = 0; t < m->threads; ++t) {
+        const tide_op_t *op = tide_machine_head(m, t);
+        if (op == NULL) continue;
         const int r = t / TIDE_CUDA_Q;
-        if (call[r] >= 2 || s->op_base[t] + pc[t] >= s->op_base[t + 1]) continue;
-        const tide_op_t *op = tide_cuda_op(run->prog, s, s->op_base[t] + pc[t], t);
         return TIDE_ERR(TIDE_ERR_INTERNAL,
                         "cuda schedule: the program deadlocks: rank %d queue %s op %d (wait) of "
-                        "call %d never passes: counter %d = %d, target %d x %" PRId64 " + %" PRId64,
-                        r, tide_queue_name((tide_queue_t)(t % TIDE_CUDA_Q)), pc[t], call[r],
-                        op->ctr, cnt[(size_t)r * (size_t)s->num_counters + (size_t)op->ctr],
-                        call[r], op->inc, op->thr);
+                        "call %d never passes: counter %d = %" PRId64 ", target %d x %" PRId64
+                        " + %" PRId64,
+                        r, tide_queue_name((tide_queue_t)(t % TIDE_CUDA_Q)), m->pc[t],
+                        m->epoch[r], op->ctr, *tide_machine_counter(m, r, op->ctr), m->epoch[r],
+                        op->inc, op->thr);
     }
     return TIDE_ERR(TIDE_ERR_INTERNAL, "cuda schedule: the abstract execution stalled");
 }
 
-/* Run op pc[t] of thread t if it can; returns whether it ran. */
-static tide_result_t step(tide_cuda_run_t *run, int t, int *pc, const int *call, int32_t *cnt,
-                          int *norder, bool *ran) {
+/* Record what thread t's head does before the machine fires it. */
+static void note(tide_cuda_run_t *run, const tide_machine_t *m, int t, int *norder) {
     const tide_cuda_schedule_t *s = run->s;
-    const int r = t / TIDE_CUDA_Q, e = call[r], id = s->op_base[t] + pc[t];
-    const tide_op_t *op = tide_cuda_op(run->prog, s, id, t);
-    *ran = false;
+    const int e = m->epoch[t / TIDE_CUDA_Q], id = s->op_base[t] + m->pc[t];
+    const tide_op_t *op = tide_machine_head(m, t);
     if (op->kind == TIDE_OP_WAIT) {
-        int64_t target;
-        if (__builtin_mul_overflow((int64_t)e, op->inc, &target) ||
-            __builtin_add_overflow(target, op->thr, &target) || target > INT32_MAX)
-            return TIDE_ERR(TIDE_ERR_OVERFLOW,
-                            "cuda schedule: rank %d queue %s op %d: target "
-                            "overflows",
-                            r, tide_queue_name((tide_queue_t)(t % TIDE_CUDA_Q)), pc[t]);
-        const size_t c = (size_t)r * (size_t)s->num_counters + (size_t)op->ctr;
-        if (target > 0 && cnt[c] < target) return TIDE_SUCCESS;
+        /* Enabled, so the target is at most the counter: below INT32_MAX. */
+        const int64_t target = tide_machine_head_target(m, t);
         run->target[e][id] = target > 0 ? (int32_t)target : 0;
     }
-    if (tide_cuda_op_signals(op)) {
+    if (tide_machine_signals(op)) {
         const size_t c = (size_t)op->sig_rank * (size_t)s->num_counters + (size_t)op->ctr;
-        run->log[run->log_base[c] + cnt[c]] = (tide_cuda_sig_t){id, e};
-        ++cnt[c];
+        const int64_t k = *tide_machine_counter(m, op->sig_rank, op->ctr);
+        run->log[run->log_base[c] + k] = (tide_cuda_sig_t){id, e};
     }
     run->order[e][norder[e]++] = id;
-    ++pc[t];
-    *ran = true;
-    return TIDE_SUCCESS;
 }
 
 static tide_result_t execute_two_calls(tide_cuda_run_t *run) {
-    const tide_cuda_schedule_t *s = run->s;
-    const int n = s->num_ranks;
-    const size_t ctrs = (size_t)n * (size_t)s->num_counters;
-    tide_result_t res = TIDE_SUCCESS;
-    int *pc = calloc((size_t)s->num_threads, sizeof(*pc));
-    int *call = calloc((size_t)n, sizeof(*call));
-    int *left = calloc((size_t)n, sizeof(*left));
-    int32_t *cnt = calloc(ctrs > 0 ? ctrs : 1, sizeof(*cnt));
+    tide_machine_t m;
+    TIDE_CHECK(tide_machine_init(&m, run->prog, run->s->num_counters, TIDE_CUDA_FORMS));
     int norder[TIDE_CUDA_FORMS] = {0, 0};
-    if (pc == NULL || call == NULL || left == NULL || cnt == NULL) {
-        res = TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda schedule: run state");
-        goto done;
-    }
-    for (int r = 0; r < n; ++r) {
-        left[r] = s->op_base[(r + 1) * TIDE_CUDA_Q] - s->op_base[r * TIDE_CUDA_Q];
-        if (left[r] == 0) call[r] = 2;
-    }
     for (bool progress = true; progress;) {
         progress = false;
-        for (int t = 0; t < s->num_threads; ++t) {
-            const int r = t / TIDE_CUDA_Q;
-            while (call[r] < 2 && s->op_base[t] + pc[t] < s->op_base[t + 1]) {
-                bool ran;
-                TIDE_CHECK_GOTO(step(run, t, pc, call, cnt, norder, &ran), res, done);
-                if (!ran) break;
+        for (int t = 0; t < m.threads; ++t)
+            while (tide_machine_enabled(&m, t)) {
+                note(run, &m, t, norder);
+                tide_machine_fire(&m, t);
                 progress = true;
-                if (--left[r] > 0) continue;
-                /* The rank finished a call: its queues start the next one together. */
-                if (++call[r] < 2) {
-                    left[r] = s->op_base[(r + 1) * TIDE_CUDA_Q] - s->op_base[r * TIDE_CUDA_Q];
-                    memset(&pc[r * TIDE_CUDA_Q], 0, TIDE_CUDA_Q * sizeof(*pc));
-                }
             }
-        }
     }
-    for (int r = 0; r < n; ++r)
-        if (call[r] < 2) {
-            res = deadlock(run, pc, call, cnt);
-            goto done;
-        }
-done:
-    free(cnt);
-    free(left);
-    free(call);
-    free(pc);
+    const tide_result_t res = tide_machine_done(&m) ? TIDE_SUCCESS : deadlock(&m);
+    tide_machine_free(&m);
     return res;
 }
 

@@ -5,7 +5,7 @@
  * r mod D, D = min(visible devices, N), so a 2 x 4 topology runs on one GPU as 8 virtual
  * ranks.  With several devices, peer access is enabled between every pair (the landing kernel
  * reads other devices' inboxes through peer pointers).  One process per rank
- * (tide_comm_init_rank) would need CUDA IPC and is not offered: TIDE_ERR_UNSUPPORTED.
+ * (tide_comm_init_rank) is the mp fabric (mp.h, mp_world.c): its worlds carry their own ops.
  *
  * Streams are created once per world: one non-blocking stream per (rank, queue) up to
  * TIDE_CUDA_STREAMS per device (default 64), beyond which pairs share streams round-robin;
@@ -14,6 +14,7 @@
  */
 #include "core/checks.h"
 #include "fabric/cuda/cuda.h"
+#include "fabric/cuda/mp.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -282,14 +283,11 @@ static tide_result_t cuda_world_create_all(int nodes, int gpus_per_node,
     return TIDE_SUCCESS;
 }
 
+/* One process per rank: the world carries the mp fabric's ops (mp.h), which core uses for
+ * everything after this call. */
 static tide_result_t cuda_world_create_rank(int nodes, int gpus_per_node, int rank,
                                             const char *name, struct tide_fabric_world **out) {
-    (void)nodes, (void)gpus_per_node, (void)name, (void)out;
-    return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
-                    "cuda fabric: rank %d: one process per rank needs CUDA IPC, which this "
-                    "fabric does not offer yet; drive all ranks from one process "
-                    "(tide_comm_init_all)",
-                    rank);
+    return tide_cuda_mp_world_create(nodes, gpus_per_node, rank, name, out);
 }
 
 static tide_result_t cuda_world_destroy(struct tide_fabric_world *world) {

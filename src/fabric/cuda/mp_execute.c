@@ -1,0 +1,641 @@
+/*
+ * mp_execute.c - a call on the one-process-per-rank CUDA fabric (mp.h): prepare the program
+ * once, bind this rank's ops, and replay this rank's commands with flags in device memory.
+ *
+ * The ops themselves are issued as in execute.c (one cudaMemcpyAsync / cudaMemcpy2DAsync /
+ * cudaMemsetAsync / kernel launch per op); only signals, waits, fences and the host-side
+ * watchdog differ.
+ */
+#include "core/checks.h"
+#include "fabric/cuda/mp.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define TABLE_ALIGN 256u
+/* cuStreamBatchMemOp takes at most this many operations per call (a safe bound). */
+#define MEMOP_BATCH 128
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static tide_result_t cu_failed(CUresult e, const char *what) {
+    const char *name = NULL;
+    cuGetErrorName(e, &name);
+    return TIDE_ERR(TIDE_ERR_FABRIC, "cuda mp fabric: %s: %s", what, name ? name : "?");
+}
+
+static int prep_flags_index(const tide_mp_family_t *fam, int pi) {
+    return fam->coll == TIDE_COLL_ALL_GATHER ? 0 : 1 + pi;
+}
+
+static CUdeviceptr slot_flag(const tide_mp_arena_t *a, int rank, int fidx, int slot) {
+    return (CUdeviceptr)(uintptr_t)(a->flags[rank] + TIDE_MP_DONE_BYTES +
+                                    ((size_t)fidx * TIDE_MP_FLAG_SLOTS + (size_t)slot) * 8u);
+}
+
+static CUdeviceptr done_flag(const tide_mp_arena_t *a, int rank, const tide_mp_family_t *fam) {
+    return (CUdeviceptr)(uintptr_t)(a->flags[rank] +
+                                    (fam->coll == TIDE_COLL_ALL_GATHER ? 0u : 8u));
+}
+
+/* ------------------------------------------------------------------ prepare */
+
+static void prepared_free(tide_mp_prepared_t *pp) {
+    if (pp->table_mem != NULL) cudaFree(pp->table_mem);
+    (void)cudaGetLastError();
+    free(pp->table_dev);
+    free(pp->bound);
+    for (int f = 0; f < TIDE_CUDA_FORMS; ++f)
+        free(pp->cmds[f]);
+    tide_cuda_schedule_free(&pp->sched);
+    memset(pp, 0, sizeof(*pp));
+}
+
+void tide_cuda_mp_family_free(tide_mp_family_t *fam) {
+    for (int m = 0; m < TIDE_RS_MODE_COUNT; ++m)
+        prepared_free(&fam->prep[m]);
+    for (int p = 0; p < 2; ++p) {
+        if (fam->done_ev[p] != NULL) cudaEventDestroy(fam->done_ev[p]);
+        if (fam->own_dev[p] != NULL) cudaFree(fam->own_dev[p]);
+        if (fam->own_host[p] != NULL) cudaFreeHost((void *)fam->own_host[p]);
+        if (fam->own_done[p] != NULL) cudaEventDestroy(fam->own_done[p]);
+        free(fam->own_last[p]);
+        fam->done_ev[p] = NULL;
+        fam->own_dev[p] = NULL;
+        fam->own_host[p] = NULL;
+        fam->own_done[p] = NULL;
+        fam->own_last[p] = NULL;
+    }
+    for (int k = 0; k < TIDE_EVENT_COUNT; ++k) {
+        if (fam->user[k] != NULL) cudaEventDestroy(fam->user[k]);
+        fam->user[k] = NULL;
+    }
+    free(fam->grads);
+    fam->grads = NULL;
+    (void)cudaGetLastError();
+}
+
+static size_t table_bytes(const tide_table_t *t) {
+    if (t->num_segs <= 0) return 0;
+    return (size_t)t->num_segs *
+           (t->kind == TIDE_OP_SUM ? sizeof(tide_sum_seg_t) : sizeof(tide_land_seg_t));
+}
+
+/* This rank's segment tables in one device allocation. */
+static tide_result_t tables_upload(tide_mp_world_t *w, tide_mp_prepared_t *pp,
+                                   const tide_rank_program_t *rp) {
+    const int nt = rp->num_tables;
+    pp->table_dev = calloc((size_t)nt + 1, sizeof(*pp->table_dev));
+    size_t *off = calloc((size_t)nt + 1, sizeof(*off));
+    uint8_t *host = NULL;
+    tide_result_t res = TIDE_SUCCESS;
+    if (pp->table_dev == NULL || off == NULL) {
+        res = TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: %d tables", nt);
+        goto done;
+    }
+    size_t total = 0;
+    for (int i = 0; i < nt; ++i) {
+        const tide_table_t *t = &rp->tables[i];
+        if ((t->kind != TIDE_OP_SUM && t->kind != TIDE_OP_LAND) ||
+            (t->num_segs > 0 && (t->kind == TIDE_OP_SUM ? (const void *)t->sum_segs
+                                                        : (const void *)t->land_segs) == NULL)) {
+            res = TIDE_ERR(TIDE_ERR_INTERNAL, "cuda mp fabric: table %d is malformed", i);
+            goto done;
+        }
+        off[i] = total;
+        total = (total + table_bytes(t) + TABLE_ALIGN - 1) / TABLE_ALIGN * TABLE_ALIGN;
+    }
+    if (total == 0) goto done;
+    host = malloc(total);
+    if (host == NULL) {
+        res = TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: %zu bytes of tables", total);
+        goto done;
+    }
+    for (int i = 0; i < nt; ++i)
+        if (table_bytes(&rp->tables[i]) > 0)
+            memcpy(host + off[i],
+                   rp->tables[i].kind == TIDE_OP_SUM ? (const void *)rp->tables[i].sum_segs
+                                                     : (const void *)rp->tables[i].land_segs,
+                   table_bytes(&rp->tables[i]));
+    TIDE_CUDA_CALL_GOTO(cudaMalloc(&pp->table_mem, total), "cudaMalloc(segment tables)", res, done);
+    TIDE_CUDA_CALL_GOTO(cudaMemcpyAsync(pp->table_mem, host, total, cudaMemcpyHostToDevice, w->util),
+                        "cudaMemcpyAsync(segment tables)", res, done);
+    TIDE_CUDA_CALL_GOTO(cudaStreamSynchronize(w->util), "cudaStreamSynchronize(tables)", res, done);
+    for (int i = 0; i < nt; ++i)
+        if (table_bytes(&rp->tables[i]) > 0)
+            pp->table_dev[i] = (const uint8_t *)pp->table_mem + off[i];
+done:
+    free(host);
+    free(off);
+    return res;
+}
+
+static tide_result_t own_tables(tide_mp_family_t *fam, int params) {
+    const size_t row = (size_t)(params > 0 ? params : 1) * sizeof(void *);
+    fam->num_params = params;
+    fam->grads = calloc((size_t)(params > 0 ? params : 1), sizeof(*fam->grads));
+    if (fam->grads == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: gradients");
+    for (int p = 0; p < 2; ++p) {
+        fam->own_last[p] = calloc(1, row);
+        if (fam->own_last[p] == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric");
+        void *pinned = NULL;
+        TIDE_CUDA_CALL(cudaMallocHost(&pinned, row), "cudaMallocHost(gradient table)");
+        fam->own_host[p] = pinned;
+        TIDE_CUDA_CALL(cudaMalloc(&fam->own_dev[p], row), "cudaMalloc(gradient table)");
+        TIDE_CUDA_CALL(cudaEventCreateWithFlags(&fam->own_done[p], cudaEventDisableTiming),
+                       "cudaEventCreateWithFlags(upload)");
+    }
+    return TIDE_SUCCESS;
+}
+
+static tide_result_t prepare(tide_mp_arena_t *a, tide_mp_family_t *fam, tide_mp_prepared_t *pp,
+                             const tide_program_t *prog) {
+    const int me = a->w->base.rank;
+    TIDE_CHECK(tide_cuda_schedule_build(prog, &pp->sched));
+    tide_result_t res = TIDE_SUCCESS;
+    if (pp->sched.num_slots > TIDE_MP_FLAG_SLOTS) {
+        res = TIDE_ERR(TIDE_ERR_UNSUPPORTED,
+                       "cuda mp fabric: the program has %d signal slots, the flag area %d",
+                       pp->sched.num_slots, TIDE_MP_FLAG_SLOTS);
+        goto fail;
+    }
+    for (int f = 0; f < TIDE_CUDA_FORMS; ++f) {
+        pp->cmds[f] = malloc(((size_t)pp->sched.num_cmds[f] + 1) * sizeof(*pp->cmds[f]));
+        if (pp->cmds[f] == NULL) {
+            res = TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: commands");
+            goto fail;
+        }
+        for (int i = 0; i < pp->sched.num_cmds[f]; ++i)
+            if (pp->sched.cmds[f][i].thread / TIDE_CUDA_Q == me)
+                pp->cmds[f][pp->num_cmds[f]++] = pp->sched.cmds[f][i];
+    }
+    pp->bound = calloc((size_t)pp->sched.num_ops + 1, sizeof(*pp->bound));
+    if (pp->bound == NULL) {
+        res = TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: %d ops", pp->sched.num_ops);
+        goto fail;
+    }
+    TIDE_CHECK_GOTO(tables_upload(a->w, pp, &prog->ranks[me]), res, fail);
+    if (pp->sched.has_sum && fam->own_dev[0] == NULL)
+        TIDE_CHECK_GOTO(own_tables(fam, prog->plan->geom.num_params), res, fail);
+    pp->ready = true;
+    return TIDE_SUCCESS;
+fail:
+    prepared_free(pp);
+    return res;
+}
+
+static tide_result_t bind_rank(tide_mp_family_t *fam, tide_mp_prepared_t *pp,
+                               const tide_program_t *prog, const tide_binding_t *b) {
+    const int r = b->rank, parity = (int)(b->epoch % 2);
+    for (int q = 0; q < TIDE_CUDA_Q; ++q) {
+        const tide_queue_ops_t *qo = &prog->ranks[r].queues[q];
+        const int base = pp->sched.op_base[r * TIDE_CUDA_Q + q];
+        for (int i = 0; i < qo->num_ops; ++i) {
+            tide_cuda_bound_t *out = &pp->bound[base + i];
+            const tide_op_t *op = &qo->ops[i];
+            switch (op->kind) {
+            case TIDE_OP_WAIT:
+            case TIDE_OP_SIGNAL:
+                break; /* flags of the schedule */
+            case TIDE_OP_SUM:
+                TIDE_CHECK(tide_bind_sum(b, prog, (tide_queue_t)q, i, &out->sum));
+                out->sum.segs = pp->table_dev[op->table];
+                out->sum.own = (const void *const *)fam->own_dev[parity];
+                break;
+            case TIDE_OP_LAND:
+                TIDE_CHECK(tide_bind_land(b, prog, (tide_queue_t)q, i, &out->land));
+                out->land.segs = pp->table_dev[op->table];
+                break;
+            default:
+                TIDE_CHECK(tide_bind_op(b, prog, (tide_queue_t)q, i, &out->op));
+                break;
+            }
+        }
+    }
+    return TIDE_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ issuing */
+
+typedef struct {
+    tide_mp_arena_t *a;
+    tide_mp_family_t *fam;
+    tide_mp_prepared_t *pp;
+    int fidx;
+    uint64_t epoch;
+    cudaStream_t caller;
+    tide_cuda_stats_t st;
+} issue_t;
+
+static tide_result_t op_failed(cudaError_t err, int t, const tide_op_t *op, const char *call) {
+    char what[160];
+    snprintf(what, sizeof(what), "rank %d queue %s op (%s): %s", t / TIDE_CUDA_Q,
+             tide_queue_name((tide_queue_t)(t % TIDE_CUDA_Q)), tide_op_kind_name(op->kind), call);
+    return tide_cuda_error(err, __FILE__, __LINE__, what);
+}
+
+static tide_result_t issue_op(issue_t *is, int id, int t) {
+    const tide_mp_world_t *w = is->a->w;
+    const int rank = t / TIDE_CUDA_Q, index = id - is->pp->sched.op_base[t];
+    const tide_op_t *op = &is->pp->checked->ranks[rank].queues[t % TIDE_CUDA_Q].ops[index];
+    const tide_cuda_bound_t *b = &is->pp->bound[id];
+    const cudaStream_t s = w->stream[t % TIDE_CUDA_Q];
+    cudaError_t e = cudaSuccess;
+    const char *call = "";
+    switch (op->kind) {
+    case TIDE_OP_COPY:
+        if (op->bytes == 0) return TIDE_SUCCESS;
+        ++is->st.descriptors;
+        call = "cudaMemcpyAsync";
+        e = cudaMemcpyAsync(b->op.dst, b->op.src, (size_t)op->bytes, cudaMemcpyDefault, s);
+        break;
+    case TIDE_OP_COPY2D:
+        if (op->bytes == 0 || op->rows == 0) return TIDE_SUCCESS;
+        if (op->src_pitch <= w->max_pitch && op->dst_pitch <= w->max_pitch) {
+            ++is->st.descriptors;
+            call = "cudaMemcpy2DAsync";
+            e = cudaMemcpy2DAsync(b->op.dst, (size_t)op->dst_pitch, b->op.src,
+                                  (size_t)op->src_pitch, (size_t)op->bytes, (size_t)op->rows,
+                                  cudaMemcpyDefault, s);
+            break;
+        }
+        call = "cudaMemcpyAsync (2D row)";
+        for (uint64_t r = 0; r < op->rows && e == cudaSuccess; ++r) {
+            ++is->st.descriptors;
+            e = cudaMemcpyAsync((uint8_t *)b->op.dst + r * op->dst_pitch,
+                                (const uint8_t *)b->op.src + r * op->src_pitch, (size_t)op->bytes,
+                                cudaMemcpyDefault, s);
+        }
+        break;
+    case TIDE_OP_ZERO:
+        if (op->bytes == 0) return TIDE_SUCCESS;
+        ++is->st.descriptors;
+        call = "cudaMemsetAsync";
+        e = cudaMemsetAsync(b->op.dst, 0, (size_t)op->bytes, s);
+        break;
+    case TIDE_OP_CAST: {
+        if (op->bytes == 0) return TIDE_SUCCESS;
+        ++is->st.descriptors;
+        const uint64_t n = op->bytes / 2, per_cta = (uint64_t)TIDE_CAST_THREADS * 8u;
+        uint64_t ctas = (n + per_cta - 1) / per_cta;
+        if (ctas < 1) ctas = 1;
+        if (ctas > (uint64_t)w->sm_count) ctas = (uint64_t)w->sm_count;
+        call = "tide_cuda_cast_bf16";
+        e = tide_cuda_cast_bf16(b->op.src, b->op.dst, n, (int)ctas, 0, s);
+        break;
+    }
+    case TIDE_OP_SUM:
+        ++is->st.descriptors;
+        call = "tide_cuda_sum";
+        e = tide_cuda_sum(&b->sum, is->fam->sum_ctas, 0, s);
+        break;
+    case TIDE_OP_LAND:
+        ++is->st.descriptors;
+        call = "tide_cuda_land";
+        e = tide_cuda_land(&b->land, is->fam->landing_ctas, 0, s);
+        break;
+    case TIDE_OP_EVENT:
+        ++is->st.records;
+        call = "cudaEventRecord";
+        e = cudaEventRecord(is->fam->user[op->event], s);
+        break;
+    default:
+        return TIDE_SUCCESS; /* SIGNAL: its RECORD follows */
+    }
+    return e == cudaSuccess ? TIDE_SUCCESS : op_failed(e, t, op, call);
+}
+
+static tide_result_t issue_upload(issue_t *is, int t) {
+    tide_mp_family_t *fam = is->fam;
+    const int p = (int)(is->epoch % 2);
+    const size_t row = (size_t)fam->num_params * sizeof(void *);
+    if (fam->own_valid[p] && memcmp(fam->own_last[p], fam->grads, row) == 0) return TIDE_SUCCESS;
+    if (fam->own_inflight[p])
+        TIDE_CUDA_CALL(cudaEventSynchronize(fam->own_done[p]), "cudaEventSynchronize(upload)");
+    memcpy((void *)fam->own_host[p], fam->grads, row);
+    fam->own_valid[p] = false;
+    ++is->st.descriptors;
+    ++is->st.uploads;
+    const cudaStream_t s = is->a->w->stream[t % TIDE_CUDA_Q];
+    TIDE_CUDA_CALL(cudaMemcpyAsync(fam->own_dev[p], fam->own_host[p], row, cudaMemcpyHostToDevice,
+                                   s),
+                   "cudaMemcpyAsync(gradient pointers)");
+    ++is->st.records;
+    TIDE_CUDA_CALL(cudaEventRecord(fam->own_done[p], s), "cudaEventRecord(upload)");
+    fam->own_inflight[p] = true;
+    memcpy(fam->own_last[p], fam->grads, row);
+    fam->own_valid[p] = true;
+    return TIDE_SUCCESS;
+}
+
+static tide_result_t wait_value(issue_t *is, cudaStream_t s, CUdeviceptr flag, uint64_t value) {
+    ++is->st.waits;
+    const CUresult e = cuStreamWaitValue64((CUstream)s, flag, value, CU_STREAM_WAIT_VALUE_GEQ);
+    return e == CUDA_SUCCESS ? TIDE_SUCCESS : cu_failed(e, "cuStreamWaitValue64");
+}
+
+static tide_result_t write_value(issue_t *is, cudaStream_t s, CUdeviceptr flag, uint64_t value) {
+    ++is->st.records;
+    const CUresult e = cuStreamWriteValue64((CUstream)s, flag, value, 0);
+    return e == CUDA_SUCCESS ? TIDE_SUCCESS : cu_failed(e, "cuStreamWriteValue64");
+}
+
+static tide_result_t issue_cmd(issue_t *is, const tide_cuda_cmd_t *c) {
+    tide_mp_world_t *w = is->a->w;
+    const int t = c->thread, q = t % TIDE_CUDA_Q, me = w->base.rank;
+    const cudaStream_t s = w->stream[q];
+    switch (c->kind) {
+    case TIDE_CUDA_CMD_FORK:
+        ++is->st.waits;
+        TIDE_CUDA_CALL(cudaStreamWaitEvent(s, w->start, 0), "cudaStreamWaitEvent(start)");
+        return TIDE_SUCCESS;
+    case TIDE_CUDA_CMD_OP:
+        return issue_op(is, c->arg, t);
+    case TIDE_CUDA_CMD_RECORD:
+        return write_value(is, s, slot_flag(is->a, me, is->fidx, c->arg), is->epoch + 1);
+    case TIDE_CUDA_CMD_WAIT:
+    case TIDE_CUDA_CMD_WAIT_PREV: {
+        const int owner = is->pp->sched.slot_thread[c->arg] / TIDE_CUDA_Q;
+        return wait_value(is, s, slot_flag(is->a, owner, is->fidx, c->arg),
+                          c->kind == TIDE_CUDA_CMD_WAIT ? is->epoch + 1 : is->epoch);
+    }
+    case TIDE_CUDA_CMD_UPLOAD:
+        return issue_upload(is, t);
+    case TIDE_CUDA_CMD_UPLOAD_WAIT:
+        ++is->st.waits;
+        TIDE_CUDA_CALL(cudaStreamWaitEvent(s, is->fam->own_done[is->epoch % 2], 0),
+                       "cudaStreamWaitEvent(upload)");
+        return TIDE_SUCCESS;
+    case TIDE_CUDA_CMD_JOIN:
+        ++is->st.records;
+        ++is->st.waits;
+        TIDE_CUDA_CALL(cudaEventRecord(w->end[q], s), "cudaEventRecord(end)");
+        TIDE_CUDA_CALL(cudaStreamWaitEvent(is->caller, w->end[q], 0), "cudaStreamWaitEvent(end)");
+        return TIDE_SUCCESS;
+    default:
+        return TIDE_ERR(TIDE_ERR_INTERNAL, "cuda mp fabric: command kind %d", c->kind);
+    }
+}
+
+/* The caller's stream waits until every rank's done flag reached `value`. */
+static tide_result_t fence_wait(issue_t *is, uint64_t value) {
+    const int n = is->a->w->base.ranks;
+    CUstreamBatchMemOpParams ops[MEMOP_BATCH];
+    for (int r0 = 0; r0 < n; r0 += MEMOP_BATCH) {
+        const int k = n - r0 < MEMOP_BATCH ? n - r0 : MEMOP_BATCH;
+        memset(ops, 0, (size_t)k * sizeof(ops[0]));
+        for (int i = 0; i < k; ++i) {
+            ops[i].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+            ops[i].waitValue.address = done_flag(is->a, r0 + i, is->fam);
+            ops[i].waitValue.value64 = value;
+            ops[i].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+        }
+        is->st.waits += (uint64_t)k;
+        const CUresult e = cuStreamBatchMemOp((CUstream)is->caller, (unsigned)k, ops, 0);
+        if (e != CUDA_SUCCESS) return cu_failed(e, "cuStreamBatchMemOp(fence)");
+    }
+    return TIDE_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ the watchdog */
+
+static tide_result_t broken_error(const tide_mp_family_t *fam, int rank) {
+    return TIDE_ERR(fam->broken == TIDE_ERR_TIMEOUT ? TIDE_ERR_TIMEOUT : TIDE_ERR_FABRIC,
+                    "cuda mp fabric: rank %d: the group's %s calls are unusable since a call "
+                    "failed: %s",
+                    rank, fam->coll == TIDE_COLL_ALL_GATHER ? "all-gather" : "reduce-scatter",
+                    fam->broken_msg);
+}
+
+static bool streams_idle(const tide_mp_world_t *w, cudaStream_t caller) {
+    for (int q = 0; q < TIDE_CUDA_Q; ++q)
+        if (cudaStreamQuery(w->stream[q]) != cudaSuccess) return false;
+    (void)caller;
+    return true;
+}
+
+static void poison_flags(tide_mp_arena_t *a) {
+    const int n = a->w->base.ranks;
+    /* The high half of every 8-byte flag: 0x40000000 << 32 = 2^62. */
+    for (int r = 0; r < n; ++r)
+        cuMemsetD2D32Async((CUdeviceptr)(uintptr_t)(a->flags[r] + 4), 8, 0x40000000u, 1,
+                           TIDE_MP_FLAG_BYTES / 8, (CUstream)a->w->util);
+    (void)cudaGetLastError();
+}
+
+tide_result_t tide_cuda_mp_fail_stop(tide_mp_arena_t *a, tide_mp_family_t *fam, int dead,
+                                     const char *waiting_for) {
+    tide_mp_world_t *w = a->w;
+    const int n = w->base.ranks, me = w->base.rank;
+    /* Who is behind (only needed when nobody died): the done flags as they are now, read on
+     * the util stream, which depends on nothing. */
+    char behind[200];
+    size_t used = 0;
+    behind[0] = '\0';
+    uint64_t *vals = dead >= 0 ? NULL : calloc((size_t)n, sizeof(*vals));
+    if (vals != NULL) {
+        for (int r = 0; r < n; ++r)
+            cudaMemcpyAsync(&vals[r], (const void *)(uintptr_t)done_flag(a, r, fam), 8,
+                            cudaMemcpyDeviceToHost, w->util);
+        if (cudaStreamSynchronize(w->util) == cudaSuccess) {
+            uint64_t most = 0;
+            for (int r = 0; r < n; ++r)
+                most = vals[r] > most ? vals[r] : most;
+            for (int r = 0; r < n && used + 24 < sizeof(behind); ++r)
+                if (vals[r] < most)
+                    used += (size_t)snprintf(behind + used, sizeof(behind) - used, "%s%d (%llu)",
+                                             used ? ", " : "", r, (unsigned long long)vals[r]);
+        }
+        free(vals);
+    }
+    (void)cudaGetLastError();
+    char msg[384];
+    if (dead >= 0)
+        snprintf(msg, sizeof(msg),
+                 "rank %d is missing: its process exited while rank %d waited for %s", dead, me,
+                 waiting_for);
+    else
+        snprintf(msg, sizeof(msg),
+                 "rank %d waited %lld ms (TIDE_TIMEOUT_MS) for %s; ranks behind (calls done): %s",
+                 me, (long long)tide_fabric_timeout_ms(), waiting_for, used ? behind : "none seen");
+    /* Release every device wait of every rank, then drain our streams. */
+    const uint64_t t0 = now_ns(), limit = (uint64_t)tide_fabric_timeout_ms() * 1000000u;
+    do {
+        poison_flags(a);
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    } while (!streams_idle(w, NULL) && now_ns() - t0 < limit);
+    if (fam->broken == TIDE_SUCCESS) {
+        fam->broken = TIDE_ERR_TIMEOUT;
+        snprintf(fam->broken_msg, sizeof(fam->broken_msg), "%s", msg);
+    }
+    return TIDE_ERR(TIDE_ERR_TIMEOUT, "cuda mp fabric: %s", msg);
+}
+
+/* Wait on the host for `ev`, ending at a dead peer or the deadline (fail-stop). */
+static tide_result_t host_wait(tide_mp_arena_t *a, tide_mp_family_t *fam, cudaEvent_t ev,
+                               const char *what) {
+    cudaError_t e = cudaEventQuery(ev);
+    if (e == cudaSuccess) return TIDE_SUCCESS;
+    const uint64_t t0 = now_ns(), limit = (uint64_t)tide_fabric_timeout_ms() * 1000000u;
+    for (unsigned spin = 0;; ++spin) {
+        if (e == cudaSuccess) return TIDE_SUCCESS;
+        if (e != cudaErrorNotReady) return tide_cuda_error(e, __FILE__, __LINE__, what);
+        const int dead = tide_mp_boot_dead_peer(&a->w->boot);
+        if (dead >= 0 || now_ns() - t0 > limit) return tide_cuda_mp_fail_stop(a, fam, dead, what);
+        if (spin > 64) {
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
+        e = cudaEventQuery(ev);
+    }
+}
+
+/* ------------------------------------------------------------------ a call */
+
+static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
+                             const tide_binding_t *b, cudaStream_t caller) {
+    tide_mp_world_t *w = a->w;
+    tide_mp_prepared_t *pp = &fam->prep[pi];
+    const uint64_t e = b->epoch;
+    const bool steady = e >= 1 && fam->last_epoch == (int64_t)e - 1 && fam->last_prep == pi;
+    const int form = steady ? TIDE_CUDA_STEADY : TIDE_CUDA_FRESH;
+    const int64_t fence = steady ? (int64_t)e - 2 : (int64_t)e - 1;
+    if (!steady && fam->last_epoch >= 0 && fam->last_prep != pi &&
+        !tide_cuda_schedule_incs_match(&pp->sched, &fam->prep[fam->last_prep].sched))
+        return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
+                        "cuda mp fabric: call %llu switches programs whose counters count "
+                        "differently per call",
+                        (unsigned long long)e);
+    /* At most two calls of this rank in flight: the host waits for call e - 2 (watchdog). */
+    const int par = (int)(e % 2);
+    if (fam->done_epoch[par] >= 0) {
+        char what[96];
+        snprintf(what, sizeof(what), "its call %lld of the %s to end",
+                 (long long)fam->done_epoch[par],
+                 fam->coll == TIDE_COLL_ALL_GATHER ? "all-gather" : "reduce-scatter");
+        TIDE_CHECK(host_wait(a, fam, fam->done_ev[par], what));
+    }
+    /* The enqueue figure leaves the wait out: it is the host work of the call. */
+    const uint64_t t_enqueue = now_ns();
+    issue_t is;
+    memset(&is, 0, sizeof(is));
+    is.a = a;
+    is.fam = fam;
+    is.pp = pp;
+    is.fidx = prep_flags_index(fam, pi);
+    is.epoch = e;
+    is.caller = caller;
+    is.st = fam->stats;
+    is.st.form = form;
+    is.st.descriptors = is.st.waits = is.st.records = is.st.uploads = 0;
+    is.st.batches = is.st.batched = is.st.unbatched = is.st.over_threshold = 0;
+    if (fence >= 0) TIDE_CHECK(fence_wait(&is, (uint64_t)fence + 1));
+    ++is.st.records;
+    TIDE_CUDA_CALL(cudaEventRecord(w->start, caller), "cudaEventRecord(start)");
+    for (int i = 0; i < pp->num_cmds[form]; ++i)
+        TIDE_CHECK(issue_cmd(&is, &pp->cmds[form][i]));
+    TIDE_CHECK(write_value(&is, caller, done_flag(a, w->base.rank, fam), e + 1));
+    ++is.st.records;
+    TIDE_CUDA_CALL(cudaEventRecord(fam->done_ev[par], caller), "cudaEventRecord(done)");
+    fam->done_epoch[par] = (int64_t)e;
+    fam->last_epoch = (int64_t)e;
+    fam->last_prep = pi;
+    ++is.st.calls;
+    is.st.enqueue_ns = now_ns() - t_enqueue;
+    fam->stats = is.st;
+    return TIDE_SUCCESS;
+}
+
+static tide_result_t record_call(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
+                                 const tide_program_t *prog, const tide_binding_t *b,
+                                 cudaStream_t caller) {
+    const int r = b->rank;
+    if (fam->broken != TIDE_SUCCESS) return broken_error(fam, r);
+    if ((int64_t)b->epoch != fam->last_epoch + 1)
+        return TIDE_ERR(TIDE_ERR_INTERNAL, "cuda mp fabric: rank %d calls call %llu after %lld",
+                        r, (unsigned long long)b->epoch, (long long)fam->last_epoch);
+    tide_mp_prepared_t *pp = &fam->prep[pi];
+    if (!pp->ready) TIDE_CHECK(prepare(a, fam, pp, prog));
+    if (pp->checked != prog) {
+        if (tide_cuda_rank_hash(prog, r) != pp->sched.rank_hash[r])
+            return TIDE_ERR(TIDE_ERR_INTERNAL,
+                            "cuda mp fabric: rank %d's program differs from the one its schedule "
+                            "was built from",
+                            r);
+        pp->checked = prog;
+    }
+    TIDE_CHECK(bind_rank(fam, pp, prog, b));
+    if (fam->grads != NULL && b->grads != NULL)
+        memcpy(fam->grads, b->grads, (size_t)fam->num_params * sizeof(void *));
+    fam->sum_ctas = b->plan->config.sum_ctas > 0 ? b->plan->config.sum_ctas : 1;
+    fam->landing_ctas = b->plan->config.landing_ctas > 0 ? b->plan->config.landing_ctas : 1;
+    return enqueue(a, fam, pi, b, caller);
+}
+
+tide_result_t tide_cuda_mp_execute(struct tide_fabric_arena *arena, const tide_program_t *prog,
+                                   const tide_binding_t *binding, void *stream) {
+    tide_mp_arena_t *a = (tide_mp_arena_t *)arena;
+    tide_mp_world_t *w = a->w;
+    const int r = w->base.rank;
+    if (prog->num_ranks != w->base.ranks || binding->rank != r || binding->arena != arena ||
+        (prog->coll != TIDE_COLL_ALL_GATHER && prog->coll != TIDE_COLL_REDUCE_SCATTER) ||
+        (unsigned)prog->mode >= TIDE_RS_MODE_COUNT)
+        return TIDE_ERR(TIDE_ERR_INTERNAL,
+                        "cuda mp fabric: program of %d ranks / binding of rank %d does not match "
+                        "rank %d of %d",
+                        prog->num_ranks, binding->rank, r, w->base.ranks);
+    cudaStream_t caller = (cudaStream_t)stream;
+    if (caller != NULL) {
+        int dev = -1;
+        cudaError_t e = cudaStreamGetDevice(caller, &dev);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
+                            "cuda mp fabric: rank %d: stream is not a valid cudaStream_t (%s)", r,
+                            cudaGetErrorString(e));
+        }
+        if (dev != w->device)
+            return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
+                            "cuda mp fabric: rank %d runs on device %d, its stream belongs to "
+                            "device %d",
+                            r, w->device, dev);
+    } else {
+        caller = cudaStreamLegacy;
+    }
+    const int fi = prog->coll == TIDE_COLL_ALL_GATHER ? 0 : 1;
+    const int pi = fi == 0 ? 0 : (int)prog->mode;
+    int prev = -1;
+    if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
+    if (prev != w->device) TIDE_CUDA_CALL(cudaSetDevice(w->device), "cudaSetDevice");
+    tide_mp_family_t *fam = &a->fam[fi];
+    tide_result_t res = record_call(a, fam, pi, prog, binding, caller);
+    if (prev >= 0 && prev != w->device) (void)cudaSetDevice(prev);
+    return res;
+}
+
+tide_result_t tide_cuda_mp_sync(struct tide_fabric_arena *arena, tide_collective_t coll) {
+    TIDE_ARG_CHECK(tide_cuda_mp_is(arena), "cuda mp sync: not a one-process-per-rank arena");
+    tide_mp_arena_t *a = (tide_mp_arena_t *)arena;
+    tide_mp_family_t *fam = &a->fam[coll == TIDE_COLL_ALL_GATHER ? 0 : 1];
+    if (fam->broken != TIDE_SUCCESS) return broken_error(fam, a->w->base.rank);
+    if (fam->last_epoch < 0) return TIDE_SUCCESS;
+    char what[96];
+    snprintf(what, sizeof(what), "its call %lld of the %s to end", (long long)fam->last_epoch,
+             coll == TIDE_COLL_ALL_GATHER ? "all-gather" : "reduce-scatter");
+    return host_wait(a, fam, fam->done_ev[fam->last_epoch % 2], what);
+}
+
+tide_result_t tide_cuda_mp_stats(const struct tide_fabric_arena *arena, tide_collective_t coll,
+                                 tide_cuda_stats_t *stats_out) {
+    TIDE_ARG_CHECK(tide_cuda_mp_is(arena), "cuda mp stats: not a one-process-per-rank arena");
+    const tide_mp_arena_t *a = (const tide_mp_arena_t *)arena;
+    *stats_out = a->fam[coll == TIDE_COLL_ALL_GATHER ? 0 : 1].stats;
+    return TIDE_SUCCESS;
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# run_mp.sh OUTDIR - on the GPU machine: build the library and test_fabric_cuda_mp, then run
+# the one-process-per-rank checks (matrix, killed rank, enqueue time, memcheck of a short
+# matrix) with every process on device 0.  Results: OUTDIR/mp.log and OUTDIR/mp-summary.txt.
+#   TIDE_MP_SECONDS=S   matrix budget (default 60)
+# Safety: NVLink multicast never runs; these are exported for every process started here.
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
+out=${1:?usage: tests/gpu/run_mp.sh OUTDIR}
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+work=${TIDE_GPU_WORK:-/tmp/tide-mp}
+mkdir -p "$out" "$work"
+log="$out/mp.log"; summary="$out/mp-summary.txt"
+: >"$log"; : >"$summary"
+status=0
+step() { # step NAME TIMEOUT CMD...
+    local name=$1 limit=$2; shift 2
+    echo "== $name: $*" | tee -a "$log"
+    local t0=$SECONDS
+    timeout "$limit" "$@" >>"$log" 2>&1
+    local rc=$?
+    printf '%-22s %s (%ds)\n' "$name" "$([ $rc -eq 0 ] && echo PASS || echo "FAIL rc=$rc")" \
+        $((SECONDS - t0)) | tee -a "$summary"
+    [ $rc -eq 0 ] || status=1
+    return $rc
+}
+step configure 120 cmake -S "$root" -B "$work/lib" -DTIDE_WITH_CUDA=ON -DTIDE_BUILD_TESTS=OFF \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo
+step build 300 cmake --build "$work/lib" -j"$(nproc)" --target tide_static
+t="$work/test_fabric_cuda_mp"
+step build-test 120 gcc -std=c11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -DTIDE_HAVE_CUDA=1 \
+    -I"$root/include" -I"$root/src" -I/usr/local/cuda/include "$root/tests/gpu/test_fabric_cuda_mp.c" \
+    "$work/lib/libtide_static.a" -L/usr/local/cuda/lib64 -lcuda -lcudart -lpthread -lm -lrt -lstdc++ -o "$t"
+step mp-kill 90 "$t" --kill
+step mp-stop 90 "$t" --stop
+step mp-matrix $(( ${TIDE_MP_SECONDS:-60} + 90 )) "$t" --seconds "${TIDE_MP_SECONDS:-60}"
+step mp-enqueue 120 "$t" --enqueue
+step mp-legacy-ipc 90 env TIDE_CUDA_IPC=legacy "$t" --seconds 5
+if command -v compute-sanitizer >/dev/null; then
+    step mp-memcheck 180 compute-sanitizer --tool memcheck --target-processes all --error-exitcode 9 \
+        "$t" --seconds 2
+fi
+exit $status

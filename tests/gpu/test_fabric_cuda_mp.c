@@ -1,0 +1,622 @@
+/*
+ * test_fabric_cuda_mp.c - the CUDA fabric with one process per rank (src/fabric/cuda/mp.h)
+ * against the CPU fabric, bit for bit, with 1..8 processes on one GPU.
+ *
+ *   test_fabric_cuda_mp [--seconds S]   configuration matrix (default budget 60 s)
+ *   test_fabric_cuda_mp --kill          a rank killed mid-run: the others fail stop at once
+ *   test_fabric_cuda_mp --stop          a rank hung mid-run: the others fail stop at the
+ *                                       deadline, naming it
+ *   test_fabric_cuda_mp --enqueue       host enqueue time per rank per call, P = 30, M = 8
+ *
+ * The parent never touches CUDA: it draws every configuration's inputs, runs the CPU fabric
+ * (a thread per rank) as the oracle, then forks the N ranks of a topology once; every child
+ * runs all of the topology's configurations in turn (register, CALLS all-gathers and
+ * reduce-scatters on its own stream, deregister) and writes its outputs to memory shared
+ * with the parent, which compares.  Inputs use wide exponents (sums round).
+ *
+ * Exit status: 0 all passed, 1 a mismatch or a failed check, 2 a setup failure.
+ */
+#include "core/comm.h"
+#include "fabric/cuda/mp.h"
+#include "kernels/kernels.h"
+#include "plan/plan.h"
+#include "tide.h"
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CALLS 4
+#define MAX_RANKS 8
+#define MAX_PARAMS 30
+#define MAX_CONFIGS 12
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+static uint64_t rnd(void) {
+    rng ^= rng >> 12;
+    rng ^= rng << 25;
+    rng ^= rng >> 27;
+    return rng * 2685821657736338717ull;
+}
+static int rnd_int(int lo, int hi) {
+    return lo + (int)(rnd() % (uint64_t)(hi - lo + 1));
+}
+/* Wide exponents: sums of these round, so association order shows. */
+static float rnd_wide(void) {
+    const double u = (double)(rnd() >> 11) / 9007199254740992.0 - 0.5;
+    return (float)ldexp(u, rnd_int(-12, 12));
+}
+
+static void *xmalloc(size_t n) {
+    void *p = calloc(1, n > 0 ? n : 1);
+    if (p == NULL) {
+        fprintf(stderr, "FAIL: out of host memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+/* Memory the children write and the parent reads. */
+static void *shared_alloc(size_t n) {
+    void *p = mmap(NULL, n > 0 ? n : 1, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        fprintf(stderr, "FAIL: mmap %zu\n", n);
+        exit(2);
+    }
+    return p;
+}
+
+typedef struct {
+    int m, l, n;
+    char what[160];
+    tide_config_t cfg;
+    tide_param_shape_t shapes[MAX_PARAMS];
+    tide_group_desc_t desc;
+    tide_plan_t plan;
+    float alpha;
+    int accumulate[CALLS];
+    tide_rs_mode_t modes[CALLS];
+    size_t shard_operand, land_bytes, out_bytes;
+    uint8_t *shards[CALLS][MAX_RANKS];
+    void *grads[CALLS][MAX_RANKS][MAX_PARAMS];
+    float *out0[MAX_RANKS];
+    uint8_t *land[2][CALLS][MAX_RANKS]; /* [0]: CPU (heap), [1]: CUDA mp (shared) */
+    float *out[2][CALLS][MAX_RANKS];
+    char *child_error; /* shared, [MAX_RANKS][256] */
+} case_t;
+
+static bool case_init(case_t *c, int m, int l, int v) {
+    memset(c, 0, sizeof(*c));
+    c->m = m;
+    c->l = l;
+    c->n = m * l;
+    const int p = 1 + v % 4;
+    for (int i = 0; i < p; ++i)
+        c->shapes[i] = (tide_param_shape_t){(uint64_t)rnd_int(1, 40), (uint64_t)rnd_int(1, 24)};
+    const bool fp32_grads = v % 3 == 1, cast = v % 4 == 2;
+    c->desc = (tide_group_desc_t){p, c->shapes, TIDE_DTYPE_BF16,
+                                  fp32_grads ? TIDE_DTYPE_FP32 : TIDE_DTYPE_BF16,
+                                  cast ? TIDE_DTYPE_FP32 : TIDE_DTYPE_BF16};
+    c->cfg = (tide_config_t)TIDE_CONFIG_INIT;
+    c->cfg.nodes = m;
+    c->cfg.gpus_per_node = l;
+    c->cfg.passes = 1 + v % 2;
+    c->cfg.staging_slots = v % 5 == 3 ? 1 : 0;
+    if (tide_plan_create(&c->cfg, &c->desc, &c->plan) != TIDE_SUCCESS) {
+        c->cfg.passes = 0;
+        c->cfg.staging_slots = 0;
+        if (tide_plan_create(&c->cfg, &c->desc, &c->plan) != TIDE_SUCCESS) return false;
+    }
+    const tide_geom_t *g = &c->plan->geom;
+    c->alpha = v % 3 == 0 ? tide_alpha_avg(c->n) : v % 3 == 1 ? 1.3f : 0.3f;
+    for (int e = 0; e < CALLS; ++e) {
+        c->accumulate[e] = e > 0 && (v + e) % 2 == 0;
+        /* Mode switches between calls share the RS counters (FRESH forms). */
+        c->modes[e] = (v % 2 == 0 || e % 3 != 2) ? TIDE_RS_IN_PLACE : TIDE_RS_SLOT_REUSE;
+    }
+    c->shard_operand = g->cast ? g->fp32_shard_bytes : g->shard_bytes;
+    c->land_bytes = g->group_bytes;
+    c->out_bytes = g->fp32_shard_bytes;
+    for (int e = 0; e < CALLS; ++e)
+        for (int r = 0; r < c->n; ++r) {
+            c->shards[e][r] = xmalloc(c->shard_operand);
+            if (g->cast)
+                for (size_t i = 0; i < c->shard_operand / 4; ++i)
+                    ((float *)c->shards[e][r])[i] = rnd_wide();
+            else
+                for (size_t i = 0; i < c->shard_operand; ++i)
+                    c->shards[e][r][i] = (uint8_t)rnd();
+            for (int q = 0; q < g->num_params; ++q) {
+                const uint64_t elems = g->params[q].dim0 * g->params[q].inner;
+                c->grads[e][r][q] = xmalloc(elems * g->grad_item);
+                for (uint64_t i = 0; i < elems; ++i) {
+                    const float x = rnd_wide();
+                    if (g->grad_item == 2)
+                        ((uint16_t *)c->grads[e][r][q])[i] = tide_float_to_bf16(x);
+                    else
+                        ((float *)c->grads[e][r][q])[i] = x;
+                }
+            }
+        }
+    for (int r = 0; r < c->n; ++r) {
+        c->out0[r] = xmalloc(c->out_bytes);
+        for (size_t i = 0; i < c->out_bytes / 4; ++i)
+            c->out0[r][i] = rnd_wide();
+    }
+    for (int e = 0; e < CALLS; ++e)
+        for (int r = 0; r < c->n; ++r) {
+            c->land[0][e][r] = xmalloc(c->land_bytes);
+            c->out[0][e][r] = xmalloc(c->out_bytes);
+            c->land[1][e][r] = shared_alloc(c->land_bytes);
+            c->out[1][e][r] = shared_alloc(c->out_bytes);
+        }
+    c->child_error = shared_alloc(MAX_RANKS * 256);
+    snprintf(c->what, sizeof(c->what),
+             "M=%d L=%d P=%d grads=%s cast=%d passes=%d stg=%d alpha=%g modes=%d%d%d%d", m, l, p,
+             fp32_grads ? "fp32" : "bf16", cast, c->cfg.passes, c->cfg.staging_slots,
+             (double)c->alpha, c->modes[0], c->modes[1], c->modes[2], c->modes[3]);
+    return true;
+}
+
+/* ------------------------------------------------------------------ the CPU fabric (oracle) */
+
+typedef struct {
+    case_t *c;
+    tide_comm_t comm;
+    int rank;
+    char error[256];
+} cpu_job_t;
+
+static void *cpu_rank(void *arg) {
+    cpu_job_t *j = arg;
+    case_t *c = j->c;
+    const int r = j->rank;
+    tide_group_t grp;
+    if (tide_group_register(j->comm, &c->cfg, &c->desc, &grp) != TIDE_SUCCESS) {
+        snprintf(j->error, sizeof(j->error), "register: %s", tide_get_last_error());
+        return NULL;
+    }
+    for (int e = 0; e < CALLS && !j->error[0]; ++e) {
+        void *land = NULL;
+        if (tide_all_gather(grp, c->shards[e][r], e % 2, NULL) != TIDE_SUCCESS ||
+            tide_group_landing(grp, e % 2, &land) != TIDE_SUCCESS)
+            snprintf(j->error, sizeof(j->error), "all_gather %d: %s", e, tide_get_last_error());
+        else
+            memcpy(c->land[0][e][r], land, c->land_bytes);
+    }
+    float *out = xmalloc(c->out_bytes);
+    memcpy(out, c->out0[r], c->out_bytes);
+    for (int e = 0; e < CALLS && !j->error[0]; ++e) {
+        if (tide_reduce_scatter(grp, (const void *const *)c->grads[e][r], out, c->alpha,
+                                c->accumulate[e], c->modes[e], NULL) != TIDE_SUCCESS)
+            snprintf(j->error, sizeof(j->error), "reduce_scatter %d: %s", e,
+                     tide_get_last_error());
+        else
+            memcpy(c->out[0][e][r], out, c->out_bytes);
+    }
+    free(out);
+    tide_group_deregister(grp);
+    return NULL;
+}
+
+static bool run_cpu(case_t *c) {
+    tide_comm_t comms[MAX_RANKS];
+    if (tide_comm_init_all(TIDE_FABRIC_CPU, c->m, c->l, comms) != TIDE_SUCCESS) {
+        fprintf(stderr, "FAIL: cpu comm_init_all: %s\n", tide_get_last_error());
+        return false;
+    }
+    pthread_t th[MAX_RANKS];
+    cpu_job_t jobs[MAX_RANKS];
+    for (int r = 0; r < c->n; ++r) {
+        jobs[r] = (cpu_job_t){.c = c, .comm = comms[r], .rank = r};
+        if (pthread_create(&th[r], NULL, cpu_rank, &jobs[r]) != 0) exit(2);
+    }
+    bool ok = true;
+    for (int r = 0; r < c->n; ++r) {
+        pthread_join(th[r], NULL);
+        if (jobs[r].error[0]) {
+            fprintf(stderr, "FAIL: %s: cpu rank %d: %s\n", c->what, r, jobs[r].error);
+            ok = false;
+        }
+    }
+    for (int r = 0; r < c->n; ++r)
+        tide_comm_destroy(comms[r]);
+    return ok;
+}
+
+/* ------------------------------------------------------------------ one rank process */
+
+#define CHILD_CK(call, what)                                                                      \
+    do {                                                                                          \
+        if ((call) != 0) {                                                                        \
+            snprintf(err, 256, "%s: %s", what, tide_get_last_error());                            \
+            return false;                                                                         \
+        }                                                                                         \
+    } while (0)
+#define CHILD_CU(call, what)                                                                      \
+    do {                                                                                          \
+        cudaError_t e_ = (call);                                                                  \
+        if (e_ != cudaSuccess) {                                                                  \
+            snprintf(err, 256, "%s: %s", what, cudaGetErrorString(e_));                           \
+            return false;                                                                         \
+        }                                                                                         \
+    } while (0)
+
+static bool child_case(tide_comm_t comm, case_t *c, int r, cudaStream_t s, char *err) {
+    const tide_geom_t *g = &c->plan->geom;
+    tide_group_t grp;
+    CHILD_CK(tide_group_register(comm, &c->cfg, &c->desc, &grp), "register");
+    void *dshard[CALLS], *dgrad[CALLS][MAX_PARAMS], *dout;
+    uint8_t *hland, *hout;
+    CHILD_CU(cudaMallocHost((void **)&hland, CALLS * (c->land_bytes + 256)), "cudaMallocHost");
+    CHILD_CU(cudaMallocHost((void **)&hout, CALLS * (c->out_bytes + 256)), "cudaMallocHost");
+    for (int e = 0; e < CALLS; ++e) {
+        CHILD_CU(cudaMalloc(&dshard[e], c->shard_operand), "cudaMalloc(shard)");
+        CHILD_CU(cudaMemcpy(dshard[e], c->shards[e][r], c->shard_operand, cudaMemcpyHostToDevice),
+                 "upload shard");
+        for (int q = 0; q < g->num_params; ++q) {
+            const size_t b = g->params[q].dim0 * g->params[q].inner * g->grad_item;
+            CHILD_CU(cudaMalloc(&dgrad[e][q], b), "cudaMalloc(grad)");
+            CHILD_CU(cudaMemcpy(dgrad[e][q], c->grads[e][r][q], b, cudaMemcpyHostToDevice),
+                     "upload grad");
+        }
+    }
+    CHILD_CU(cudaMalloc(&dout, c->out_bytes), "cudaMalloc(out)");
+    CHILD_CU(cudaMemcpy(dout, c->out0[r], c->out_bytes, cudaMemcpyHostToDevice), "upload out");
+    /* Calls back to back on the rank's stream; outputs copied out on it after each call. */
+    for (int e = 0; e < CALLS; ++e) {
+        void *land = NULL;
+        CHILD_CK(tide_all_gather(grp, dshard[e], e % 2, s), "all_gather");
+        CHILD_CK(tide_group_landing(grp, e % 2, &land), "landing");
+        CHILD_CU(cudaMemcpyAsync(hland + e * (c->land_bytes + 256), land, c->land_bytes,
+                                 cudaMemcpyDeviceToHost, s),
+                 "download landing");
+    }
+    for (int e = 0; e < CALLS; ++e) {
+        CHILD_CK(tide_reduce_scatter(grp, (const void *const *)dgrad[e], dout, c->alpha,
+                                     c->accumulate[e], c->modes[e], s),
+                 "reduce_scatter");
+        CHILD_CU(cudaMemcpyAsync(hout + e * (c->out_bytes + 256), dout, c->out_bytes,
+                                 cudaMemcpyDeviceToHost, s),
+                 "download out");
+    }
+    CHILD_CK(tide_cuda_mp_sync(grp->arena, TIDE_COLL_ALL_GATHER), "sync AG");
+    CHILD_CK(tide_cuda_mp_sync(grp->arena, TIDE_COLL_REDUCE_SCATTER), "sync RS");
+    CHILD_CU(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    for (int e = 0; e < CALLS; ++e) {
+        memcpy(c->land[1][e][r], hland + e * (c->land_bytes + 256), c->land_bytes);
+        memcpy(c->out[1][e][r], hout + e * (c->out_bytes + 256), c->out_bytes);
+    }
+    static bool said;
+    if (r == 0 && !said) {
+        said = true;
+        printf("  segments: %s\n", tide_cuda_mp_uses_vmm(grp->arena, 1 % c->n)
+                                       ? "CUDA VMM (POSIX fd handles)"
+                                       : "legacy cudaIpc");
+    }
+    CHILD_CK(tide_group_deregister(grp), "deregister");
+    for (int e = 0; e < CALLS; ++e) {
+        cudaFree(dshard[e]);
+        for (int q = 0; q < g->num_params; ++q)
+            cudaFree(dgrad[e][q]);
+    }
+    cudaFree(dout);
+    cudaFreeHost(hland);
+    cudaFreeHost(hout);
+    return true;
+}
+
+static int child_main(case_t *cases, int num, int m, int l, int r, const char *name) {
+    if (cudaSetDevice(0) != cudaSuccess) return 2;
+    cudaStream_t s;
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return 2;
+    tide_comm_t comm;
+    if (tide_comm_init_rank(TIDE_FABRIC_CUDA, m, l, r, name, &comm) != TIDE_SUCCESS) {
+        snprintf(cases[0].child_error + r * 256, 256, "comm_init_rank: %s", tide_get_last_error());
+        return 1;
+    }
+    for (int k = 0; k < num; ++k)
+        if (!child_case(comm, &cases[k], r, s, cases[k].child_error + r * 256)) return 1;
+    tide_comm_destroy(comm);
+    fflush(stdout); /* the child leaves by _exit */
+    return 0;
+}
+
+/* ------------------------------------------------------------------ the matrix */
+
+static int first_diff(const void *a, const void *b, size_t n) {
+    const uint8_t *x = a, *y = b;
+    for (size_t i = 0; i < n; ++i)
+        if (x[i] != y[i]) return (int)i;
+    return -1;
+}
+
+static bool run_topology(int m, int l, int *configs, double budget_end) {
+    static case_t cases[MAX_CONFIGS];
+    int num = 0;
+    for (int v = 0; v < MAX_CONFIGS && now_s() < budget_end; ++v) {
+        if (!case_init(&cases[num], m, l, v)) continue;
+        if (!run_cpu(&cases[num])) return false;
+        ++num;
+    }
+    char name[64];
+    snprintf(name, sizeof(name), "mp%ld-%dx%d", (long)getpid(), m, l);
+    const int n = m * l;
+    pid_t pids[MAX_RANKS];
+    fflush(stdout);
+    for (int r = 0; r < n; ++r) {
+        pids[r] = fork();
+        if (pids[r] == 0) _exit(child_main(cases, num, m, l, r, name));
+    }
+    bool ok = true;
+    for (int r = 0; r < n; ++r) {
+        int st = 0;
+        waitpid(pids[r], &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            ok = false;
+            for (int k = 0; k < num; ++k)
+                if (cases[k].child_error[r * 256])
+                    fprintf(stderr, "FAIL: %s: rank %d: %s\n", cases[k].what, r,
+                            cases[k].child_error + r * 256);
+            fprintf(stderr, "FAIL: M=%d L=%d rank %d exited with status %d\n", m, l, r, st);
+        }
+    }
+    for (int k = 0; k < num && ok; ++k) {
+        case_t *c = &cases[k];
+        for (int e = 0; e < CALLS && ok; ++e)
+            for (int r = 0; r < n && ok; ++r) {
+                int d = first_diff(c->land[0][e][r], c->land[1][e][r], c->land_bytes);
+                if (d >= 0) {
+                    fprintf(stderr, "FAIL: %s: AG call %d rank %d differs at byte %d\n", c->what,
+                            e, r, d);
+                    ok = false;
+                }
+                d = first_diff(c->out[0][e][r], c->out[1][e][r], c->out_bytes);
+                if (d >= 0) {
+                    fprintf(stderr, "FAIL: %s: RS call %d rank %d differs at float %d: %a vs %a\n",
+                            c->what, e, r, d / 4, (double)c->out[0][e][r][d / 4],
+                            (double)c->out[1][e][r][d / 4]);
+                    ok = false;
+                }
+            }
+        if (ok) ++*configs;
+    }
+    printf("%s M=%d L=%d: %d configurations x %d AG + %d RS calls\n", ok ? "ok  " : "FAIL", m, l,
+           num, CALLS, CALLS);
+    fflush(stdout);
+    return ok;
+}
+
+static int matrix(double seconds) {
+    static const int topo[][2] = {{1, 2}, {2, 1}, {2, 2}, {1, 4}, {4, 1}, {3, 2},
+                                  {2, 4}, {4, 2}, {8, 1}, {1, 8}, {1, 1}, {1, 3}};
+    const double t0 = now_s(), end = t0 + seconds;
+    int configs = 0, topos = 0;
+    bool ok = true;
+    for (size_t k = 0; k < sizeof(topo) / sizeof(topo[0]) && now_s() < end; ++k) {
+        ok = run_topology(topo[k][0], topo[k][1], &configs, end) && ok;
+        ++topos;
+    }
+    printf("%s: %d configurations on %d topologies bit for bit equal to the CPU fabric (%.1f s)\n",
+           ok ? "PASS" : "FAIL", configs, topos, now_s() - t0);
+    return ok ? 0 : 1;
+}
+
+/* ------------------------------------------------------------------ a killed rank */
+
+typedef struct {
+    double killed_at;
+    double failed_at[MAX_RANKS];
+    int result[MAX_RANKS];
+    char msg[MAX_RANKS][320];
+} kill_report_t;
+
+static int kill_child(int m, int l, int r, const char *name, int victim, kill_report_t *rep,
+                      int sig) {
+    if (cudaSetDevice(0) != cudaSuccess) return 2;
+    tide_comm_t comm;
+    if (tide_comm_init_rank(TIDE_FABRIC_CUDA, m, l, r, name, &comm) != TIDE_SUCCESS) return 3;
+    tide_param_shape_t shapes[2] = {{64, 32}, {7, 5}};
+    tide_group_desc_t desc = {2, shapes, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16};
+    tide_config_t cfg = TIDE_CONFIG_INIT;
+    cfg.nodes = m;
+    cfg.gpus_per_node = l;
+    tide_group_t grp;
+    if (tide_group_register(comm, &cfg, &desc, &grp) != TIDE_SUCCESS) return 4;
+    void *shard = NULL;
+    if (cudaMalloc(&shard, grp->plan->geom.shard_bytes) != cudaSuccess) return 5;
+    cudaMemset(shard, r, grp->plan->geom.shard_bytes);
+    cudaDeviceSynchronize();
+    tide_result_t res = TIDE_SUCCESS;
+    for (int e = 0; e < 200 && res == TIDE_SUCCESS; ++e) {
+        if (r == victim && e == 3) {
+            rep->killed_at = now_s();
+            raise(sig); /* SIGKILL: dies; SIGSTOP: hangs with its sockets open */
+        }
+        res = tide_all_gather(grp, shard, e % 2, NULL);
+    }
+    if (res == TIDE_SUCCESS) res = tide_cuda_mp_sync(grp->arena, TIDE_COLL_ALL_GATHER);
+    rep->failed_at[r] = now_s();
+    rep->result[r] = (int)res;
+    snprintf(rep->msg[r], sizeof(rep->msg[r]), "%s", tide_get_last_error());
+    /* Deregistration and destruction still release everything, without hanging. */
+    tide_group_deregister(grp);
+    cudaFree(shard);
+    tide_comm_destroy(comm);
+    return 0;
+}
+
+/* sig SIGKILL: the victim dies, its sockets close, the survivors name it at once.  SIGSTOP:
+ * it hangs with its sockets open, the survivors hit TIDE_TIMEOUT_MS and name it from the
+ * done flags (the ranks behind). */
+static int kill_test(int sig) {
+    const int m = 2, l = 2, n = 4, victim = 2;
+    const double lo = sig == SIGSTOP ? 3.0 : 0.0, hi = 3.0 + 1.0;
+    setenv("TIDE_TIMEOUT_MS", "3000", 1);
+    kill_report_t *rep = shared_alloc(sizeof(*rep));
+    char name[64];
+    snprintf(name, sizeof(name), "mpkill%ld", (long)getpid());
+    pid_t pids[MAX_RANKS];
+    const double t0 = now_s();
+    for (int r = 0; r < n; ++r) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            alarm(60); /* a hang is a failure, not a stuck job */
+            _exit(kill_child(m, l, r, name, victim, rep, sig));
+        }
+    }
+    bool ok = true;
+    for (int r = 0; r < n; ++r) {
+        if (r == victim) continue;
+        int st = 0;
+        waitpid(pids[r], &st, 0);
+        const double after = rep->failed_at[r] - rep->killed_at;
+        char want[32];
+        snprintf(want, sizeof(want), "rank %d", victim);
+        const bool good = WIFEXITED(st) && WEXITSTATUS(st) == 0 &&
+                          rep->result[r] == TIDE_ERR_TIMEOUT && strstr(rep->msg[r], want) &&
+                          after >= lo && after < hi;
+        printf("%s rank %d: %s %.3f s after the kill: %s\n", good ? "ok  " : "FAIL", r,
+               tide_get_error_string((tide_result_t)rep->result[r]), after, rep->msg[r]);
+        ok = ok && good;
+    }
+    if (sig == SIGSTOP) kill(pids[victim], SIGKILL);
+    int st = 0;
+    waitpid(pids[victim], &st, 0);
+    ok = ok && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
+    printf("%s: %s rank %d of %d; survivors fail stop within TIDE_TIMEOUT_MS = 3000 and exit "
+           "(%.1f s in all)\n",
+           ok ? "PASS" : "FAIL", sig == SIGSTOP ? "stopped" : "killed", victim, n, now_s() - t0);
+    return ok ? 0 : 1;
+}
+
+/* ------------------------------------------------------------------ enqueue time */
+
+typedef struct {
+    double ag_us[MAX_RANKS], rs_us[MAX_RANKS], ag_api_us[MAX_RANKS], rs_api_us[MAX_RANKS];
+    uint64_t ag_cmds[MAX_RANKS], rs_cmds[MAX_RANKS];
+    int status[MAX_RANKS];
+} enq_report_t;
+
+static int by_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int enqueue_child(int m, int l, int r, const char *name, enq_report_t *rep) {
+    if (cudaSetDevice(0) != cudaSuccess) return 2;
+    tide_comm_t comm;
+    if (tide_comm_init_rank(TIDE_FABRIC_CUDA, m, l, r, name, &comm) != TIDE_SUCCESS) return 3;
+    enum { P = 30, ITERS = 60 };
+    tide_param_shape_t shapes[P];
+    for (int p = 0; p < P; ++p)
+        shapes[p] = (tide_param_shape_t){(uint64_t)(64 + 16 * (p % 5)), (uint64_t)(32 + p)};
+    tide_group_desc_t desc = {P, shapes, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16};
+    tide_config_t cfg = TIDE_CONFIG_INIT;
+    cfg.nodes = m;
+    cfg.gpus_per_node = l;
+    tide_group_t grp;
+    if (tide_group_register(comm, &cfg, &desc, &grp) != TIDE_SUCCESS) {
+        fprintf(stderr, "rank %d register: %s\n", r, tide_get_last_error());
+        return 4;
+    }
+    const tide_geom_t *g = &grp->plan->geom;
+    void *shard, *out, *grads[P];
+    cudaMalloc(&shard, g->shard_bytes);
+    cudaMemset(shard, 0, g->shard_bytes);
+    cudaMalloc(&out, g->fp32_shard_bytes);
+    for (int p = 0; p < P; ++p) {
+        const size_t b = g->params[p].dim0 * g->params[p].inner * g->grad_item;
+        cudaMalloc(&grads[p], b);
+        cudaMemset(grads[p], 0, b);
+    }
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    cudaDeviceSynchronize();
+    double ag[ITERS], rs[ITERS], api[ITERS], rsapi[ITERS];
+    for (int i = 0; i < ITERS; ++i) {
+        tide_cuda_stats_t st;
+        const double t0 = now_s();
+        if (tide_all_gather(grp, shard, i % 2, s) != TIDE_SUCCESS) return 5;
+        api[i] = 1e6 * (now_s() - t0);
+        tide_cuda_mp_stats(grp->arena, TIDE_COLL_ALL_GATHER, &st);
+        ag[i] = 1e-3 * (double)st.enqueue_ns;
+        rep->ag_cmds[r] = st.descriptors + st.waits + st.records;
+        const double t1 = now_s();
+        if (tide_reduce_scatter(grp, (const void *const *)grads, out, 1.0f, 0, TIDE_RS_IN_PLACE,
+                                s) != TIDE_SUCCESS)
+            return 6;
+        rsapi[i] = 1e6 * (now_s() - t1);
+        tide_cuda_mp_stats(grp->arena, TIDE_COLL_REDUCE_SCATTER, &st);
+        rs[i] = 1e-3 * (double)st.enqueue_ns;
+        rep->rs_cmds[r] = st.descriptors + st.waits + st.records;
+    }
+    if (tide_cuda_mp_sync(grp->arena, TIDE_COLL_REDUCE_SCATTER) != TIDE_SUCCESS) return 7;
+    /* Medians of the steady calls (the first two prepare and run FRESH). */
+    qsort(ag + 4, ITERS - 4, sizeof(double), by_double);
+    qsort(rs + 4, ITERS - 4, sizeof(double), by_double);
+    qsort(api + 4, ITERS - 4, sizeof(double), by_double);
+    qsort(rsapi + 4, ITERS - 4, sizeof(double), by_double);
+    rep->rs_api_us[r] = rsapi[4 + (ITERS - 4) / 2];
+    rep->ag_us[r] = ag[4 + (ITERS - 4) / 2];
+    rep->rs_us[r] = rs[4 + (ITERS - 4) / 2];
+    rep->ag_api_us[r] = api[4 + (ITERS - 4) / 2];
+    tide_group_deregister(grp);
+    tide_comm_destroy(comm);
+    return 0;
+}
+
+static int enqueue_test(void) {
+    const int m = 8, l = 1, n = 8;
+    enq_report_t *rep = shared_alloc(sizeof(*rep));
+    char name[64];
+    snprintf(name, sizeof(name), "mpenq%ld", (long)getpid());
+    pid_t pids[MAX_RANKS];
+    for (int r = 0; r < n; ++r) {
+        pids[r] = fork();
+        if (pids[r] == 0) _exit(enqueue_child(m, l, r, name, rep));
+    }
+    bool ok = true;
+    for (int r = 0; r < n; ++r) {
+        int st = 0;
+        waitpid(pids[r], &st, 0);
+        ok = ok && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) fprintf(stderr, "rank %d: status %d\n", r, st);
+    }
+    if (!ok) return 1;
+    printf("enqueue per rank per call, P = 30, M = 8, L = 1 (8 processes, one GPU), median of 56 "
+           "steady calls; enqueue: host work of the call; API: the whole tide_* call, which also "
+           "waits for the rank's call e - 2:\n");
+    for (int r = 0; r < n; ++r)
+        printf("  rank %d: AG enqueue %.1f us (API %.1f us, %llu stream ops), RS enqueue %.1f us "
+               "(API %.1f us, %llu stream ops)\n",
+               r, rep->ag_us[r], rep->ag_api_us[r], (unsigned long long)rep->ag_cmds[r],
+               rep->rs_us[r], rep->rs_api_us[r], (unsigned long long)rep->rs_cmds[r]);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    double seconds = 60;
+    for (int i = 1; i < argc; ++i) {
+        if (strcmp(argv[i], "--kill") == 0) return kill_test(SIGKILL);
+        if (strcmp(argv[i], "--stop") == 0) return kill_test(SIGSTOP);
+        if (strcmp(argv[i], "--enqueue") == 0) return enqueue_test();
+        if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) seconds = atof(argv[++i]);
+    }
+    return matrix(seconds);
+}

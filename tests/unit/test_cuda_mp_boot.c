@@ -1,0 +1,196 @@
+/*
+ * test_cuda_mp_boot.c - the one-process-per-rank bootstrap (src/fabric/cuda/mp_boot.h) with
+ * real processes and no GPU: join, all-gather of blobs and descriptors (memfds standing in
+ * for the CUDA VMM handles), barriers, a missing rank at join, and a rank that dies.
+ *
+ * Children report through their exit status (cmocka's asserts stay in the parent).
+ */
+#include "test_util.h"
+
+#include "fabric/cuda/mp_boot.h"
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static void job_name(char *buf, size_t len, const char *what) {
+    snprintf(buf, len, "t%ld-%s", (long)getpid(), what);
+}
+
+static int64_t ms_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Child: join, exchange a blob and a memfd whose content names the rank, check both, then
+ * a barrier.  Exit status 0 on success, else the step that failed. */
+static int exchange_child(const char *name, int rank, int ranks) {
+    tide_mp_boot_t b;
+    if (tide_mp_boot_open(name, rank, ranks, 10000, &b) != TIDE_SUCCESS) return 10;
+    const uint64_t mine[2] = {0x1000u + (uint64_t)rank, (uint64_t)rank * 0x9e3779b97f4a7c15ull};
+    uint64_t all[16][2];
+    int fds[16];
+    int fd = memfd_create("tide-test", MFD_CLOEXEC);
+    char text[32];
+    const int n = snprintf(text, sizeof(text), "rank %d payload", rank);
+    if (fd < 0 || write(fd, text, (size_t)n) != n) return 11;
+    if (tide_mp_boot_allgather(&b, mine, sizeof(mine), fd, all, fds, 10000) != TIDE_SUCCESS)
+        return 12;
+    close(fd);
+    for (int r = 0; r < ranks; ++r) {
+        if (all[r][0] != 0x1000u + (uint64_t)r || all[r][1] != (uint64_t)r * 0x9e3779b97f4a7c15ull)
+            return 13;
+        if (r == rank) {
+            if (fds[r] != -1) return 14;
+            continue;
+        }
+        char got[32] = {0}, want[32];
+        const int w = snprintf(want, sizeof(want), "rank %d payload", r);
+        if (fds[r] < 0 || pread(fds[r], got, sizeof(got) - 1, 0) != w || strcmp(got, want) != 0)
+            return 15;
+        close(fds[r]);
+    }
+    /* A second exchange without descriptors, then barriers. */
+    if (tide_mp_boot_allgather(&b, mine, 8, -1, all, NULL, 10000) != TIDE_SUCCESS) return 16;
+    if (tide_mp_boot_barrier(&b, 42, 10000) != TIDE_SUCCESS) return 17;
+    if (tide_mp_boot_dead_peer(&b) != -1) return 18;
+    /* Ranks disagreeing on a barrier's tag are told so. */
+    const tide_result_t r = tide_mp_boot_barrier(&b, rank == 0 ? 7u : 8u, 10000);
+    if (r != (ranks > 1 ? TIDE_ERR_INVALID_ARGUMENT : TIDE_SUCCESS)) return 19;
+    if (tide_mp_boot_barrier(&b, 43, 10000) != TIDE_SUCCESS) return 20;
+    tide_mp_boot_close(&b);
+    return 0;
+}
+
+static void run_children(int ranks, int (*child)(const char *, int, int), const char *name,
+                         int *status) {
+    pid_t pids[16];
+    for (int r = 0; r < ranks; ++r) {
+        pids[r] = fork();
+        assert_true(pids[r] >= 0);
+        if (pids[r] == 0) _exit(child(name, r, ranks));
+    }
+    for (int r = 0; r < ranks; ++r) {
+        int st = 0;
+        assert_int_equal(waitpid(pids[r], &st, 0), pids[r]);
+        status[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 100 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    }
+}
+
+static void test_exchange(void **state) {
+    (void)state;
+    static const int sizes[] = {1, 2, 3, 8};
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); ++k) {
+        char name[64];
+        job_name(name, sizeof(name), "x");
+        int status[16];
+        run_children(sizes[k], exchange_child, name, status);
+        for (int r = 0; r < sizes[k]; ++r) {
+            if (status[r] != 0) print_error("N = %d rank %d: step %d\n", sizes[k], r, status[r]);
+            assert_int_equal(status[r], 0);
+        }
+    }
+}
+
+/* Rank 2 of 3 never comes: the others time out naming it. */
+static int missing_child(const char *name, int rank, int ranks) {
+    tide_mp_boot_t b;
+    const int64_t t0 = ms_now();
+    const tide_result_t r = tide_mp_boot_open(name, rank, ranks, 400, &b);
+    const int64_t took = ms_now() - t0;
+    if (r != TIDE_ERR_TIMEOUT) return 1;
+    if (strstr(tide_get_last_error(), "rank(s) 2 did not join") == NULL &&
+        strstr(tide_get_last_error(), "rank 2") == NULL)
+        return 2;
+    if (took < 350 || took > 3000) return 3;
+    return 0;
+}
+
+static void test_missing_rank(void **state) {
+    (void)state;
+    char name[64];
+    job_name(name, sizeof(name), "m");
+    int status[16];
+    /* Only ranks 0 and 1 of a 3-rank job start. */
+    pid_t pids[2];
+    for (int r = 0; r < 2; ++r) {
+        pids[r] = fork();
+        assert_true(pids[r] >= 0);
+        if (pids[r] == 0) _exit(missing_child(name, r, 3));
+    }
+    for (int r = 0; r < 2; ++r) {
+        int st = 0;
+        assert_int_equal(waitpid(pids[r], &st, 0), pids[r]);
+        status[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 100;
+        if (status[r] != 0) print_error("rank %d: step %d\n", r, status[r]);
+        assert_int_equal(status[r], 0);
+    }
+}
+
+/* Rank 3 of 4 is killed after joining; the survivors' next exchange fails at once (EOF),
+ * naming it, long before its 20 s deadline; dead_peer names it too. */
+static int dying_child(const char *name, int rank, int ranks) {
+    tide_mp_boot_t b;
+    if (tide_mp_boot_open(name, rank, ranks, 10000, &b) != TIDE_SUCCESS) return 10;
+    if (tide_mp_boot_barrier(&b, 1, 10000) != TIDE_SUCCESS) return 11;
+    if (rank == ranks - 1) raise(SIGKILL);
+    struct timespec ts = {0, 100 * 1000000L};
+    nanosleep(&ts, NULL);
+    if (tide_mp_boot_dead_peer(&b) != ranks - 1) return 12;
+    const int64_t t0 = ms_now();
+    const tide_result_t r = tide_mp_boot_barrier(&b, 2, 20000);
+    if (r != TIDE_ERR_TIMEOUT) return 13;
+    char want[32];
+    snprintf(want, sizeof(want), "rank %d", ranks - 1);
+    if (strstr(tide_get_last_error(), want) == NULL) return 14;
+    if (ms_now() - t0 > 5000) return 15;
+    /* Stay a while: a survivor that closes at once reads as dead to the slower ones (the
+     * fabric's fail-stop keeps its process too). */
+    ts.tv_sec = 1;
+    ts.tv_nsec = 0;
+    nanosleep(&ts, NULL);
+    tide_mp_boot_close(&b);
+    return 0;
+}
+
+static void test_dead_rank(void **state) {
+    (void)state;
+    char name[64];
+    job_name(name, sizeof(name), "d");
+    int status[16];
+    run_children(4, dying_child, name, status);
+    for (int r = 0; r < 3; ++r) {
+        if (status[r] != 0) print_error("rank %d: step %d\n", r, status[r]);
+        assert_int_equal(status[r], 0);
+    }
+    assert_int_equal(status[3], 100 + SIGKILL);
+}
+
+static void test_arguments(void **state) {
+    (void)state;
+    tide_mp_boot_t b;
+    assert_tide(TIDE_ERR_INVALID_ARGUMENT, tide_mp_boot_open("", 0, 1, 100, &b));
+    assert_tide(TIDE_ERR_INVALID_ARGUMENT, tide_mp_boot_open("x", 2, 2, 100, &b));
+    /* One rank: nothing to connect; exchanges return its own blob. */
+    char name[64];
+    job_name(name, sizeof(name), "one");
+    assert_tide(TIDE_SUCCESS, tide_mp_boot_open(name, 0, 1, 100, &b));
+    uint32_t v = 5, out = 0;
+    assert_tide(TIDE_SUCCESS, tide_mp_boot_allgather(&b, &v, 4, -1, &out, NULL, 100));
+    assert_int_equal(out, 5);
+    assert_int_equal(tide_mp_boot_dead_peer(&b), -1);
+    tide_mp_boot_close(&b);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_arguments),
+        cmocka_unit_test(test_exchange),
+        cmocka_unit_test(test_missing_rank),
+        cmocka_unit_test(test_dead_rank),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

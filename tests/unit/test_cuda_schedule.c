@@ -1,0 +1,262 @@
+/*
+ * test_cuda_schedule.c - the CUDA fabrics' host-side schedule (src/fabric/cuda/schedule.h),
+ * built and checked without a GPU, and the abstract machine's rules (program/machine.h).
+ *
+ * For the compiled AG and RS programs of several topologies, the command lists of both forms
+ * must (1) run every op but the WAITs of every thread exactly once, in program order; (2)
+ * name, in every WAIT, a slot recorded earlier in the same list, and in every WAIT_PREV
+ * (STEADY only) a slot the list records; (3) fork a thread at most once
+ * and join some thread of every rank that has ops; (4) count per counter the signals the machine counts.  Mutated programs must be
+ * rejected: a threshold nobody reaches (deadlock) and a target that overflows (the machine's
+ * one overflow rule, TIDE_ERR_OVERFLOW).
+ */
+#include "test_util.h"
+
+#include "fabric/cuda/schedule.h"
+#include "plan/plan.h"
+#include "program/counters.h"
+#include "program/machine.h"
+#include "program/program.h"
+
+static const tide_param_shape_t shapes[] = {{105, 9}, {10, 16}, {3, 1}};
+
+static tide_plan_t plan_of(int m, int l, int passes, tide_rs_mode_t mode, int cast) {
+    tide_group_desc_t g = {3, shapes, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16,
+                           cast ? TIDE_DTYPE_FP32 : TIDE_DTYPE_BF16};
+    tide_config_t c = TIDE_CONFIG_INIT;
+    c.nodes = m;
+    c.gpus_per_node = l;
+    c.passes = passes;
+    c.mode = mode;
+    tide_plan_t plan = NULL;
+    assert_tide(TIDE_SUCCESS, tide_plan_create(&c, &g, &plan));
+    return plan;
+}
+
+static void check_form(const tide_program_t *prog, const tide_cuda_schedule_t *s, int form) {
+    const tide_cuda_cmd_t *cmds = s->cmds[form];
+    int *next = calloc((size_t)s->num_threads, sizeof(int)); /* ops of each thread run */
+    bool *forked = calloc((size_t)s->num_threads, sizeof(bool));
+    bool *joined = calloc((size_t)s->num_threads, sizeof(bool));
+    bool *recorded = calloc((size_t)s->num_slots + 1, sizeof(bool));
+    bool *recorded_any = calloc((size_t)s->num_slots + 1, sizeof(bool));
+    assert_true(next && forked && joined && recorded && recorded_any);
+    for (int i = 0; i < s->num_cmds[form]; ++i)
+        if (cmds[i].kind == TIDE_CUDA_CMD_RECORD) recorded_any[cmds[i].arg] = true;
+    for (int i = 0; i < s->num_cmds[form]; ++i) {
+        const tide_cuda_cmd_t *c = &cmds[i];
+        assert_true(c->thread >= 0 && c->thread < s->num_threads);
+        const int t = c->thread;
+        switch (c->kind) {
+        case TIDE_CUDA_CMD_FORK:
+            assert_false(forked[t]);
+            forked[t] = true;
+            break;
+        case TIDE_CUDA_CMD_OP: {
+            /* No fork when a wait already proved the rank started (commands.c). */
+            /* WAIT ops become waits; every other op runs, in program order. */
+            int id = s->op_base[t] + next[t];
+            while (id < s->op_base[t + 1] && tide_cuda_op(prog, s, id, t)->kind == TIDE_OP_WAIT)
+                ++id;
+            assert_int_equal(c->arg, id);
+            next[t] = id - s->op_base[t] + 1;
+            break;
+        }
+        case TIDE_CUDA_CMD_RECORD:
+            assert_true(c->arg >= 0 && c->arg < s->num_slots);
+            assert_int_equal(s->slot_thread[c->arg], t);
+            recorded[c->arg] = true;
+            break;
+        case TIDE_CUDA_CMD_WAIT:
+            assert_true(c->arg >= 0 && c->arg < s->num_slots);
+            assert_true(recorded[c->arg]); /* dependencies point backwards */
+            break;
+        case TIDE_CUDA_CMD_WAIT_PREV:
+            assert_int_equal(form, TIDE_CUDA_STEADY);
+            assert_true(c->arg >= 0 && c->arg < s->num_slots);
+            assert_true(recorded_any[c->arg]);
+            break;
+        case TIDE_CUDA_CMD_JOIN:
+            joined[t] = true;
+            break;
+        case TIDE_CUDA_CMD_UPLOAD:
+        case TIDE_CUDA_CMD_UPLOAD_WAIT:
+            assert_true(s->has_sum);
+            break;
+        default:
+            fail_msg("command kind %d", c->kind);
+        }
+    }
+    for (int t = 0; t < s->num_threads; ++t) {
+        /* Every op that is not a WAIT ran. */
+        int rest = 0;
+        for (int id = s->op_base[t] + next[t]; id < s->op_base[t + 1]; ++id)
+            if (tide_cuda_op(prog, s, id, t)->kind != TIDE_OP_WAIT) ++rest;
+        assert_int_equal(rest, 0);
+    }
+    /* The caller's stream of every rank with ops joins some thread of it. */
+    for (int r = 0; r < s->num_ranks; ++r) {
+        bool any = false, join = false;
+        for (int q = 0; q < TIDE_CUDA_Q; ++q) {
+            const int t = r * TIDE_CUDA_Q + q;
+            any = any || s->op_base[t + 1] > s->op_base[t];
+            join = join || joined[t];
+        }
+        assert_true(!any || join);
+    }
+    for (int k = 0; k < s->num_slots; ++k)
+        assert_true(recorded[k]);
+    free(next);
+    free(forked);
+    free(joined);
+    free(recorded);
+    free(recorded_any);
+}
+
+static void check_program(const tide_program_t *prog) {
+    tide_cuda_schedule_t s;
+    assert_tide(TIDE_SUCCESS, tide_cuda_schedule_build(prog, &s));
+    assert_int_equal(s.num_ranks, prog->num_ranks);
+    for (int f = 0; f < TIDE_CUDA_FORMS; ++f)
+        check_form(prog, &s, f);
+    int64_t *count = NULL;
+    assert_tide(TIDE_SUCCESS, tide_machine_count_signals(prog, s.num_counters, &count));
+    for (int c = 0; c < s.num_ranks * s.num_counters; ++c)
+        assert_int_equal(s.incs[c], count[c]);
+    assert_true(tide_cuda_schedule_incs_match(&s, &s));
+    for (int r = 0; r < prog->num_ranks; ++r)
+        assert_true(s.rank_hash[r] == tide_cuda_rank_hash(prog, r));
+    free(count);
+    tide_cuda_schedule_free(&s);
+}
+
+static void test_compiled_programs(void **state) {
+    (void)state;
+    static const int topo[][2] = {{1, 1}, {1, 2}, {2, 1}, {2, 2}, {3, 2}, {4, 2}, {8, 1}, {5, 3}};
+    for (size_t k = 0; k < sizeof(topo) / sizeof(topo[0]); ++k)
+        for (int cast = 0; cast < 2; ++cast)
+            for (int mode = 0; mode < TIDE_RS_MODE_COUNT; ++mode) {
+                tide_plan_t plan = plan_of(topo[k][0], topo[k][1], 1 + (int)(k % 2),
+                                           (tide_rs_mode_t)mode, cast);
+                tide_program_t ag, rs;
+                assert_tide(TIDE_SUCCESS, tide_program_compile_ag(plan, &ag));
+                assert_tide(TIDE_SUCCESS, tide_program_compile_rs(plan, (tide_rs_mode_t)mode, &rs));
+                check_program(&ag);
+                check_program(&rs);
+                tide_program_free(&ag);
+                tide_program_free(&rs);
+                tide_plan_destroy(plan);
+            }
+}
+
+/* The first WAIT of any rank, or NULL. */
+static tide_op_t *first_wait(tide_program_t *prog) {
+    for (int r = 0; r < prog->num_ranks; ++r)
+        for (int q = 0; q < TIDE_Q_COUNT; ++q)
+            for (int i = 0; i < prog->ranks[r].queues[q].num_ops; ++i)
+                if (prog->ranks[r].queues[q].ops[i].kind == TIDE_OP_WAIT)
+                    return &prog->ranks[r].queues[q].ops[i];
+    return NULL;
+}
+
+static void test_mutations_rejected(void **state) {
+    (void)state;
+    tide_plan_t plan = plan_of(2, 2, 1, TIDE_RS_IN_PLACE, 0);
+    tide_program_t rs, bad;
+    assert_tide(TIDE_SUCCESS, tide_program_compile_rs(plan, TIDE_RS_IN_PLACE, &rs));
+    tide_cuda_schedule_t s;
+
+    /* A threshold one past what a call delivers: the second call never passes it. */
+    assert_tide(TIDE_SUCCESS, tide_program_clone(&rs, &bad));
+    tide_op_t *w = first_wait(&bad);
+    assert_non_null(w);
+    w->thr = w->inc + 1;
+    assert_tide(TIDE_ERR_INTERNAL, tide_cuda_schedule_build(&bad, &s));
+    assert_non_null(strstr(tide_get_last_error(), "deadlocks"));
+    tide_program_free(&bad);
+
+    /* A target that overflows int64 in call 1: rejected, never saturated. */
+    assert_tide(TIDE_SUCCESS, tide_program_clone(&rs, &bad));
+    w = first_wait(&bad);
+    w->inc = INT64_MAX;
+    w->thr = 1;
+    assert_tide(TIDE_ERR_OVERFLOW, tide_cuda_schedule_build(&bad, &s));
+    tide_program_free(&bad);
+
+    tide_program_free(&rs);
+    tide_plan_destroy(plan);
+}
+
+/* The machine on a hand-built two-rank program: rank 1 signals rank 0 from two queues; rank
+ * 0's WAIT needs both (inc 2, thr 2), then its second call needs the second call's two. */
+static void test_machine_rules(void **state) {
+    (void)state;
+    tide_plan_t plan = plan_of(2, 1, 1, TIDE_RS_IN_PLACE, 0);
+    tide_program_t p;
+    assert_tide(TIDE_SUCCESS,
+                tide_program_init(plan, TIDE_COLL_ALL_GATHER, TIDE_RS_IN_PLACE, &p));
+    const tide_op_t sig = tide_op_signal(0, 5);
+    assert_tide(TIDE_SUCCESS, tide_program_push(&p, 1, TIDE_Q_CE, &sig));
+    assert_tide(TIDE_SUCCESS, tide_program_push(&p, 1, TIDE_Q_NET, &sig));
+    const tide_op_t wait = tide_op_wait(0, 5, 2, 2);
+    assert_tide(TIDE_SUCCESS, tide_program_push(&p, 0, TIDE_Q_CALLER, &wait));
+
+    assert_int_equal(tide_machine_counters_used(&p), 6);
+    int64_t *count = NULL;
+    assert_tide(TIDE_SUCCESS, tide_machine_count_signals(&p, 6, &count));
+    assert_int_equal(count[0 * 6 + 5], 2);
+    assert_int_equal(count[1 * 6 + 5], 0);
+    assert_true(tide_machine_inc_ok(&wait, 2));
+    assert_false(tide_machine_inc_ok(&wait, 3));
+    free(count);
+    assert_tide(TIDE_ERR_INTERNAL, tide_machine_count_signals(&p, 5, &count));
+
+    tide_machine_t m;
+    assert_tide(TIDE_SUCCESS, tide_machine_init(&m, &p, 6, 2));
+    const int w0 = 0 * TIDE_Q_COUNT + TIDE_Q_CALLER;
+    const int ce1 = 1 * TIDE_Q_COUNT + TIDE_Q_CE, net1 = 1 * TIDE_Q_COUNT + TIDE_Q_NET;
+    assert_false(tide_machine_enabled(&m, w0));
+    tide_machine_fire(&m, ce1);
+    /* Rank 1's CE queue is done with call 0, but call 1 waits for its NET queue (order). */
+    assert_null(tide_machine_head(&m, ce1));
+    assert_int_equal(m.epoch[1], 0);
+    assert_false(tide_machine_enabled(&m, w0));
+    tide_machine_fire(&m, net1);
+    assert_int_equal(m.epoch[1], 1);
+    assert_true(tide_machine_enabled(&m, w0));
+    tide_machine_fire(&m, w0);
+    assert_int_equal(m.epoch[0], 1);
+    assert_int_equal(tide_machine_head_target(&m, w0), 4);
+    assert_false(tide_machine_enabled(&m, w0));
+    tide_machine_fire(&m, ce1);
+    assert_false(tide_machine_enabled(&m, w0));
+    tide_machine_fire(&m, net1);
+    assert_true(tide_machine_enabled(&m, w0));
+    tide_machine_fire(&m, w0);
+    assert_true(tide_machine_done(&m));
+    tide_machine_free(&m);
+
+    /* Wait rule and overflow rule. */
+    int64_t t = -1;
+    assert_true(tide_machine_wait_target(3, &wait, &t));
+    assert_int_equal(t, 8);
+    assert_true(tide_machine_wait_passes(0, 0));
+    assert_true(tide_machine_wait_passes(0, -3));
+    assert_false(tide_machine_wait_passes(7, 8));
+    tide_op_t big = tide_op_wait(0, 5, INT64_MAX / 2 + 1, 0);
+    assert_false(tide_machine_wait_target(2, &big, &t));
+    assert_false(tide_machine_wait_target((uint64_t)INT64_MAX + 1, &wait, &t));
+    p.ranks[0].queues[TIDE_Q_CALLER].ops[0] = big;
+    assert_tide(TIDE_ERR_OVERFLOW, tide_machine_init(&m, &p, 6, 3));
+    tide_program_free(&p);
+    tide_plan_destroy(plan);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_compiled_programs),
+        cmocka_unit_test(test_mutations_rejected),
+        cmocka_unit_test(test_machine_rules),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
