@@ -51,6 +51,7 @@ if [ "${TIDE_GPU_QUICK:-0}" != 1 ]; then
     step bench-kernels bash -c "set -o pipefail; '$b/tests/gpu/bench_kernels' | tee '$out/bench_kernels.txt'"
     step bench-fabric bash -c "set -o pipefail; '$b/tests/gpu/bench_fabric_cuda' --divisor ${TIDE_BENCH_DIVISOR:-2} --iters 10 --sum-ctas 16 --landing-ctas 16 | tee '$out/bench_fabric.txt'"
     step bench-torch bash -c "set -o pipefail; python3 '$root/tests/gpu/bench_torch_baseline.py' --lib '$b/libtide.so' --divisor ${TIDE_BENCH_DIVISOR:-2} --sum-ctas 16 --landing-ctas 16 | tee '$out/bench_torch.txt'"
+    step bench-torch-fused bash -c "set -o pipefail; TIDE_CUDA_DIRECT=15 python3 '$root/tests/gpu/bench_torch_baseline.py' --lib '$b/libtide.so' --divisor ${TIDE_BENCH_DIVISOR:-2} --sum-ctas 16 --landing-ctas 16 | tee '$out/bench_torch_fused.txt'"
     [ "${TIDE_GPU_INTERFERENCE:-1}" = 1 ] &&
         step bench-interference bash -c "set -o pipefail; '$b/tests/gpu/bench_interference' | tee '$out/bench_interference.txt'"
     [ "${TIDE_GPU_ENQUEUE:-1}" = 1 ] &&
