@@ -53,7 +53,7 @@ class Linear(nn.Module):
 
 def _rotary(x, pos):
     half = x.shape[-1] // 2
-    freqs = 1.0 / (10000 ** (torch.arange(half, dtype=torch.float32) / half))
+    freqs = 1.0 / (10000 ** (torch.arange(half, dtype=torch.float32, device=x.device) / half))
     ang = pos[:, None].float() * freqs[None, :]
     cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
     x1, x2 = x[..., :half], x[..., half:]
@@ -77,7 +77,7 @@ class Block(nn.Module):
     def forward(self, x):
         b, t, d = x.shape
         h = self.attn_norm(x)
-        pos = torch.arange(t)
+        pos = torch.arange(t, device=x.device)
         q = self.wq(h).view(b, t, self.heads, -1).transpose(1, 2)
         k = self.wk(h).view(b, t, self.heads, -1).transpose(1, 2)
         v = self.wv(h).view(b, t, self.heads, -1).transpose(1, 2)
@@ -106,13 +106,21 @@ class TinyLlama(nn.Module):
         return self.head(self.norm(x)).float()
 
 
-def build(seed=0, exact=False, mp=None, reshard_after_forward=True, **dims):
-    """The model, seeded, wrapped with fully_shard per layer and at the root."""
+def build(seed=0, exact=False, mp=None, reshard_after_forward=True, device=None, **dims):
+    """The model, seeded, wrapped with fully_shard per layer and at the root.  device: None
+    (fully_shard's default mesh) or a device type ("cpu", "cuda") for a 1-D mesh over the
+    default process group; the parameters are initialised on the CPU either way, so every
+    device starts from the same bits."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     torch.manual_seed(seed)
     model = TinyLlama(exact=exact, **dims)
     kw = {}
+    if device is not None:
+        import torch.distributed as dist
+        from torch.distributed.device_mesh import init_device_mesh
+
+        kw["mesh"] = init_device_mesh(torch.device(device).type, (dist.get_world_size(),))
     if mp is not None:
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=mp[0], reduce_dtype=mp[1])
     for layer in model.layers:

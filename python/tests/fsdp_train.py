@@ -56,14 +56,14 @@ class _CountStockCopies:
 def train(rank, world, steps=20, tide_mode=None, exact=False, mp=None, accum=1,
           sync_each_micro=False, tier=None, topology=None, seed=0, lr=1e-2, perturb=False,
           divide_factor=None, force_sum=False, hook=False, reshard_after_forward=True,
-          prefetch=False):
+          prefetch=False, device=None):
     """One run; returns {"losses": [...], "params": [[local shards after step s]],
     "addresses": [...per step], "groups": [(fqn, tier)], "fallbacks": [...]}."""
     import tide.fsdp
 
     mp_dtypes = None if mp is None else (_DTYPES[mp[0]], _DTYPES[mp[1]])
     model = fsdp_model.build(seed=seed, exact=exact, mp=mp_dtypes,
-                             reshard_after_forward=reshard_after_forward)
+                             reshard_after_forward=reshard_after_forward, device=device)
     if prefetch:
         # Explicit prefetching: each layer unshards the next one (forward) / the previous
         # one (backward) ahead of time, through FSDPModule's public API.
@@ -96,7 +96,8 @@ def train(rank, world, steps=20, tide_mode=None, exact=False, mp=None, accum=1,
     losses, params, addresses = [], [], []
     counter = _CountStockCopies()
     with counter:
-        _loop(model, opt, rank, steps, accum, sync_each_micro, rec, losses, params, addresses)
+        _loop(model, opt, rank, steps, accum, sync_each_micro, rec, losses, params, addresses,
+              device)
     out = {"losses": losses, "params": params, "addresses": addresses,
            "groups": rec.groups if rec else [], "fallbacks": rec.fallbacks if rec else [],
            "calls": {st.spec.name: dict(st.calls) for st in rec.states} if rec else {},
@@ -106,7 +107,8 @@ def train(rank, world, steps=20, tide_mode=None, exact=False, mp=None, accum=1,
     return out
 
 
-def _loop(model, opt, rank, steps, accum, sync_each_micro, rec, losses, params, addresses):
+def _loop(model, opt, rank, steps, accum, sync_each_micro, rec, losses, params, addresses,
+          device=None):
     for step in range(steps):
         total = 0.0
         for micro in range(accum):
@@ -114,13 +116,16 @@ def _loop(model, opt, rank, steps, accum, sync_each_micro, rec, losses, params, 
             if accum > 1 and not sync_each_micro:
                 model.set_requires_gradient_sync(last)
             x, y = fsdp_model.batch(step, rank, micro)
+            if device is not None:
+                x, y = x.to(device), y.to(device)
             loss = F.cross_entropy(model(x).reshape(-1, 37), y.reshape(-1)) / accum
             loss.backward()
             total += loss.item()
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(total)
-        params.append([p.to_local().detach().clone() for p in model.parameters()])
+        # Kept on the CPU: the records travel back to the parent process through torch.save.
+        params.append([p.to_local().detach().cpu().clone() for p in model.parameters()])
         if rec is not None:
             addresses.append(_landing_addresses(model))
 

@@ -28,6 +28,8 @@ def _wide(shape, seed):
 
 def _collectives(rank, world, ag_dtype, shard_dtype, mode, topology):
     comm = tb.Comm.from_process_group(None, *topology)
+    # No device named over a gloo group: inferred as the CPU, i.e. the CPU fabric.
+    assert comm.device == torch.device("cpu") and comm.fabric == tb._lib.FABRIC_CPU
     g = comm.register(SHAPES, ag_dtype, ag_dtype, shard_dtype, mode=mode)
     n = g.ranks
     fulls = [_wide(s, 100 + p).to(shard_dtype) for p, s in enumerate(SHAPES)]

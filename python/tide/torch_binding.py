@@ -124,12 +124,20 @@ class Comm:
         self._handle = handle.value
 
     @classmethod
-    def from_process_group(cls, group=None, nodes=None, gpus_per_node=None, device="cpu"):
+    def from_process_group(cls, group=None, nodes=None, gpus_per_node=None, device=None):
         """A communicator over the ranks of a torch ProcessGroup (collective over it).  The
         topology defaults to one node of N ranks for N <= 8, else nodes of
-        $LOCAL_WORLD_SIZE (or 8) ranks; rank 0 picks the job name and broadcasts it."""
+        $LOCAL_WORLD_SIZE (or 8) ranks; rank 0 picks the job name and broadcasts it.
+
+        device: where the group's tensors live.  A CUDA device selects the CUDA fabric (one
+        process per rank, tide_comm_init_rank(TIDE_FABRIC_CUDA, ...); the ranks must share
+        one host, as its bootstrap runs over abstract Unix sockets named after the job).
+        None infers it: the current CUDA device when the group's backend is NCCL, else the
+        CPU (a gloo group may still carry CUDA tensors: pass the device then)."""
         import torch.distributed as dist
 
+        if device is None:
+            device = _group_device(group)
         world = dist.get_world_size(group)
         rank = dist.get_rank(group)
         nodes, gpus_per_node = default_topology(world, nodes, gpus_per_node)
@@ -192,6 +200,19 @@ class Comm:
         return "<tide.torch_binding.Comm rank %d of %dx%d on %s%s>" % (
             self.rank, self.nodes, self.gpus_per_node, self.device,
             " closed" if self.closed else "")
+
+
+def _group_device(group):
+    """The device a process group's collectives run on when none is named."""
+    import torch.distributed as dist
+
+    try:
+        backend = str(dist.get_backend(group)).lower()
+    except (RuntimeError, ValueError):
+        backend = ""
+    if "nccl" in backend and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def default_topology(world, nodes=None, gpus_per_node=None):

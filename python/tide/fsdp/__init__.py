@@ -325,6 +325,8 @@ def _close(module, handle):
     live = sum(st.group.live_views() for st in handle.states)
     flag = torch.tensor([live], dtype=torch.int64)
     if handle.process_group is not None:
+        if "nccl" in str(dist.get_backend(handle.process_group)).lower():
+            flag = flag.to(handle.comm.device)  # NCCL reduces device tensors only
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=handle.process_group)
     if int(flag.item()):
         module._tide_fsdp_closing = handle

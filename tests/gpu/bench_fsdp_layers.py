@@ -1,0 +1,449 @@
+#!/usr/bin/env python3
+"""bench_fsdp_layers.py - one FSDP2 layer's all-gather and reduce-scatter on one GPU: stock
+FSDP2 (fake process group, simulated world N) against tide.fsdp (N processes on the GPU).
+
+Both sides run FSDP2's own per-group entry points on one fully_shard'ed Llama-style decoder
+layer (attention and SwiGLU weights, two RMSNorm weights, torch's FSDP2 order), between
+steps (group IDLE, so FSDP2 runs everything on the current stream):
+
+  AG  FSDPParamGroup.unshard() + wait_for_unshard(), timed with CUDA events on the current
+      stream, then reshard() (untimed).
+  RS  _fsdp_param_group.foreach_reduce(...) with the arguments FSDPParamGroup.post_backward
+      passes, the reduce-scatter stream being the current stream, on fresh unsharded
+      gradients (made before the timed region), timed the same way; the sharded gradients
+      are dropped afterwards (untimed), so every call assigns, never accumulates.
+
+stock  One process, PyTorch's `fake` process group (torch.testing._internal.distributed.
+       fake_pg) with world size N: FSDP2's full code path for one rank -- copy-in
+       (all_gather_copy_in), the all-gather call, copy-out (split_with_sizes_copy), _chunk_cat,
+       the reduce-scatter call, the gradient views -- but the fake group's collectives return
+       at once and move no byte.  Stock's figure is therefore a LOWER BOUND of stock's cost:
+       it contains none of the transport (NCCL's all-gather / reduce-scatter kernels).
+TIDE   N processes, all on the one GPU, a gloo process group for FSDP2's bookkeeping and
+       tide.fsdp.enable(layer, mode=...) (Tier 1): TIDE-AG lands every rank's shard in the
+       unsharded parameters (no copy-in, no copy-out), TIDE-RS reads the per-parameter
+       gradients (no pack).  Each rank's time covers the WHOLE collective of its rank,
+       transport included, while the other N - 1 ranks' collectives run on the same GPU at
+       the same time: the GPU does N ranks' data movement within that time.  Ranks start
+       each iteration together (gloo barrier after a device synchronize); the figure is the
+       median over iterations of the slowest rank.
+
+Peak memory: torch's allocator peak above the allocated bytes before the phase
+(max_memory_allocated), per rank; TIDE's arena (tide_plan_summary_t arena_bytes: landing
+slots, resident shards, staging, inboxes, signals) is allocated once at enable() outside
+torch's allocator and printed beside it as a persistent cost.
+
+HBM roofline: 4.2 TB/s of device copy (bytes read + bytes written per second, about what an
+H200 sustains; the run also measures one large device-to-device copy and prints it).  Bytes
+counted (U: unsharded group bytes in the all-gather dtype, S = U / N padded shard, G: one
+rank's unsharded gradient bytes, F: one rank's fp32 reduce output = 4 x shard elements):
+  stock AG  2 S (copy-in read + write) + 2 U (copy-out read + write) per rank
+  stock RS  G (pack read) + N S_rs (pack write, reduce dtype) per rank
+  TIDE AG   2 U per rank (every rank's landing written once, its sources read once), times N
+            ranks on the one GPU: 2 N U in the measured time
+  TIDE RS   G + F per rank (every gradient read once, every fp32 shard written once), times N
+Share = bytes / (time x 4.2 TB/s).  TIDE's "per-rank equivalent" time is its time / N: what
+one rank's share would take on a GPU of its own if the collective stays HBM-bound (an
+extrapolation, not a measurement; NVLink is not modelled).
+
+    python3 tests/gpu/bench_fsdp_layers.py --lib build/libtide.so [--worlds 2,4,8]
+        [--dim 4096 --hidden 11008] [--dtype bf16|fp32] [--mode in_place|slot_reuse]
+        [--iters 10] [--json FILE]
+
+Every process runs with NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+NVSHMEM_DISABLE_NVLS=1 (checked; nothing here uses NVLink multicast).
+"""
+import argparse
+import json
+import math
+import multiprocessing
+import os
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "python", "tests"))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+SAFETY = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+          "NVSHMEM_DISABLE_NVLS": "1"}
+ROOFLINE = 4.2e12  # bytes read + written per second
+
+
+def _layer(dim, hidden, heads, dtype):
+    import torch
+
+    import fsdp_model
+
+    torch.manual_seed(0)
+    with torch.device("cpu"):
+        block = fsdp_model.Block(dim, heads, hidden, exact=False)
+    return block.to(dtype)
+
+
+def _dtype(name):
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp32": torch.float32}[name]
+
+
+def _shard_layer(block, world, device):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(device, (world,))
+    fully_shard(block, mesh=mesh)
+    state = block._get_fsdp_state()
+    state._lazy_init()
+    pg = state._fsdp_param_group
+    _Dev(device).sync()
+    return block, pg
+
+
+class _Dev:
+    """CUDA events and allocator statistics, or wall time and no memory figures (--device
+    cpu, which only exercises the script off the GPU)."""
+
+    def __init__(self, device):
+        import torch
+
+        self.cuda = device == "cuda"
+        self.torch = torch
+
+    def sync(self):
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def stream(self):
+        t = self.torch
+        return t.cuda.current_stream() if self.cuda else t.cpu.current_stream()
+
+    def start(self):
+        t = self.torch
+        if self.cuda:
+            base = t.cuda.memory_allocated()
+            t.cuda.reset_peak_memory_stats()
+            a = t.cuda.Event(enable_timing=True)
+            a.record()
+            return base, a
+        return 0, time.perf_counter()
+
+    def stop(self, mark):
+        """(milliseconds, peak bytes above the start)."""
+        t = self.torch
+        base, a = mark
+        if self.cuda:
+            b = t.cuda.Event(enable_timing=True)
+            b.record()
+            t.cuda.synchronize()
+            return a.elapsed_time(b), t.cuda.max_memory_allocated() - base
+        return (time.perf_counter() - a) * 1e3, 0
+
+
+def _grads(pg):
+    import torch
+
+    return [torch.randn(fp._orig_size, dtype=fp.param_dtype or fp.orig_dtype,
+                        device=pg.device) for fp in pg.fsdp_params]
+
+
+def _reduce(pg, grads, dev):
+    from torch.distributed.fsdp._fully_shard import _fsdp_param_group as pg_mod
+
+    cur = dev.stream()
+    # The module-level name FSDPParamGroup.post_backward calls (TIDE's dispatcher when
+    # enabled), with the arguments it passes for a 1-D FSDP mesh.
+    return pg_mod.foreach_reduce(
+        pg.fsdp_params, grads, pg._reduce_scatter_process_group, cur, pg._reduce_scatter_comm,
+        pg._orig_dtype, pg._reduce_dtype, pg.device, pg.gradient_divide_factor, None, cur,
+        pg.all_reduce_grads, None, None, False)
+
+
+def _measure(pg, iters, barrier, dev):
+    """{"ag_ms": [...], "rs_ms": [...], "ag_peak": bytes, "rs_peak": bytes}."""
+    out = {"ag_ms": [], "rs_ms": [], "ag_peak": 0, "rs_peak": 0}
+    for it in range(iters + 2):  # two warm-up iterations
+        # AG
+        barrier()
+        mark = dev.start()
+        pg.unshard(async_op=False)
+        pg.wait_for_unshard()
+        ms, peak = dev.stop(mark)
+        if it >= 2:
+            out["ag_ms"].append(ms)
+            out["ag_peak"] = max(out["ag_peak"], peak)
+        pg.reshard()
+        # RS
+        grads = _grads(pg)
+        dev.sync()
+        barrier()
+        mark = dev.start()
+        result = _reduce(pg, grads, dev)
+        ms, peak = dev.stop(mark)
+        del grads, result
+        if it >= 2:
+            out["rs_ms"].append(ms)
+            out["rs_peak"] = max(out["rs_peak"], peak)
+        for fp in pg.fsdp_params:
+            fp.sharded_param.grad = None
+    return out
+
+
+def _sizes(pg, world):
+    """(U, S, G, S_rs, F): see the module doc."""
+    import torch
+
+    ag_item = torch.empty(0, dtype=pg.fsdp_params[0].param_dtype
+                          or pg.fsdp_params[0].orig_dtype).element_size()
+    rs_dtype = pg._reduce_dtype or pg.fsdp_params[0].param_dtype or pg._orig_dtype
+    rs_item = torch.empty(0, dtype=rs_dtype).element_size()
+    shard_elems = sum(fp._sharded_param_data.numel() for fp in pg.fsdp_params)
+    grad_elems = sum(math.prod(fp._orig_size) for fp in pg.fsdp_params)
+    return dict(U=world * shard_elems * ag_item, S=shard_elems * ag_item,
+                G=grad_elems * ag_item, S_rs=shard_elems * rs_item, F=4 * shard_elems)
+
+
+def _check_env():
+    for k, v in SAFETY.items():
+        if os.environ.get(k) != v:
+            raise RuntimeError("%s must be %s in every process" % (k, v))
+
+
+# ---------------------------------------------------------------------------- stock side
+
+
+def _stock_entry(world, cfg, path):
+    try:
+        _check_env()
+        import torch
+        import torch.distributed as dist
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+
+        dev = _Dev(cfg["device"])
+        if dev.cuda:
+            torch.cuda.set_device(0)
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+        _block, pg = _shard_layer(_layer(cfg["dim"], cfg["hidden"], cfg["heads"],
+                                         _dtype(cfg["dtype"])), world, cfg["device"])
+        res = _measure(pg, cfg["iters"], dev.sync, dev)
+        res["sizes"] = _sizes(pg, world)
+        res["ok"] = True
+    except BaseException as exc:
+        res = {"ok": False, "error": "%s: %s" % (type(exc).__name__, exc),
+               "traceback": traceback.format_exc()}
+    with open(path, "w") as f:
+        json.dump(res, f)
+    os._exit(0)
+
+
+def run_stock(world, cfg, timeout):
+    ctx = multiprocessing.get_context("spawn")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "stock.json")
+        p = ctx.Process(target=_stock_entry, args=(world, cfg, path))
+        p.start()
+        p.join(timeout)
+        if p.is_alive():
+            p.kill()
+            p.join()
+            return {"ok": False, "error": "stock run hung (killed after %d s)" % timeout}
+        if not os.path.exists(path):
+            return {"ok": False, "error": "stock process died (exit %s)" % p.exitcode}
+        with open(path) as f:
+            return json.load(f)
+
+
+# ---------------------------------------------------------------------------- TIDE side
+
+
+def _tide_rank(rank, world, cfg):
+    _check_env()
+    import torch
+    import torch.distributed as dist
+
+    import tide.fsdp
+
+    dev = _Dev(cfg["device"])
+    if dev.cuda:
+        torch.cuda.set_device(0)
+    block, pg = _shard_layer(_layer(cfg["dim"], cfg["hidden"], cfg["heads"],
+                                    _dtype(cfg["dtype"])), world, cfg["device"])
+    rec = tide.fsdp.enable(block, mode=cfg["mode"], tier=1)
+    if [t for _, t in rec.groups] != [1] or rec.fallbacks:
+        raise RuntimeError("TIDE did not take the layer: %s" % rec)
+    st = rec.states[0]
+
+    def barrier():
+        dev.sync()
+        dist.barrier()
+
+    res = _measure(pg, cfg["iters"], barrier, dev)
+    res["sizes"] = _sizes(pg, world)
+    res["arena_bytes"] = st.group.plan.summary["arena_bytes"]
+    res["calls"] = dict(st.calls)
+    tide.fsdp.disable(block)
+    return res
+
+
+def run_tide(world, cfg, timeout):
+    import fsdp_harness
+
+    env = dict(SAFETY, TIDE_TIMEOUT_MS=os.environ.get("TIDE_TIMEOUT_MS", "30000"))
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            records = fsdp_harness.run(world, _tide_rank, tmp, timeout=timeout, env=env,
+                                       allow_failure=True, cfg=cfg)
+        except AssertionError as exc:
+            return {"ok": False, "error": str(exc)}
+    bad = [(r, rec) for r, rec in enumerate(records) if not rec["ok"]]
+    if bad:
+        r, rec = bad[0]
+        return {"ok": False, "error": "rank %d: %s: %s" % (r, rec["type"], rec["error"]),
+                "traceback": rec.get("traceback", "")}
+    res = [rec["result"] for rec in records]
+    iters = len(res[0]["ag_ms"])
+    return {"ok": True,
+            "ag_ms": [max(x["ag_ms"][i] for x in res) for i in range(iters)],
+            "rs_ms": [max(x["rs_ms"][i] for x in res) for i in range(iters)],
+            "ag_peak": max(x["ag_peak"] for x in res), "rs_peak": max(x["rs_peak"] for x in res),
+            "arena_bytes": res[0]["arena_bytes"], "sizes": res[0]["sizes"],
+            "calls": res[0]["calls"]}
+
+
+# ---------------------------------------------------------------------------- report
+
+
+def _copy_bandwidth():
+    import torch
+
+    torch.cuda.set_device(0)
+    n = 1 << 30
+    a = torch.empty(n, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    b.copy_(a)
+    times = []
+    for _ in range(5):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        b.copy_(a)
+        e1.record()
+        torch.cuda.synchronize()
+        times.append(e0.elapsed_time(e1) / 1e3)
+    return 2 * n / statistics.median(times)
+
+
+def _row(world, stock, tide_res):
+    z = stock["sizes"] if stock.get("ok") else tide_res["sizes"]
+    out = {"world": world, "sizes": z}
+    if stock.get("ok"):
+        ag, rs = statistics.median(stock["ag_ms"]), statistics.median(stock["rs_ms"])
+        out["stock"] = {
+            "ag_ms": ag, "rs_ms": rs, "ag_peak_mib": stock["ag_peak"] / 2**20,
+            "rs_peak_mib": stock["rs_peak"] / 2**20,
+            "ag_roofline": (2 * z["S"] + 2 * z["U"]) / (ag / 1e3 * ROOFLINE),
+            "rs_roofline": (z["G"] + world * z["S_rs"]) / (rs / 1e3 * ROOFLINE)}
+    else:
+        out["stock"] = {"error": stock.get("error")}
+    if tide_res.get("ok"):
+        ag, rs = statistics.median(tide_res["ag_ms"]), statistics.median(tide_res["rs_ms"])
+        out["tide"] = {
+            "ag_ms": ag, "rs_ms": rs, "ag_ms_per_rank_equiv": ag / world,
+            "rs_ms_per_rank_equiv": rs / world, "ag_peak_mib": tide_res["ag_peak"] / 2**20,
+            "rs_peak_mib": tide_res["rs_peak"] / 2**20,
+            "arena_mib": tide_res["arena_bytes"] / 2**20,
+            "ag_roofline": world * 2 * z["U"] / (ag / 1e3 * ROOFLINE),
+            "rs_roofline": world * (z["G"] + z["F"]) / (rs / 1e3 * ROOFLINE),
+            "calls": tide_res["calls"]}
+    else:
+        out["tide"] = {"error": tide_res.get("error"), "traceback": tide_res.get("traceback")}
+    return out
+
+
+def _print(row):
+    z, s, t = row["sizes"], row["stock"], row["tide"]
+    print("N = %d: U = %.1f MiB (all-gather dtype), G = %.1f MiB per rank"
+          % (row["world"], z["U"] / 2**20, z["G"] / 2**20))
+    fmt = "  %-5s %-6s %9s %9s %10s %12s %s"
+    print(fmt % ("phase", "side", "time ms", "roofline", "peak MiB", "per-rank eq", "notes"))
+    for phase in ("ag", "rs"):
+        if "error" not in s:
+            print(fmt % (phase.upper(), "stock", "%.3f" % s[phase + "_ms"],
+                         "%.1f%%" % (100 * s[phase + "_roofline"]),
+                         "%.1f" % s[phase + "_peak_mib"], "-",
+                         "one rank, fake transport (lower bound)"))
+        else:
+            print("  %s stock: FAILED %s" % (phase.upper(), s["error"]))
+        if "error" not in t:
+            print(fmt % (phase.upper(), "TIDE", "%.3f" % t[phase + "_ms"],
+                         "%.1f%%" % (100 * t[phase + "_roofline"]),
+                         "%.1f" % t[phase + "_peak_mib"],
+                         "%.3f" % t[phase + "_ms_per_rank_equiv"],
+                         "all %d ranks on one GPU, transport included; arena %.1f MiB"
+                         % (row["world"], t["arena_mib"])))
+        else:
+            print("  %s TIDE: FAILED %s" % (phase.upper(), t["error"]))
+    sys.stdout.flush()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--lib", help="libtide.so built with -DTIDE_WITH_CUDA=ON (TIDE_LIBRARY)")
+    ap.add_argument("--worlds", default="2,4,8")
+    ap.add_argument("--dim", type=int, default=4096)
+    ap.add_argument("--hidden", type=int, default=11008)
+    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"))
+    ap.add_argument("--mode", default="in_place", choices=("in_place", "slot_reuse"))
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--timeout", type=int, default=120, help="seconds per side and world")
+    ap.add_argument("--json")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                    help="cpu: exercise the script on the CPU fabric (no meaningful figures)")
+    args = ap.parse_args()
+    try:
+        _check_env()
+    except RuntimeError as exc:
+        sys.exit(str(exc))
+    if args.lib:
+        os.environ["TIDE_LIBRARY"] = os.path.abspath(args.lib)
+    import torch
+
+    cfg = dict(dim=args.dim, hidden=args.hidden, heads=args.heads, dtype=args.dtype,
+               mode=args.mode, iters=args.iters, device=args.device)
+    cuda = args.device == "cuda"
+    report = {"torch": torch.__version__, "config": cfg, "roofline_bytes_per_s": ROOFLINE,
+              "device": torch.cuda.get_device_name(0) if cuda else "cpu"}
+    bw = _copy_bandwidth() if cuda else float("nan")
+    report["measured_copy_bytes_per_s"] = bw
+    print("layer dim %d hidden %d, %s, TIDE %s; measured device copy %.2f TB/s (read + write), "
+          "roofline taken as %.1f TB/s" % (args.dim, args.hidden, args.dtype, args.mode,
+                                           bw / 1e12, ROOFLINE / 1e12), flush=True)
+    if cuda:
+        torch.cuda.empty_cache()
+    rows, status = [], 0
+    for world in [int(w) for w in args.worlds.split(",") if w]:
+        t0 = time.monotonic()
+        stock = run_stock(world, cfg, args.timeout)
+        tide_res = run_tide(world, cfg, args.timeout)
+        row = _row(world, stock, tide_res)
+        row["seconds"] = time.monotonic() - t0
+        rows.append(row)
+        _print(row)
+        if "error" in row["stock"] or "error" in row["tide"]:
+            status = 1
+            for side in ("stock", "tide"):
+                if row[side].get("traceback"):
+                    print(row[side]["traceback"])
+    report["rows"] = rows
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    sys.exit(status)
+
+
+if __name__ == "__main__":
+    main()

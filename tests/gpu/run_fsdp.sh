@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# run_fsdp.sh OUTDIR - on the GPU machine: build libtide with the CUDA fabric, then run the
+# tide.fsdp parity test (tests/gpu/fsdp_parity_gpu.py, world sizes 2, 4, 8 as processes on
+# device 0) and the per-layer benchmark (tests/gpu/bench_fsdp_layers.py).  Every step runs
+# under `timeout` inside one overall budget, and a failing step does not stop the next.
+#   TIDE_FSDP_BUDGET=S   overall seconds (default 320)
+# Results: OUTDIR/summary.txt, build.log, parity.log, parity.json, bench.log, bench.json.
+# Safety: NVLink multicast never runs; these are exported for every process started here.
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} PYTHONUNBUFFERED=1
+out=${1:?usage: tests/gpu/run_fsdp.sh OUTDIR}
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+work=${TIDE_GPU_WORK:-/tmp/tide-fsdp}
+budget=${TIDE_FSDP_BUDGET:-320}
+mkdir -p "$out" "$work"
+summary="$out/summary.txt"; : >"$summary"
+status=0
+step() { # step NAME LIMIT LOG CMD...: runs CMD under min(LIMIT, what is left of the budget)
+    local name=$1 limit=$2 log=$3; shift 3
+    local left=$((budget - SECONDS - 3))
+    [ "$left" -lt "$limit" ] && limit=$left
+    if [ "$limit" -lt 10 ]; then
+        printf '%-16s SKIPPED (budget spent)\n' "$name" | tee -a "$summary"; status=1; return 1
+    fi
+    echo "== $name (limit ${limit}s): $*" >>"$log"
+    local t0=$SECONDS
+    timeout -k 5 "$limit" "$@" >>"$log" 2>&1
+    local rc=$?
+    printf '%-16s %s (%ds)\n' "$name" "$([ $rc -eq 0 ] && echo PASS || echo "FAIL rc=$rc")" \
+        $((SECONDS - t0)) | tee -a "$summary"
+    [ $rc -eq 0 ] || status=1
+    return $rc
+}
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+} >>"$summary" 2>&1
+step configure 60 "$out/build.log" cmake -S "$root" -B "$work/lib" -DTIDE_WITH_CUDA=ON \
+    -DTIDE_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release
+step build 150 "$out/build.log" cmake --build "$work/lib" -j16 --target tide
+lib="$work/lib/libtide.so"
+par="$root/tests/gpu/fsdp_parity_gpu.py"
+bench="$root/tests/gpu/bench_fsdp_layers.py"
+step parity-w2 75 "$out/parity.log" python3 "$par" --lib "$lib" --worlds 2 --timeout 65 \
+    --json "$out/parity-w2.json"
+step parity-w4 85 "$out/parity.log" python3 "$par" --lib "$lib" --worlds 4 --timeout 75 \
+    --json "$out/parity-w4.json"
+step bench 110 "$out/bench.log" python3 "$bench" --lib "$lib" --worlds 2,4,8 --iters 10 \
+    --timeout 45 --json "$out/bench.json"
+step parity-w8 100 "$out/parity.log" python3 "$par" --lib "$lib" --worlds 8 --timeout 90 \
+    --json "$out/parity-w8.json"
+grep -h "^world\|^N =\|^  AG\|^  RS\|^layer" "$out/parity.log" "$out/bench.log" >>"$summary" 2>/dev/null
+exit $status
