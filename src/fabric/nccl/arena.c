@@ -63,6 +63,24 @@ static tide_result_t check_infos(const tide_nccl_world_t *w, const seg_info_t *a
     return TIDE_SUCCESS;
 }
 
+/* Without symmetric memory support on the communicator NCCL 2.28 still registers, but hands
+ * back a host-side local registration handle as the window; the LSA kernel must never read
+ * that.  A real window is a descriptor in device memory of this device. */
+static tide_result_t check_window(tide_nccl_world_t *w, tide_nccl_arena_t *a) {
+    struct cudaPointerAttributes attr;
+    memset(&attr, 0, sizeof(attr));
+    const cudaError_t e = cudaPointerGetAttributes(&attr, (const void *)a->win);
+    (void)cudaGetLastError();
+    if (e != cudaSuccess || attr.type != cudaMemoryTypeDevice || attr.device != w->mp.device)
+        return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
+                        "nccl fabric: rank %d: the window NCCL returned is not a device "
+                        "descriptor of device %d (memory type %d): the node communicator has "
+                        "no symmetric memory support (it needs P2P between all its ranks, "
+                        "NCCL_WIN_ENABLE=1 and NCCL_CUMEM_ENABLE=1)",
+                        w->mp.base.rank, w->mp.device, (int)attr.type);
+    return TIDE_SUCCESS;
+}
+
 /* The peers' bases: LSA pointers of the window (LSA rank r = TIDE rank r, M = 1). */
 static tide_result_t lsa_bases(tide_nccl_world_t *w, tide_nccl_arena_t *a) {
     const int n = w->mp.base.ranks;
@@ -167,6 +185,7 @@ static tide_result_t segment_create(tide_nccl_world_t *w, tide_nccl_arena_t *a, 
                            "symmetric memory on this communicator (it needs CUDA VMM, "
                            "NCCL_CUMEM_ENABLE, and P2P between all ranks)")
                 : TIDE_SUCCESS;
+    if (local == TIDE_SUCCESS) local = check_window(w, a);
     TIDE_CHECK(agreed(w, local, "ncclCommWindowRegister"));
     TIDE_CHECK(agreed(w, lsa_bases(w, a), "the LSA pointers"));
     TIDE_CHECK(agreed(w, write_marker(w, a), "writing its marker"));
