@@ -1,6 +1,7 @@
 /*
  * arena.c - the NCCL fabric's arenas (fabric_nccl.h): every rank's arena and flag area in
- * one ncclMemAlloc allocation, registered as a symmetric window; peers through LSA pointers.
+ * one ncclMemAlloc allocation, registered as a window (ncclCommWindowRegister); peers through
+ * its LSA pointers.
  *
  * Every step that can fail on one rank only is followed by a collective verdict
  * (tide_nccl_agree), so that all ranks take the same path into the next collective call
@@ -173,9 +174,13 @@ static tide_result_t segment_create(tide_nccl_world_t *w, tide_nccl_arena_t *a, 
     free(all);
     if (res != TIDE_SUCCESS) return res; /* every rank saw the same table */
 
-    /* Collective over the node communicator; every rank gets here. */
+    /* Collective over the node communicator; every rank gets here.  NCCL_WIN_DEFAULT, not
+     * NCCL_WIN_COLL_SYMMETRIC: the window is the same symmetric-memory window with the same
+     * LSA mapping either way, and TIDE runs no NCCL collective on it, but the SYMMETRIC flag
+     * makes NCCL 2.28 set up its symmetric kernels, which ask for NVLink multicast memory
+     * whenever the communicator has NVLS support (ncclSymkInitOnce). */
     const ncclResult_t rr = lib->CommWindowRegister(w->node_comm, a->mem, (size_t)a->mp.alloc_bytes,
-                                                    &a->win, NCCL_WIN_COLL_SYMMETRIC);
+                                                    &a->win, NCCL_WIN_DEFAULT);
     if (rr == ncclSuccess && a->win != NULL) a->registered = true;
     local = rr != ncclSuccess
                 ? tide_nccl_error(lib, rr, __FILE__, __LINE__, "ncclCommWindowRegister")

@@ -13,10 +13,11 @@
  *                  and a node communicator split from it (ncclCommSplit, color = node, config
  *                  CTAPolicy = NCCL_CTA_POLICY_ZERO) that carries every exchange and window
  *   memory         each rank's arena + flag area in one ncclMemAlloc allocation registered as
- *                  a symmetric window (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC); the
- *                  peers' bases are the window's LSA pointers (ncclGetLsaPointer, evaluated by
- *                  a one-thread-per-peer kernel, lsa.cu), checked at registration by reading a
- *                  per-rank marker through them
+ *                  a symmetric-memory window (ncclCommWindowRegister, NCCL_WIN_DEFAULT: see
+ *                  arena.c for why not NCCL_WIN_COLL_SYMMETRIC); the peers' bases are the
+ *                  window's LSA pointers (ncclGetLsaPointer, evaluated by a one-thread-per-peer
+ *                  kernel, lsa.cu), checked at registration by reading a per-rank marker
+ *                  through them
  *   bootstrap      small all-gathers on the node communicator (group signature, status,
  *                  barriers), waited on the host with TIDE_TIMEOUT_MS; a timeout aborts the
  *                  node communicator (ncclCommAbort) and fails with TIDE_ERR_TIMEOUT

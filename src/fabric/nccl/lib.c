@@ -22,6 +22,17 @@ static tide_result_t nvls_off(void) {
     if (v == NULL) {
         if (setenv("NCCL_NVLS_ENABLE", "0", 0) != 0)
             return TIDE_ERR(TIDE_ERR_FABRIC, "nccl fabric: setenv(NCCL_NVLS_ENABLE=0) failed");
+        /* NCCL reads its parameters once per process: with a library already loaded (torch's)
+         * a communicator it created before may have read the variable unset. */
+        void *h = dlopen(SONAME, RTLD_NOW | RTLD_NOLOAD);
+        if (h != NULL) {
+            tide_log(TIDE_LOG_WARN, __FILE__, __LINE__,
+                     "nccl fabric: NCCL_NVLS_ENABLE was unset while %s was already loaded; set "
+                     "to 0 now, which NCCL may not read again: set NCCL_NVLS_ENABLE=0 before "
+                     "the process's first NCCL communicator (torch.distributed init)",
+                     SONAME);
+            dlclose(h);
+        }
         return TIDE_SUCCESS;
     }
     if (strcmp(v, "0") != 0)
