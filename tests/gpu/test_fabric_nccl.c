@@ -412,6 +412,8 @@ int main(void) {
     setenv("NCCL_NVLS_ENABLE", "0", 0);
     setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 0);
     setenv("NVSHMEM_DISABLE_NVLS", "1", 0);
+    /* NCCL's own warnings explain a failed NCCL call beside TIDE's message. */
+    setenv("NCCL_DEBUG", "WARN", 0);
     if (strcmp(getenv("NCCL_NVLS_ENABLE"), "0") != 0) {
         fprintf(stderr, "SETUP: NCCL_NVLS_ENABLE=%s; run with NCCL_NVLS_ENABLE=0\n",
                 getenv("NCCL_NVLS_ENABLE"));
