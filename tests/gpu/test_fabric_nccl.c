@@ -43,23 +43,23 @@
 
 static int failures;
 
-#define CU(call)                                                                                 \
-    do {                                                                                         \
-        cudaError_t e_ = (call);                                                                 \
-        if (e_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "FAIL: %s:%d %s: %s\n", __FILE__, __LINE__, #call,                   \
-                    cudaGetErrorString(e_));                                                     \
-            return false;                                                                        \
-        }                                                                                        \
+#define CU(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "FAIL: %s:%d %s: %s\n", __FILE__, __LINE__, #call,                     \
+                    cudaGetErrorString(e_));                                                       \
+            return false;                                                                          \
+        }                                                                                          \
     } while (0)
-#define TK(call)                                                                                 \
-    do {                                                                                         \
-        tide_result_t r_ = (call);                                                               \
-        if (r_ != TIDE_SUCCESS) {                                                                \
-            fprintf(stderr, "FAIL: %s:%d %s: %s (%s)\n", __FILE__, __LINE__, #call,              \
-                    tide_get_error_string(r_), tide_get_last_error());                           \
-            return false;                                                                        \
-        }                                                                                        \
+#define TK(call)                                                                                   \
+    do {                                                                                           \
+        tide_result_t r_ = (call);                                                                 \
+        if (r_ != TIDE_SUCCESS) {                                                                  \
+            fprintf(stderr, "FAIL: %s:%d %s: %s (%s)\n", __FILE__, __LINE__, #call,                \
+                    tide_get_error_string(r_), tide_get_last_error());                             \
+            return false;                                                                          \
+        }                                                                                          \
     } while (0)
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -162,10 +162,10 @@ static bool case_init(case_t *c, int v) {
     for (size_t i = 0; i < c->out_bytes / 4; ++i)
         c->out0[i] = rnd_wide();
     snprintf(c->what, sizeof(c->what),
-             "case %d: P=%d grads=%s cast=%d passes=%d alpha=%g modes=%d%d%d%d acc=%d%d%d%d",
-             v, p, fp32_grads ? "fp32" : "bf16", c->cast, c->cfg.passes,
-             (double)c->alpha, c->modes[0], c->modes[1], c->modes[2], c->modes[3],
-             c->accumulate[0], c->accumulate[1], c->accumulate[2], c->accumulate[3]);
+             "case %d: P=%d grads=%s cast=%d passes=%d alpha=%g modes=%d%d%d%d acc=%d%d%d%d", v, p,
+             fp32_grads ? "fp32" : "bf16", c->cast, c->cfg.passes, (double)c->alpha, c->modes[0],
+             c->modes[1], c->modes[2], c->modes[3], c->accumulate[0], c->accumulate[1],
+             c->accumulate[2], c->accumulate[3]);
     return true;
 }
 
@@ -239,14 +239,13 @@ static bool run_nccl(tide_comm_t comm, case_t *c, cudaStream_t s) {
         void *land = NULL;
         TK(tide_all_gather(grp, dshard[e], e % 2, s));
         TK(tide_group_landing(grp, e % 2, &land));
-        CU(cudaMemcpyAsync(hland + e * c->land_bytes, land, c->land_bytes,
-                           cudaMemcpyDeviceToHost, s));
+        CU(cudaMemcpyAsync(hland + e * c->land_bytes, land, c->land_bytes, cudaMemcpyDeviceToHost,
+                           s));
     }
     for (int e = 0; e < CALLS; ++e) {
-        TK(tide_reduce_scatter(grp, (const void *const *)dgrad[e], dout, c->alpha,
-                               c->accumulate[e], c->modes[e], s));
-        CU(cudaMemcpyAsync(hout + e * c->out_bytes, dout, c->out_bytes, cudaMemcpyDeviceToHost,
-                           s));
+        TK(tide_reduce_scatter(grp, (const void *const *)dgrad[e], dout, c->alpha, c->accumulate[e],
+                               c->modes[e], s));
+        CU(cudaMemcpyAsync(hout + e * c->out_bytes, dout, c->out_bytes, cudaMemcpyDeviceToHost, s));
     }
     /* The fabric's own waits end at TIDE_TIMEOUT_MS instead of hanging. */
     TK(tide_cuda_mp_sync(grp->arena, TIDE_COLL_ALL_GATHER));
@@ -280,14 +279,16 @@ static bool compare(const case_t *c, const char *path) {
     for (int e = 0; e < CALLS; ++e) {
         long d = first_diff(c->land[0][e], c->land[1][e], c->land_bytes);
         if (d >= 0) {
-            fprintf(stderr, "FAIL: %s: %s: AG call %d: landing differs at byte %ld (%02x vs %02x)\n",
-                    path, c->what, e, d, c->land[0][e][d], c->land[1][e][d]);
+            fprintf(stderr,
+                    "FAIL: %s: %s: AG call %d: landing differs at byte %ld (%02x vs %02x)\n", path,
+                    c->what, e, d, c->land[0][e][d], c->land[1][e][d]);
             ok = false;
         }
         if (!c->cast && c->land_bytes == c->shard_operand &&
             (d = first_diff(c->shards[e], c->land[1][e], c->land_bytes)) >= 0) {
-            fprintf(stderr, "FAIL: %s: %s: AG call %d: landing differs from the shard at byte %ld\n",
-                    path, c->what, e, d);
+            fprintf(stderr,
+                    "FAIL: %s: %s: AG call %d: landing differs from the shard at byte %ld\n", path,
+                    c->what, e, d);
             ok = false;
         }
         d = first_diff(c->out[0][e], c->out[1][e], c->out_bytes);
@@ -353,14 +354,14 @@ static bool app_nccl_load(app_nccl_t *a) {
     return true;
 }
 
-#define NK(a, call)                                                                              \
-    do {                                                                                         \
-        ncclResult_t r_ = (call);                                                                \
-        if (r_ != ncclSuccess) {                                                                 \
-            fprintf(stderr, "FAIL: %s:%d %s: %s\n", __FILE__, __LINE__, #call,                   \
-                    (a)->GetErrorString(r_));                                                    \
-            return false;                                                                        \
-        }                                                                                        \
+#define NK(a, call)                                                                                \
+    do {                                                                                           \
+        ncclResult_t r_ = (call);                                                                  \
+        if (r_ != ncclSuccess) {                                                                   \
+            fprintf(stderr, "FAIL: %s:%d %s: %s\n", __FILE__, __LINE__, #call,                     \
+                    (a)->GetErrorString(r_));                                                      \
+            return false;                                                                          \
+        }                                                                                          \
     } while (0)
 
 static bool expect(tide_result_t got, tide_result_t want, const char *what) {

@@ -31,8 +31,8 @@ static void test_arguments(void **state) {
     assert_tide(TIDE_ERR_INVALID_ARGUMENT, tide_comm_init_nccl(1, 1, 0, NULL, &comm));
     assert_non_null(strstr(tide_get_last_error(), "nccl_unique_id is NULL"));
     assert_tide(TIDE_ERR_INVALID_ARGUMENT, tide_comm_init_nccl(0, 1, 0, id, &comm));
-    assert_tide(TIDE_ERR_INVALID_ARGUMENT, tide_comm_init_nccl(1, TIDE_MAX_GPUS_PER_NODE + 1, 0, id,
-                                                               &comm));
+    assert_tide(TIDE_ERR_INVALID_ARGUMENT,
+                tide_comm_init_nccl(1, TIDE_MAX_GPUS_PER_NODE + 1, 0, id, &comm));
     assert_tide(TIDE_ERR_INVALID_ARGUMENT, tide_comm_init_nccl(1, 2, 2, id, &comm));
     assert_non_null(strstr(tide_get_last_error(), "rank 2 outside"));
     assert_tide(TIDE_ERR_INVALID_ARGUMENT, tide_comm_init_nccl(1, 2, -1, id, &comm));
@@ -93,8 +93,9 @@ static int no_library_child(void) {
     if (nvls == NULL || strcmp(nvls, "0") != 0) bad |= 8;
     if (tide_comm_init_nccl(1, 1, 0, id, &comm) != TIDE_ERR_UNSUPPORTED) bad |= 16;
     if (comm != SENTINEL) bad |= 32;
-    if (bad) fprintf(stderr, "no-library child: checks failed (mask %d), last error: %s\n", bad,
-                     tide_get_last_error());
+    if (bad)
+        fprintf(stderr, "no-library child: checks failed (mask %d), last error: %s\n", bad,
+                tide_get_last_error());
     return bad ? 1 : 0;
 }
 

@@ -49,8 +49,10 @@ static tide_result_t check_infos(const tide_nccl_world_t *w, const seg_info_t *a
     const int n = w->mp.base.ranks, me = w->mp.base.rank;
     for (int r = 0; r < n; ++r) {
         if (all[r].alloc_bytes == 0)
-            return TIDE_ERR(TIDE_ERR_FABRIC, "nccl fabric: rank %d could not allocate its arena "
-                                             "(ncclMemAlloc)", r);
+            return TIDE_ERR(TIDE_ERR_FABRIC,
+                            "nccl fabric: rank %d could not allocate its arena "
+                            "(ncclMemAlloc)",
+                            r);
         if (all[r].signature != mine->signature || all[r].bytes != mine->bytes ||
             all[r].seq != mine->seq || all[r].alloc_bytes != mine->alloc_bytes)
             return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
@@ -88,9 +90,9 @@ static tide_result_t lsa_bases(tide_nccl_world_t *w, tide_nccl_arena_t *a) {
     void **dev = (void **)(void *)w->scratch_dev, **host = (void **)(void *)w->scratch_host;
     TIDE_CUDA_CALL(tide_nccl_lsa_pointers(a->win, n, dev, w->mp.util),
                    "tide_nccl_lsa_pointers (ncclGetLsaPointer kernel)");
-    TIDE_CUDA_CALL(cudaMemcpyAsync(host, dev, (size_t)n * sizeof(void *), cudaMemcpyDeviceToHost,
-                                   w->mp.util),
-                   "cudaMemcpyAsync(LSA pointers)");
+    TIDE_CUDA_CALL(
+        cudaMemcpyAsync(host, dev, (size_t)n * sizeof(void *), cudaMemcpyDeviceToHost, w->mp.util),
+        "cudaMemcpyAsync(LSA pointers)");
     TIDE_CUDA_CALL(cudaStreamSynchronize(w->mp.util), "cudaStreamSynchronize(LSA pointers)");
     for (int r = 0; r < n; ++r) {
         if (host[r] == NULL)
@@ -244,8 +246,8 @@ tide_result_t tide_nccl_arena_destroy(struct tide_fabric_arena *arena) {
             tide_cuda_mp_sync(arena, f == 0 ? TIDE_COLL_ALL_GATHER : TIDE_COLL_REDUCE_SCATTER);
         if (res == TIDE_SUCCESS) res = r;
     }
-    const bool broken = a->mp.fam[0].broken != TIDE_SUCCESS ||
-                        a->mp.fam[1].broken != TIDE_SUCCESS || w->aborted;
+    const bool broken =
+        a->mp.fam[0].broken != TIDE_SUCCESS || a->mp.fam[1].broken != TIDE_SUCCESS || w->aborted;
     if (!broken) {
         /* Every rank finished its calls (peers stop writing into our segment) before any
          * window goes; the deregistration itself is collective. */

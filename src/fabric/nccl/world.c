@@ -73,10 +73,9 @@ tide_result_t tide_nccl_allgather(tide_nccl_world_t *w, const void *blob, size_t
                                    cudaMemcpyHostToDevice, w->mp.util),
                    "cudaMemcpyAsync(exchange in)");
     /* In place: rank r's contribution already sits at r * bytes. */
-    TIDE_NCCL_CALL(w->lib,
-                   w->lib->AllGather(mine, w->scratch_dev, bytes, ncclUint8, w->node_comm,
-                                     w->mp.util),
-                   "ncclAllGather(exchange)");
+    TIDE_NCCL_CALL(
+        w->lib, w->lib->AllGather(mine, w->scratch_dev, bytes, ncclUint8, w->node_comm, w->mp.util),
+        "ncclAllGather(exchange)");
     TIDE_CUDA_CALL(cudaMemcpyAsync(w->scratch_host, w->scratch_dev, (size_t)n * bytes,
                                    cudaMemcpyDeviceToHost, w->mp.util),
                    "cudaMemcpyAsync(exchange out)");
