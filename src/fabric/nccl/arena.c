@@ -248,6 +248,7 @@ tide_result_t tide_nccl_arena_destroy(struct tide_fabric_arena *arena) {
     }
     const bool broken =
         a->mp.fam[0].broken != TIDE_SUCCESS || a->mp.fam[1].broken != TIDE_SUCCESS || w->aborted;
+    if (broken) w->calls_failed = true;
     if (!broken) {
         /* Every rank finished its calls (peers stop writing into our segment) before any
          * window goes; the deregistration itself is collective. */

@@ -49,6 +49,7 @@ typedef struct {
     ncclComm_t world_comm; /* created from the unique id (owned), or NULL: the caller's */
     ncclComm_t node_comm;  /* split from the world communicator (owned) */
     bool aborted;          /* an exchange timed out: node_comm was aborted and is gone */
+    bool calls_failed;     /* a group failed stop: peers may be gone, so abort, not destroy */
     uint8_t *scratch_dev;  /* exchanges and LSA pointers: TIDE_NCCL_SCRATCH per rank */
     uint8_t *scratch_host; /* pinned, same size */
 } tide_nccl_world_t;

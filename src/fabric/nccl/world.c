@@ -103,9 +103,12 @@ tide_result_t tide_nccl_agree(tide_nccl_world_t *w, bool ok, bool *all_ok_out) {
 static void world_free(tide_nccl_world_t *w) {
     (void)cudaSetDevice(w->mp.device);
     /* The calls run no NCCL work (copies and stream memory operations only), so nothing of
-     * theirs keeps a communicator busy; an aborted node communicator is already gone. */
-    if (w->node_comm != NULL) (void)w->lib->CommDestroy(w->node_comm);
-    if (w->world_comm != NULL) (void)w->lib->CommDestroy(w->world_comm);
+     * theirs keeps a communicator busy; an aborted node communicator is already gone.  After a
+     * fail-stop a peer may have died, and destruction may wait for it: abort instead. */
+    __typeof__(w->lib->CommDestroy) release =
+        w->calls_failed ? w->lib->CommAbort : w->lib->CommDestroy;
+    if (w->node_comm != NULL) (void)release(w->node_comm);
+    if (w->world_comm != NULL) (void)release(w->world_comm);
     if (w->scratch_dev != NULL) cudaFree(w->scratch_dev);
     if (w->scratch_host != NULL) cudaFreeHost(w->scratch_host);
     (void)cudaGetLastError();
