@@ -308,7 +308,7 @@ TIDE_API tide_result_t tide_validate_schedule(int nodes, int gpus_per_node, int 
 typedef enum {
     TIDE_FABRIC_CPU = 0,  /* host memory in POSIX shm; memcpy copy engine; the oracle */
     TIDE_FABRIC_CUDA = 1, /* one process, ranks placed on the visible GPUs (virtual ranks) */
-    TIDE_FABRIC_NCCL = 2, /* NCCL symmetric windows (not built in this release) */
+    TIDE_FABRIC_NCCL = 2, /* NCCL 2.28 symmetric windows: tide_comm_init_nccl(_comm) below */
     TIDE_FABRIC_COUNT = 3
 } tide_fabric_kind_t;
 
@@ -331,6 +331,34 @@ TIDE_API tide_result_t tide_comm_init_all(tide_fabric_kind_t fabric, int nodes, 
  */
 TIDE_API tide_result_t tide_comm_init_rank(tide_fabric_kind_t fabric, int nodes, int gpus_per_node,
                                            int rank, const char *name, tide_comm_t *comm_out);
+
+/*
+ * The NCCL fabric (docs/nccl-fabric.md): one process per rank on NCCL >= 2.28, loaded at run
+ * time (the libnccl.so.2 already in the process, e.g. torch's; else TIDE_NCCL_LIBRARY or the
+ * default search path).  NCCL types stay opaque here.  The rank runs on the calling thread's
+ * current device (tide_comm_init_nccl) or on the communicator's (tide_comm_init_nccl_comm).
+ * NVLink multicast stays off: NCCL_NVLS_ENABLE is set to 0 when unset, and any other value
+ * is refused (TIDE_ERR_UNSUPPORTED).  This release serves one node (nodes = 1); more nodes
+ * return TIDE_ERR_UNSUPPORTED before any NCCL call.  Without NCCL in the build, or without
+ * a loadable libnccl, these return TIDE_ERR_UNSUPPORTED saying why.
+ */
+#define TIDE_NCCL_UNIQUE_ID_BYTES 128 /* sizeof(ncclUniqueId) */
+
+/* ncclGetUniqueId through the loaded library: TIDE_NCCL_UNIQUE_ID_BYTES bytes to id_out,
+ * which rank 0 shares with the others (any out-of-band channel). */
+TIDE_API tide_result_t tide_nccl_get_unique_id(void *id_out);
+
+/* From scratch: every rank calls this with the same id; TIDE creates the NCCL communicator
+ * (ncclCommInitRankConfig) and owns it. */
+TIDE_API tide_result_t tide_comm_init_nccl(int nodes, int gpus_per_node, int rank,
+                                           const void *nccl_unique_id, tide_comm_t *comm_out);
+
+/* From an existing ncclComm_t of N = nodes x gpus_per_node ranks (what ProcessGroupNCCL
+ * holds), passed as void *: collective over it (every rank calls this).  TIDE takes the rank
+ * and device of the communicator, splits its own communicators from it (ncclCommSplit) and
+ * never issues work on it; the caller keeps it and must destroy the TIDE communicator first. */
+TIDE_API tide_result_t tide_comm_init_nccl_comm(void *nccl_comm, int nodes, int gpus_per_node,
+                                                tide_comm_t *comm_out);
 
 /*
  * Release a communicator; every group registered on it must be deregistered first.

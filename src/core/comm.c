@@ -121,6 +121,11 @@ tide_result_t tide_comm_init_rank(tide_fabric_kind_t fabric, int nodes, int gpus
     return TIDE_SUCCESS;
 }
 
+tide_result_t tide_comm_adopt_world(const tide_topo_t *topo, struct tide_fabric_world *world,
+                                    struct tide_comm **comm_out) {
+    return comm_new(world->ops, topo, world, comm_out);
+}
+
 tide_result_t tide_comm_destroy(tide_comm_t comm) {
     tide_error_clear();
     TIDE_CHECK(tide_handle_check(comm, TIDE_HANDLE_COMM, "comm_destroy"));

@@ -42,4 +42,10 @@ struct tide_group {
     char poison_msg[512];
 };
 
+/* A communicator over a world that a fabric created outside tide_comm_init_all / _rank (the
+ * NCCL fabric's, comm_nccl.c); the world's ops serve it.  The caller destroys the world when
+ * this fails. */
+tide_result_t tide_comm_adopt_world(const tide_topo_t *topo, struct tide_fabric_world *world,
+                                    struct tide_comm **comm_out);
+
 #endif /* TIDE_CORE_COMM_H_ */

@@ -156,6 +156,10 @@ extern const struct tide_fabric_ops tide_fabric_cpu_ops;
 #ifdef TIDE_HAVE_CUDA
 extern const struct tide_fabric_ops tide_fabric_cuda_ops;
 #endif
+#ifdef TIDE_HAVE_NCCL
+/* Created by tide_comm_init_nccl / tide_comm_init_nccl_comm only (fabric/nccl/). */
+extern const struct tide_fabric_ops tide_fabric_nccl_ops;
+#endif
 
 static inline const struct tide_fabric_ops *tide_fabric_lookup(tide_fabric_kind_t kind) {
     switch (kind) {
@@ -164,6 +168,10 @@ static inline const struct tide_fabric_ops *tide_fabric_lookup(tide_fabric_kind_
 #ifdef TIDE_HAVE_CUDA
     case TIDE_FABRIC_CUDA:
         return &tide_fabric_cuda_ops;
+#endif
+#ifdef TIDE_HAVE_NCCL
+    case TIDE_FABRIC_NCCL:
+        return &tide_fabric_nccl_ops;
 #endif
     default:
         return NULL;

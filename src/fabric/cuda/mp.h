@@ -123,6 +123,14 @@ tide_result_t tide_cuda_mp_execute(struct tide_fabric_arena *arena, const tide_p
                                    const tide_binding_t *binding, void *stream);
 void tide_cuda_mp_family_free(tide_mp_family_t *fam);
 
+/* Shared with the NCCL fabric (fabric/nccl/), which runs its calls through this fabric's
+ * execute over its own transport.  World: the current device, its streams and events (the
+ * boot is left as it is); release undoes it and closes the boot, not freeing w.  Families:
+ * both collectives' call state of an arena, freed with tide_cuda_mp_family_free. */
+tide_result_t tide_cuda_mp_world_init(tide_mp_world_t *w);
+void tide_cuda_mp_world_release(tide_mp_world_t *w);
+tide_result_t tide_cuda_mp_families_create(tide_mp_arena_t *a);
+
 /* Fail-stop (mp_execute.c): name the missing rank, poison the flags, drain the streams. */
 tide_result_t tide_cuda_mp_fail_stop(tide_mp_arena_t *a, tide_mp_family_t *fam, int dead,
                                      const char *waiting_for);

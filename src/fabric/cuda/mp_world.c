@@ -26,7 +26,7 @@ static tide_result_t cu_error(CUresult e, const char *file, int line, const char
 
 /* ------------------------------------------------------------------ worlds */
 
-static void world_free(tide_mp_world_t *w) {
+void tide_cuda_mp_world_release(tide_mp_world_t *w) {
     for (int q = 0; q < TIDE_CUDA_Q; ++q) {
         if (w->stream[q] != NULL) cudaStreamDestroy(w->stream[q]);
         if (w->end[q] != NULL) cudaEventDestroy(w->end[q]);
@@ -35,10 +35,14 @@ static void world_free(tide_mp_world_t *w) {
     if (w->start != NULL) cudaEventDestroy(w->start);
     (void)cudaGetLastError();
     tide_mp_boot_close(&w->boot);
+}
+
+static void world_free(tide_mp_world_t *w) {
+    tide_cuda_mp_world_release(w);
     free(w);
 }
 
-static tide_result_t world_init(tide_mp_world_t *w) {
+tide_result_t tide_cuda_mp_world_init(tide_mp_world_t *w) {
     TIDE_CUDA_CALL(cudaGetDevice(&w->device), "cudaGetDevice");
     TIDE_CUDA_CALL(cudaSetDevice(w->device), "cudaSetDevice");
     TIDE_CUDA_CALL(cudaFree(NULL), "cudaFree(NULL) (context)");
@@ -83,7 +87,7 @@ tide_result_t tide_cuda_mp_world_create(int nodes, int gpus_per_node, int rank, 
     w->base.nodes = nodes;
     w->base.gpus_per_node = gpus_per_node;
     w->base.ranks = n;
-    tide_result_t res = world_init(w);
+    tide_result_t res = tide_cuda_mp_world_init(w);
     if (res == TIDE_SUCCESS)
         res = tide_mp_boot_open(name, rank, n, tide_fabric_timeout_ms(), &w->boot);
     if (res != TIDE_SUCCESS) {
@@ -313,6 +317,14 @@ static tide_result_t family_events(tide_mp_family_t *fam) {
     return TIDE_SUCCESS;
 }
 
+tide_result_t tide_cuda_mp_families_create(tide_mp_arena_t *a) {
+    family_init(&a->fam[0], TIDE_COLL_ALL_GATHER);
+    family_init(&a->fam[1], TIDE_COLL_REDUCE_SCATTER);
+    for (int f = 0; f < 2; ++f)
+        TIDE_CHECK(family_events(&a->fam[f]));
+    return TIDE_SUCCESS;
+}
+
 static tide_result_t mp_arena_create(struct tide_fabric_world *world, uint64_t bytes,
                                      uint64_t signature, struct tide_fabric_arena **out) {
     tide_mp_world_t *w = (tide_mp_world_t *)world;
@@ -379,12 +391,17 @@ static tide_result_t mp_arena_destroy(struct tide_fabric_arena *arena) {
 }
 
 bool tide_cuda_mp_is(const struct tide_fabric_arena *arena) {
-    return arena != NULL && arena->world != NULL && arena->world->ops == &tide_fabric_cuda_mp_ops;
+    if (arena == NULL || arena->world == NULL) return false;
+#ifdef TIDE_HAVE_NCCL
+    /* The NCCL fabric runs its calls through this fabric's execute (fabric/nccl/). */
+    if (arena->world->ops == &tide_fabric_nccl_ops) return true;
+#endif
+    return arena->world->ops == &tide_fabric_cuda_mp_ops;
 }
 
 bool tide_cuda_mp_uses_vmm(const struct tide_fabric_arena *arena, int rank) {
     const tide_mp_arena_t *a = (const tide_mp_arena_t *)arena;
-    return rank >= 0 && rank < arena->world->ranks && a->vmm[rank];
+    return rank >= 0 && rank < arena->world->ranks && a->vmm != NULL && a->vmm[rank];
 }
 
 const struct tide_fabric_ops tide_fabric_cuda_mp_ops = {

@@ -1,0 +1,84 @@
+/*
+ * fabric_nccl.h - the NCCL fabric (docs/nccl-fabric.md): one process per rank over NCCL
+ * 2.28 communicators and symmetric windows.
+ *
+ * What it adds is transport only.  The program, its binding, the schedule and its command
+ * lists, the replay of one rank's commands with flags in device memory, the fences and the
+ * fail-stop watchdog are the one-process-per-rank CUDA fabric's (fabric/cuda/mp.h,
+ * mp_execute.c): the world and arena below embed that fabric's objects as their first
+ * members and its execute runs the calls.  What differs:
+ *
+ *   communicators  a world communicator (ncclCommInitRankConfig from an ncclUniqueId, or the
+ *                  caller's ncclComm_t, e.g. ProcessGroupNCCL's, never used by TIDE directly)
+ *                  and a node communicator split from it (ncclCommSplit, color = node, config
+ *                  CTAPolicy = NCCL_CTA_POLICY_ZERO) that carries every exchange and window
+ *   memory         each rank's arena + flag area in one ncclMemAlloc allocation registered as
+ *                  a symmetric-memory window (ncclCommWindowRegister, NCCL_WIN_DEFAULT: see
+ *                  arena.c for why not NCCL_WIN_COLL_SYMMETRIC); the peers' bases are the
+ *                  window's LSA pointers (ncclGetLsaPointer, evaluated by a one-thread-per-peer
+ *                  kernel, lsa.cu), checked at registration by reading a per-rank marker
+ *                  through them
+ *   bootstrap      small all-gathers on the node communicator (group signature, status,
+ *                  barriers), waited on the host with TIDE_TIMEOUT_MS; a timeout aborts the
+ *                  node communicator (ncclCommAbort) and fails with TIDE_ERR_TIMEOUT
+ *   transfers      same-node copies are cudaMemcpyAsync into peer pointers (copy engines),
+ *                  signals and waits cuStreamWriteValue64 / cuStreamWaitValue64 on the flags,
+ *                  as in mp_execute.c
+ *
+ * Not done: ranks on several nodes (M > 1).  Rail communicators (ncclCommSplit by local
+ * index) with grouped ncclSend / ncclRecv for the cross-node copies are not written;
+ * tide_comm_init_nccl* refuses M > 1 with TIDE_ERR_UNSUPPORTED before any NCCL call, so no
+ * rank can hang in a collective the others skip.  Batched copies (cudaMemcpyBatchAsync) are
+ * not used either: every copy is one cudaMemcpyAsync, as in the CUDA mp fabric.
+ */
+#ifndef TIDE_FABRIC_NCCL_FABRIC_NCCL_H_
+#define TIDE_FABRIC_NCCL_FABRIC_NCCL_H_
+
+#include "fabric/cuda/mp.h"
+#include "fabric/nccl/entry.h"
+#include "fabric/nccl/lib.h"
+
+#include <stdbool.h>
+
+_Static_assert(TIDE_NCCL_UNIQUE_ID_BYTES == sizeof(ncclUniqueId),
+               "tide.h's TIDE_NCCL_UNIQUE_ID_BYTES is sizeof(ncclUniqueId)");
+
+typedef struct {
+    tide_mp_world_t mp; /* first: its base is the fabric world */
+    const tide_nccl_lib_t *lib;
+    ncclComm_t world_comm; /* created from the unique id (owned), or NULL: the caller's */
+    ncclComm_t node_comm;  /* split from the world communicator (owned) */
+    bool aborted;          /* an exchange timed out: node_comm was aborted and is gone */
+    bool calls_failed;     /* a group failed stop: peers may be gone, so abort, not destroy */
+    uint8_t *scratch_dev;  /* exchanges and LSA pointers: TIDE_NCCL_SCRATCH per rank */
+    uint8_t *scratch_host; /* pinned, same size */
+} tide_nccl_world_t;
+
+typedef struct {
+    tide_mp_arena_t mp; /* first: its base is the fabric arena */
+    void *mem;          /* ncclMemAlloc: this rank's arena and flags */
+    ncclWindow_t win;
+    bool registered;
+} tide_nccl_arena_t;
+
+/* Bytes of scratch per rank: the largest exchange blob, and room for one pointer. */
+#define TIDE_NCCL_SCRATCH 64
+
+/* All-gather of `bytes` (<= TIDE_NCCL_SCRATCH) per rank over the node communicator, waited on
+ * the host with the deadline. */
+tide_result_t tide_nccl_allgather(tide_nccl_world_t *w, const void *blob, size_t bytes,
+                                  void *all_out);
+/* Every rank's `ok`, and'ed: *all_ok_out false when some rank failed (a collective verdict,
+ * so that every rank takes the same path through the next collective call). */
+tide_result_t tide_nccl_agree(tide_nccl_world_t *w, bool ok, bool *all_ok_out);
+
+/* The LSA pointer of window `win` at offset 0 for LSA ranks [0, n), into dev_out[0..n) on
+ * `stream` (lsa.cu). */
+cudaError_t tide_nccl_lsa_pointers(ncclWindow_t win, int n, void **dev_out, cudaStream_t stream);
+
+/* Arenas (arena.c). */
+tide_result_t tide_nccl_arena_create(struct tide_fabric_world *world, uint64_t bytes,
+                                     uint64_t signature, struct tide_fabric_arena **arena_out);
+tide_result_t tide_nccl_arena_destroy(struct tide_fabric_arena *arena);
+
+#endif /* TIDE_FABRIC_NCCL_FABRIC_NCCL_H_ */

@@ -1,0 +1,73 @@
+/*
+ * lib.h - the NCCL library of the NCCL fabric, loaded at run time (docs/nccl-fabric.md).
+ *
+ * libtide is built against NCCL's headers (>= 2.28) but never links libnccl: a torch job
+ * already has one loaded, and two copies in one process would not share communicators.  So
+ * every NCCL call goes through this table, filled by dlsym from
+ *
+ *   1. the libnccl.so.2 already loaded in the process (dlopen RTLD_NOLOAD): torch's;
+ *   2. else TIDE_NCCL_LIBRARY when set (a path or a file name), else libnccl.so.2 on the
+ *      default search path.
+ *
+ * Each function pointer has the type of its declaration in nccl.h (__typeof__), so a
+ * mismatch between the table and the headers does not compile.
+ *
+ * NVLink multicast stays off: before the first NCCL call NCCL_NVLS_ENABLE is set to 0 when
+ * unset, and a value other than 0 is refused (TIDE_ERR_UNSUPPORTED).
+ */
+#ifndef TIDE_FABRIC_NCCL_LIB_H_
+#define TIDE_FABRIC_NCCL_LIB_H_
+
+#include "tide.h"
+
+#include <nccl.h>
+
+/* The oldest library the fabric runs on: symmetric windows, ncclTeamLsa, CTA policy ZERO. */
+#define TIDE_NCCL_MIN_VERSION 22800
+
+/* nccl_device/core.h's ncclTeam_t (a C++ header); the layout of NCCL 2.28's struct ncclTeam. */
+typedef struct {
+    int nRanks, rank, stride;
+} tide_nccl_team_t;
+
+typedef struct {
+    void *handle;
+    int version; /* ncclGetVersion of the loaded library */
+    char path[256];
+    __typeof__(ncclGetVersion) *GetVersion;
+    __typeof__(ncclGetErrorString) *GetErrorString;
+    __typeof__(ncclGetLastError) *GetLastError;
+    __typeof__(ncclGetUniqueId) *GetUniqueId;
+    __typeof__(ncclCommInitRankConfig) *CommInitRankConfig;
+    __typeof__(ncclCommSplit) *CommSplit;
+    __typeof__(ncclCommDestroy) *CommDestroy;
+    __typeof__(ncclCommAbort) *CommAbort;
+    __typeof__(ncclCommCount) *CommCount;
+    __typeof__(ncclCommUserRank) *CommUserRank;
+    __typeof__(ncclCommCuDevice) *CommCuDevice;
+    __typeof__(ncclCommGetAsyncError) *CommGetAsyncError;
+    __typeof__(ncclMemAlloc) *MemAlloc;
+    __typeof__(ncclMemFree) *MemFree;
+    __typeof__(ncclCommWindowRegister) *CommWindowRegister;
+    __typeof__(ncclCommWindowDeregister) *CommWindowDeregister;
+    __typeof__(ncclAllGather) *AllGather;
+    tide_nccl_team_t (*TeamLsa)(ncclComm_t comm);
+} tide_nccl_lib_t;
+
+/* Check NCCL_NVLS_ENABLE (set it to 0 when unset), load the library once per process and
+ * resolve the table.  TIDE_ERR_UNSUPPORTED, naming every place tried, when no library is
+ * found, a symbol is missing, or the library is older than TIDE_NCCL_MIN_VERSION. */
+tide_result_t tide_nccl_lib_get(const tide_nccl_lib_t **lib_out);
+
+/* TIDE_ERR_FABRIC for a failed NCCL call: the call, NCCL's error string and last error. */
+tide_result_t tide_nccl_error(const tide_nccl_lib_t *lib, ncclResult_t r, const char *file,
+                              int line, const char *what);
+
+#define TIDE_NCCL_CALL(lib, call, what)                                                            \
+    do {                                                                                           \
+        ncclResult_t tide_nccl_r_ = (call);                                                        \
+        if (tide_nccl_r_ != ncclSuccess)                                                           \
+            return tide_nccl_error((lib), tide_nccl_r_, __FILE__, __LINE__, (what));               \
+    } while (0)
+
+#endif /* TIDE_FABRIC_NCCL_LIB_H_ */

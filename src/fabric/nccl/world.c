@@ -1,0 +1,228 @@
+/*
+ * world.c - the NCCL fabric's worlds (fabric_nccl.h): the communicators, the streams of the
+ * CUDA mp fabric, and the small host-waited exchanges of the node communicator.
+ */
+#include "core/checks.h"
+#include "fabric/nccl/fabric_nccl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+tide_result_t tide_nccl_get_unique_id_bytes(void *id_out) {
+    const tide_nccl_lib_t *lib = NULL;
+    TIDE_CHECK(tide_nccl_lib_get(&lib));
+    ncclUniqueId id;
+    TIDE_NCCL_CALL(lib, lib->GetUniqueId(&id), "ncclGetUniqueId");
+    memcpy(id_out, &id, sizeof(id));
+    return TIDE_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ exchanges */
+
+/* Wait for the util stream: the deadline, then the node communicator is aborted (a peer that
+ * never joins would otherwise keep NCCL's kernel, and us, waiting forever). */
+static tide_result_t util_wait(tide_nccl_world_t *w, const char *what) {
+    const uint64_t t0 = now_ns(), limit = (uint64_t)tide_fabric_timeout_ms() * 1000000u;
+    for (unsigned spin = 0;; ++spin) {
+        const cudaError_t e = cudaStreamQuery(w->mp.util);
+        if (e == cudaSuccess) return TIDE_SUCCESS;
+        if (e != cudaErrorNotReady) return tide_cuda_error(e, __FILE__, __LINE__, what);
+        ncclResult_t async = ncclSuccess;
+        const ncclResult_t r = w->lib->CommGetAsyncError(w->node_comm, &async);
+        if (r != ncclSuccess) return tide_nccl_error(w->lib, r, __FILE__, __LINE__, what);
+        if (async != ncclSuccess && async != ncclInProgress)
+            return tide_nccl_error(w->lib, async, __FILE__, __LINE__, what);
+        if (now_ns() - t0 > limit) {
+            (void)w->lib->CommAbort(w->node_comm);
+            w->node_comm = NULL;
+            w->aborted = true;
+            return TIDE_ERR(TIDE_ERR_TIMEOUT,
+                            "nccl fabric: rank %d waited %lld ms (TIDE_TIMEOUT_MS) for %s over "
+                            "the node communicator: some rank did not join; the node "
+                            "communicator was aborted",
+                            w->mp.base.rank, (long long)tide_fabric_timeout_ms(), what);
+        }
+        if (spin > 64) {
+            struct timespec ts = {0, 50000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+tide_result_t tide_nccl_allgather(tide_nccl_world_t *w, const void *blob, size_t bytes,
+                                  void *all_out) {
+    const int n = w->mp.base.ranks, me = w->mp.base.rank;
+    if (bytes == 0 || bytes > TIDE_NCCL_SCRATCH)
+        return TIDE_ERR(TIDE_ERR_INTERNAL, "nccl fabric: exchange of %zu bytes", bytes);
+    if (w->aborted)
+        return TIDE_ERR(TIDE_ERR_FABRIC,
+                        "nccl fabric: rank %d: the node communicator was aborted after a "
+                        "timeout; destroy the communicator",
+                        me);
+    memcpy(w->scratch_host + (size_t)me * bytes, blob, bytes);
+    uint8_t *mine = w->scratch_dev + (size_t)me * bytes;
+    TIDE_CUDA_CALL(cudaMemcpyAsync(mine, w->scratch_host + (size_t)me * bytes, bytes,
+                                   cudaMemcpyHostToDevice, w->mp.util),
+                   "cudaMemcpyAsync(exchange in)");
+    /* In place: rank r's contribution already sits at r * bytes. */
+    TIDE_NCCL_CALL(
+        w->lib, w->lib->AllGather(mine, w->scratch_dev, bytes, ncclUint8, w->node_comm, w->mp.util),
+        "ncclAllGather(exchange)");
+    TIDE_CUDA_CALL(cudaMemcpyAsync(w->scratch_host, w->scratch_dev, (size_t)n * bytes,
+                                   cudaMemcpyDeviceToHost, w->mp.util),
+                   "cudaMemcpyAsync(exchange out)");
+    TIDE_CHECK(util_wait(w, "an exchange"));
+    memcpy(all_out, w->scratch_host, (size_t)n * bytes);
+    return TIDE_SUCCESS;
+}
+
+tide_result_t tide_nccl_agree(tide_nccl_world_t *w, bool ok, bool *all_ok_out) {
+    const int n = w->mp.base.ranks;
+    int32_t mine = ok ? 1 : 0;
+    int32_t *all = calloc((size_t)n, sizeof(*all));
+    if (all == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "nccl fabric: %d ranks", n);
+    tide_result_t res = tide_nccl_allgather(w, &mine, sizeof(mine), all);
+    bool all_ok = true;
+    for (int r = 0; r < n && res == TIDE_SUCCESS; ++r)
+        all_ok = all_ok && all[r] == 1;
+    free(all);
+    if (res == TIDE_SUCCESS) *all_ok_out = all_ok;
+    return res;
+}
+
+/* ------------------------------------------------------------------ worlds */
+
+static void world_free(tide_nccl_world_t *w) {
+    (void)cudaSetDevice(w->mp.device);
+    /* The calls run no NCCL work (copies and stream memory operations only), so nothing of
+     * theirs keeps a communicator busy; an aborted node communicator is already gone.  After a
+     * fail-stop a peer may have died, and destruction may wait for it: abort instead. */
+    __typeof__(w->lib->CommDestroy) release =
+        w->calls_failed ? w->lib->CommAbort : w->lib->CommDestroy;
+    if (w->node_comm != NULL) (void)release(w->node_comm);
+    if (w->world_comm != NULL) (void)release(w->world_comm);
+    if (w->scratch_dev != NULL) cudaFree(w->scratch_dev);
+    if (w->scratch_host != NULL) cudaFreeHost(w->scratch_host);
+    (void)cudaGetLastError();
+    tide_cuda_mp_world_release(&w->mp);
+    free(w);
+}
+
+/* The node communicator and its LSA team: every rank of the node load/store reachable. */
+static tide_result_t split_node(tide_nccl_world_t *w, ncclComm_t parent) {
+    const tide_nccl_lib_t *lib = w->lib;
+    const int rank = w->mp.base.rank, l = w->mp.base.gpus_per_node;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.commName = "tide-node";
+    /* No SMs for NCCL's own collectives where it can avoid them (NCCL >= 2.28). */
+    cfg.CTAPolicy = NCCL_CTA_POLICY_ZERO;
+    TIDE_NCCL_CALL(lib, lib->CommSplit(parent, rank / l, rank, &w->node_comm, &cfg),
+                   "ncclCommSplit(node communicator, NCCL_CTA_POLICY_ZERO)");
+    if (w->node_comm == NULL)
+        return TIDE_ERR(TIDE_ERR_INTERNAL, "nccl fabric: rank %d got no node communicator", rank);
+    int count = 0, node_rank = -1;
+    TIDE_NCCL_CALL(lib, lib->CommCount(w->node_comm, &count), "ncclCommCount(node)");
+    TIDE_NCCL_CALL(lib, lib->CommUserRank(w->node_comm, &node_rank), "ncclCommUserRank(node)");
+    if (count != l || node_rank != rank % l)
+        return TIDE_ERR(TIDE_ERR_INTERNAL,
+                        "nccl fabric: rank %d's node communicator has %d ranks (rank %d), "
+                        "expected %d (rank %d)",
+                        rank, count, node_rank, l, rank % l);
+    const tide_nccl_team_t lsa = lib->TeamLsa(w->node_comm);
+    if (lsa.nRanks != l || lsa.rank != node_rank || lsa.stride != 1)
+        return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
+                        "nccl fabric: rank %d: NCCL's LSA team of the node communicator has %d "
+                        "ranks (this rank %d, stride %d), not all %d ranks of the node: the "
+                        "GPUs of one node must reach each other by load/store (NVLink or PCIe "
+                        "P2P with CUDA VMM)",
+                        rank, lsa.nRanks, lsa.rank, lsa.stride, l);
+    return TIDE_SUCCESS;
+}
+
+tide_result_t tide_nccl_world_create(int nodes, int gpus_per_node, int rank, const void *unique_id,
+                                     void *user_comm, struct tide_fabric_world **world_out) {
+    const int n = nodes * gpus_per_node;
+    /* Decided before any NCCL call, the same on every rank: nobody enters a collective the
+     * others skip. */
+    if (nodes > 1)
+        return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
+                        "nccl fabric: %d nodes: ranks on several nodes need the rail transport "
+                        "(grouped ncclSend / ncclRecv), which this release does not have; run "
+                        "M = 1 (docs/nccl-fabric.md)",
+                        nodes);
+    const tide_nccl_lib_t *lib = NULL;
+    TIDE_CHECK(tide_nccl_lib_get(&lib));
+    ncclComm_t parent = (ncclComm_t)user_comm;
+    if (parent != NULL) {
+        int count = 0, dev = -1;
+        TIDE_NCCL_CALL(lib, lib->CommCount(parent, &count), "ncclCommCount");
+        if (count != n)
+            return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
+                            "nccl fabric: the communicator has %d ranks, the topology %d x %d = "
+                            "%d",
+                            count, nodes, gpus_per_node, n);
+        TIDE_NCCL_CALL(lib, lib->CommUserRank(parent, &rank), "ncclCommUserRank");
+        TIDE_NCCL_CALL(lib, lib->CommCuDevice(parent, &dev), "ncclCommCuDevice");
+        TIDE_CUDA_CALL(cudaSetDevice(dev), "cudaSetDevice(the communicator's device)");
+    }
+    tide_nccl_world_t *w = calloc(1, sizeof(*w));
+    if (w == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "nccl fabric: world");
+    w->lib = lib;
+    w->mp.boot.listen_fd = -1; /* no socket bootstrap: NCCL's */
+    w->mp.base.ops = &tide_fabric_nccl_ops;
+    w->mp.base.rank = rank;
+    w->mp.base.nodes = nodes;
+    w->mp.base.gpus_per_node = gpus_per_node;
+    w->mp.base.ranks = n;
+    tide_result_t res = tide_cuda_mp_world_init(&w->mp);
+    if (res != TIDE_SUCCESS) goto fail;
+    if (parent == NULL) {
+        ncclUniqueId id;
+        memcpy(&id, unique_id, sizeof(id));
+        ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+        cfg.commName = "tide-world";
+        const ncclResult_t r = lib->CommInitRankConfig(&w->world_comm, n, id, rank, &cfg);
+        if (r != ncclSuccess) {
+            w->world_comm = NULL;
+            res = tide_nccl_error(lib, r, __FILE__, __LINE__, "ncclCommInitRankConfig(world)");
+            goto fail;
+        }
+        parent = w->world_comm;
+    }
+    TIDE_CHECK_GOTO(split_node(w, parent), res, fail);
+    const size_t scratch = (size_t)n * TIDE_NCCL_SCRATCH;
+    TIDE_CUDA_CALL_GOTO(cudaMalloc((void **)&w->scratch_dev, scratch), "cudaMalloc(scratch)", res,
+                        fail);
+    TIDE_CUDA_CALL_GOTO(cudaMallocHost((void **)&w->scratch_host, scratch),
+                        "cudaMallocHost(scratch)", res, fail);
+    TIDE_INFO("nccl fabric: rank %d of %d on device %d (%s)", rank, n, w->mp.device, lib->path);
+    *world_out = &w->mp.base;
+    return TIDE_SUCCESS;
+fail:
+    world_free(w);
+    return res;
+}
+
+static tide_result_t nccl_world_destroy(struct tide_fabric_world *world) {
+    world_free((tide_nccl_world_t *)world);
+    return TIDE_SUCCESS;
+}
+
+const struct tide_fabric_ops tide_fabric_nccl_ops = {
+    .kind = TIDE_FABRIC_NCCL,
+    .name = "nccl (created by tide_comm_init_nccl or tide_comm_init_nccl_comm)",
+    .world_create_all = NULL,
+    .world_create_rank = NULL,
+    .world_destroy = nccl_world_destroy,
+    .arena_create = tide_nccl_arena_create,
+    .arena_destroy = tide_nccl_arena_destroy,
+    .execute = tide_cuda_mp_execute,
+};
