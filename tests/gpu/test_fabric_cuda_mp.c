@@ -5,7 +5,7 @@
  *   test_fabric_cuda_mp [--seconds S]   configuration matrix (default budget 60 s)
  *   test_fabric_cuda_mp --kill          a rank killed mid-run: the others fail stop at once
  *   test_fabric_cuda_mp --stop          a rank hung mid-run: the others fail stop at the
- *                                       deadline, naming it
+ *                                       deadline, naming it; resumed, it fails too
  *   test_fabric_cuda_mp --enqueue       host enqueue time per rank per call, P = 30, M = 8
  *
  * The parent never touches CUDA: it draws every configuration's inputs, runs the CPU fabric
@@ -462,8 +462,10 @@ static int kill_child(int m, int l, int r, const char *name, int victim, kill_re
 }
 
 /* sig SIGKILL: the victim dies, its sockets close, the survivors name it at once.  SIGSTOP:
- * it hangs with its sockets open, the survivors hit TIDE_TIMEOUT_MS and name it from the
- * done flags (the ranks behind). */
+ * it hangs with its sockets open; the first survivor to reach TIDE_TIMEOUT_MS names it from
+ * the group's control block (it never entered call 3) and fails the group, the others follow
+ * with that message (none may return success: the poison released their device waits), and
+ * the victim, resumed, fails at its next call. */
 static int kill_test(int sig) {
     const int m = 2, l = 2, n = 4, victim = 2;
     const double lo = sig == SIGSTOP ? 3.0 : 0.0, hi = 3.0 + 1.0;
@@ -495,10 +497,22 @@ static int kill_test(int sig) {
                tide_get_error_string((tide_result_t)rep->result[r]), after, rep->msg[r]);
         ok = ok && good;
     }
-    if (sig == SIGSTOP) kill(pids[victim], SIGKILL);
     int st = 0;
-    waitpid(pids[victim], &st, 0);
-    ok = ok && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
+    if (sig == SIGSTOP) {
+        /* The hung rank resumes after the others failed the group: its next call fails too
+         * (never success), naming the rank that failed the group, and it exits cleanly. */
+        kill(pids[victim], SIGCONT);
+        waitpid(pids[victim], &st, 0);
+        const bool good = WIFEXITED(st) && WEXITSTATUS(st) == 0 &&
+                          rep->result[victim] == TIDE_ERR_TIMEOUT &&
+                          strstr(rep->msg[victim], "failed the group") != NULL;
+        printf("%s rank %d (resumed): %s: %s\n", good ? "ok  " : "FAIL", victim,
+               tide_get_error_string((tide_result_t)rep->result[victim]), rep->msg[victim]);
+        ok = ok && good;
+    } else {
+        waitpid(pids[victim], &st, 0);
+        ok = ok && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
+    }
     printf("%s: %s rank %d of %d; survivors fail stop within TIDE_TIMEOUT_MS = 3000 and exit "
            "(%.1f s in all)\n",
            ok ? "PASS" : "FAIL", sig == SIGSTOP ? "stopped" : "killed", victim, n, now_s() - t0);

@@ -31,11 +31,18 @@
  *
  * Fail-stop.  The host waits (at most) for its own call e - 2 before enqueueing call e, and
  * tide_cuda_mp_sync waits for the last call: both poll with the watchdog, which ends the wait
- * when a peer's socket reads EOF (its process died) or at TIDE_TIMEOUT_MS.  It then reads the
- * done flags to name the ranks behind, poisons every flag it maps (value 2^62: every device
- * wait passes) so that no stream stays blocked, drains its streams, and fails the call and
- * every later one with TIDE_ERR_TIMEOUT naming the missing rank.  Deregistration still
- * unmaps and releases every segment.
+ * when a peer's socket reads EOF (its process died), when another rank failed the group (the
+ * abort word of the group's control block, mp_ctl.h), or at TIDE_TIMEOUT_MS.  A rank that
+ * fails first names the missing rank (the dead one, else from the control block's per-rank
+ * "entered call e" / "enqueued call e" counters: the rank that never entered the call waited
+ * for), publishes the abort word with that message, and only then poisons every flag it maps
+ * (value 2^62: every device wait passes) so that no stream stays blocked, drains its streams,
+ * and fails the call and every later one of both collectives of the group with
+ * TIDE_ERR_TIMEOUT.  Every other rank sees the word at its next call, in any host wait, and
+ * after any wait that ended, and fails stop the same way with the first rank's message; so a
+ * rank whose device waits the poison released never reports that call as complete (the abort
+ * is visible before the poison can be).  A hung rank that resumes fails at its next call.
+ * Deregistration still unmaps and releases every segment and the control block.
  *
  * Not done here: batched copies (batch.c) are not used, every copy is one cudaMemcpyAsync;
  * every rank must run on one host (the bootstrap's sockets).
@@ -45,6 +52,7 @@
 
 #include "fabric/cuda/cuda.h"
 #include "fabric/cuda/mp_boot.h"
+#include "fabric/cuda/mp_ctl.h"
 
 #include <cuda.h>
 
@@ -98,7 +106,7 @@ typedef struct {
     const void **grads; /* the pending call's gradient pointers */
     int sum_ctas, landing_ctas;
     tide_result_t broken;
-    char broken_msg[384];
+    char broken_msg[TIDE_MP_CTL_MSG + 64];
     tide_cuda_stats_t stats;
 } tide_mp_family_t;
 
@@ -112,6 +120,7 @@ typedef struct {
     CUdeviceptr *va;                      /* [N]: reserved and mapped ranges */
     void *legacy_own;                     /* own cudaMalloc segment */
     uint8_t **flags;                      /* [N]: each rank's flag area as mapped here */
+    tide_mp_ctl_t ctl;                    /* host memory shared by the group (mp_ctl.h) */
     tide_mp_family_t fam[2];              /* [0]: AG, [1]: RS */
 } tide_mp_arena_t;
 
@@ -123,9 +132,10 @@ tide_result_t tide_cuda_mp_execute(struct tide_fabric_arena *arena, const tide_p
                                    const tide_binding_t *binding, void *stream);
 void tide_cuda_mp_family_free(tide_mp_family_t *fam);
 
-/* Fail-stop (mp_execute.c): name the missing rank, poison the flags, drain the streams. */
+/* Fail-stop (mp_execute.c): name the missing rank (dead >= 0: that one; else from the control
+ * block, for call `call` of fam), publish the abort, poison the flags, drain the streams. */
 tide_result_t tide_cuda_mp_fail_stop(tide_mp_arena_t *a, tide_mp_family_t *fam, int dead,
-                                     const char *waiting_for);
+                                     uint64_t call, const char *waiting_for);
 
 /* ------------------------------------------------------------------ queries (tests, tools) */
 

@@ -127,6 +127,7 @@ static void segments_release(tide_mp_arena_t *a) {
     }
     if (a->legacy_own != NULL) cudaFree(a->legacy_own);
     (void)cudaGetLastError();
+    tide_mp_ctl_close(&a->ctl);
     free(a->vmm);
     free(a->handle);
     free(a->va);
@@ -250,6 +251,13 @@ static tide_result_t segments_create(tide_mp_arena_t *a, uint64_t bytes, uint64_
     }
     for (int r = 0; r < n; ++r)
         fds[r] = -1;
+    /* The control block first: every rank fails here together if any cannot set it up. */
+    tide_result_t ctl = tide_mp_ctl_open(&w->boot, timeout, &a->ctl);
+    if (ctl != TIDE_SUCCESS) {
+        free(all);
+        free(fds);
+        return ctl;
+    }
     a->flags_off = (bytes + 255) / 256 * 256;
     seg_info_t mine;
     memset(&mine, 0, sizeof(mine));
