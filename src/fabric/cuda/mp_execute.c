@@ -47,6 +47,7 @@ static CUdeviceptr done_flag(const tide_mp_arena_t *a, int rank, const tide_mp_f
 /* ------------------------------------------------------------------ prepare */
 
 static void prepared_free(tide_mp_prepared_t *pp) {
+    tide_cuda_mp_batch_free(pp);
     if (pp->table_mem != NULL) cudaFree(pp->table_mem);
     (void)cudaGetLastError();
     free(pp->table_dev);
@@ -181,6 +182,7 @@ static tide_result_t prepare(tide_mp_arena_t *a, tide_mp_family_t *fam, tide_mp_
         goto fail;
     }
     TIDE_CHECK_GOTO(tables_upload(a->w, pp, &prog->ranks[me]), res, fail);
+    if (a->w->batch) TIDE_CHECK_GOTO(tide_cuda_mp_batch_prepare(pp), res, fail);
     if (pp->sched.has_sum && fam->own_dev[0] == NULL)
         TIDE_CHECK_GOTO(own_tables(fam, prog->plan->geom.num_params), res, fail);
     pp->ready = true;
@@ -551,10 +553,23 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     is.st.descriptors = is.st.waits = is.st.records = is.st.uploads = 0;
     is.st.batches = is.st.batched = is.st.unbatched = is.st.over_threshold = 0;
     if (fence >= 0) TIDE_CHECK(fence_wait(&is, (uint64_t)fence + 1));
+    /* The call's copy descriptors go up before the start record every thread forks from. */
+    const bool batch = w->batch && pp->batch.cap > 0;
+    if (batch) TIDE_CHECK(tide_cuda_mp_batch_plan(a, pp, form, par, caller, &is.st));
     ++is.st.records;
     TIDE_CUDA_CALL(cudaEventRecord(w->start, caller), "cudaEventRecord(start)");
-    for (int i = 0; i < pp->num_cmds[form]; ++i)
+    for (int i = 0; i < pp->num_cmds[form]; ++i) {
+        const int k = batch ? pp->batch.action[i] : -1;
+        if (k == -2) continue; /* a later op of a batch enqueued at its first op */
+        if (k >= 0) {
+            ++is.st.descriptors;
+            ++is.st.batches;
+            is.st.batched += (uint64_t)pp->batch.b_count[k];
+            TIDE_CHECK(tide_cuda_mp_batch_issue(a, pp, k, par, pp->cmds[form][i].thread));
+            continue;
+        }
         TIDE_CHECK(issue_cmd(&is, &pp->cmds[form][i]));
+    }
     TIDE_CHECK(write_value(&is, caller, done_flag(a, w->base.rank, fam), e + 1));
     ++is.st.records;
     TIDE_CUDA_CALL(cudaEventRecord(fam->done_ev[par], caller), "cudaEventRecord(done)");
