@@ -112,6 +112,7 @@ tide_result_t bench_cuda_set_packs(bench_cuda_rank_t *b, float *const *packs) {
 }
 
 tide_result_t bench_cuda_stock_ag(bench_cuda_rank_t *b, uint16_t *const *shards) {
+    CK(cudaSetDevice(b->dev)); /* b->st belongs to it */
     const uint64_t S = b->S;
     for (int u = 0; u < b->N; ++u)
         CK(cudaMemcpyAsync((uint8_t *)b->flat + (uint64_t)u * S, shards[u], S, cudaMemcpyDefault,
@@ -127,12 +128,14 @@ tide_result_t bench_cuda_stock_ag(bench_cuda_rank_t *b, uint16_t *const *shards)
 }
 
 tide_result_t bench_cuda_stock_pack(bench_cuda_rank_t *b) {
+    CK(cudaSetDevice(b->dev)); /* b->st belongs to it */
     CK(bench_cuda_pack(b->d_grads, b->d_params, b->P, b->N, b->elems, b->max_param_elems, b->pack,
                        b->st));
     return TIDE_SUCCESS;
 }
 
 tide_result_t bench_cuda_stock_reduce(bench_cuda_rank_t *b, float alpha) {
+    CK(cudaSetDevice(b->dev)); /* b->st belongs to it */
     CK(bench_cuda_reduce(b->d_packs, b->N, (uint64_t)b->rank * b->elems, b->elems, alpha,
                          b->out_stock, b->st));
     return TIDE_SUCCESS;
