@@ -20,4 +20,6 @@ PY
 set +e
 "$bench" --topology 0x4 >/dev/null 2>&1; [ $? -eq 2 ] || { echo "bad topology must exit 2"; exit 1; }
 "$bench" --preset nope >/dev/null 2>&1; [ $? -eq 2 ] || { echo "unknown preset must exit 2"; exit 1; }
+"$bench" --procs 2 --topology 1x2 >/dev/null 2>&1; [ $? -eq 2 ] || { echo "--procs without --fabric cuda must exit 2"; exit 1; }
+"$bench" --fabric cuda --procs 3 --topology 2x2 >/dev/null 2>&1; [ $? -eq 2 ] || { echo "--procs N != M L must exit 2"; exit 1; }
 echo "tide-bench CLI OK"

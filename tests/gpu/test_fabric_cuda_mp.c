@@ -5,7 +5,7 @@
  *   test_fabric_cuda_mp [--seconds S]   configuration matrix (default budget 60 s)
  *   test_fabric_cuda_mp --kill          a rank killed mid-run: the others fail stop at once
  *   test_fabric_cuda_mp --stop          a rank hung mid-run: the others fail stop at the
- *                                       deadline, naming it
+ *                                       deadline, naming it; resumed, it fails too
  *   test_fabric_cuda_mp --enqueue       host enqueue time per rank per call, P = 30, M = 8
  *
  * The parent never touches CUDA: it draws every configuration's inputs, runs the CPU fabric
@@ -98,6 +98,7 @@ typedef struct {
     uint8_t *land[2][CALLS][MAX_RANKS]; /* [0]: CPU (heap), [1]: CUDA mp (shared) */
     float *out[2][CALLS][MAX_RANKS];
     char *child_error; /* shared, [MAX_RANKS][256] */
+    uint64_t *batched; /* shared, [MAX_RANKS]: copies the last AG and RS call ran in batches */
 } case_t;
 
 static bool case_init(case_t *c, int m, int l, int v) {
@@ -166,6 +167,7 @@ static bool case_init(case_t *c, int m, int l, int v) {
             c->out[1][e][r] = shared_alloc(c->out_bytes);
         }
     c->child_error = shared_alloc(MAX_RANKS * 256);
+    c->batched = shared_alloc(MAX_RANKS * sizeof(uint64_t));
     snprintf(c->what, sizeof(c->what),
              "M=%d L=%d P=%d grads=%s cast=%d passes=%d stg=%d alpha=%g modes=%d%d%d%d", m, l, p,
              fp32_grads ? "fp32" : "bf16", cast, c->cfg.passes, c->cfg.staging_slots,
@@ -298,6 +300,10 @@ static bool child_case(tide_comm_t comm, case_t *c, int r, cudaStream_t s, char 
     CHILD_CK(tide_cuda_mp_sync(grp->arena, TIDE_COLL_ALL_GATHER), "sync AG");
     CHILD_CK(tide_cuda_mp_sync(grp->arena, TIDE_COLL_REDUCE_SCATTER), "sync RS");
     CHILD_CU(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    tide_cuda_stats_t sa, sr;
+    CHILD_CK(tide_cuda_mp_stats(grp->arena, TIDE_COLL_ALL_GATHER, &sa), "stats AG");
+    CHILD_CK(tide_cuda_mp_stats(grp->arena, TIDE_COLL_REDUCE_SCATTER, &sr), "stats RS");
+    c->batched[r] = sa.batched + sr.batched;
     for (int e = 0; e < CALLS; ++e) {
         memcpy(c->land[1][e][r], hland + e * (c->land_bytes + 256), c->land_bytes);
         memcpy(c->out[1][e][r], hout + e * (c->out_bytes + 256), c->out_bytes);
@@ -345,6 +351,8 @@ static int first_diff(const void *a, const void *b, size_t n) {
         if (x[i] != y[i]) return (int)i;
     return -1;
 }
+
+static uint64_t batched_copies; /* over the matrix: batched copies of the last calls */
 
 static bool run_topology(int m, int l, int *configs, double budget_end) {
     static case_t cases[MAX_CONFIGS];
@@ -395,6 +403,8 @@ static bool run_topology(int m, int l, int *configs, double budget_end) {
                 }
             }
         if (ok) ++*configs;
+        for (int r = 0; r < n; ++r)
+            batched_copies += c->batched[r];
     }
     printf("%s M=%d L=%d: %d configurations x %d AG + %d RS calls\n", ok ? "ok  " : "FAIL", m, l,
            num, CALLS, CALLS);
@@ -412,8 +422,18 @@ static int matrix(double seconds) {
         ok = run_topology(topo[k][0], topo[k][1], &configs, end) && ok;
         ++topos;
     }
-    printf("%s: %d configurations on %d topologies bit for bit equal to the CPU fabric (%.1f s)\n",
-           ok ? "PASS" : "FAIL", configs, topos, now_s() - t0);
+    /* Batched mode must have run batches (else it compared the per-op path twice). */
+    const char *env = getenv("TIDE_CUDA_BATCH");
+    const bool per_op = env != NULL && strcmp(env, "0") == 0;
+    if (per_op ? batched_copies != 0 : batched_copies == 0) {
+        fprintf(stderr, "FAIL: %llu copies ran in batches with TIDE_CUDA_BATCH=%s\n",
+                (unsigned long long)batched_copies, env ? env : "(unset)");
+        ok = false;
+    }
+    printf("%s: %d configurations on %d topologies bit for bit equal to the CPU fabric (%.1f s); "
+           "copies %s, %llu batched in the last calls\n",
+           ok ? "PASS" : "FAIL", configs, topos, now_s() - t0, per_op ? "per op" : "batched",
+           (unsigned long long)batched_copies);
     return ok ? 0 : 1;
 }
 
@@ -462,8 +482,10 @@ static int kill_child(int m, int l, int r, const char *name, int victim, kill_re
 }
 
 /* sig SIGKILL: the victim dies, its sockets close, the survivors name it at once.  SIGSTOP:
- * it hangs with its sockets open, the survivors hit TIDE_TIMEOUT_MS and name it from the
- * done flags (the ranks behind). */
+ * it hangs with its sockets open; the first survivor to reach TIDE_TIMEOUT_MS names it from
+ * the group's control block (it never entered call 3) and fails the group, the others follow
+ * with that message (none may return success: the poison released their device waits), and
+ * the victim, resumed, fails at its next call. */
 static int kill_test(int sig) {
     const int m = 2, l = 2, n = 4, victim = 2;
     const double lo = sig == SIGSTOP ? 3.0 : 0.0, hi = 3.0 + 1.0;
@@ -495,10 +517,22 @@ static int kill_test(int sig) {
                tide_get_error_string((tide_result_t)rep->result[r]), after, rep->msg[r]);
         ok = ok && good;
     }
-    if (sig == SIGSTOP) kill(pids[victim], SIGKILL);
     int st = 0;
-    waitpid(pids[victim], &st, 0);
-    ok = ok && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
+    if (sig == SIGSTOP) {
+        /* The hung rank resumes after the others failed the group: its next call fails too
+         * (never success), naming the rank that failed the group, and it exits cleanly. */
+        kill(pids[victim], SIGCONT);
+        waitpid(pids[victim], &st, 0);
+        const bool good = WIFEXITED(st) && WEXITSTATUS(st) == 0 &&
+                          rep->result[victim] == TIDE_ERR_TIMEOUT &&
+                          strstr(rep->msg[victim], "failed the group") != NULL;
+        printf("%s rank %d (resumed): %s: %s\n", good ? "ok  " : "FAIL", victim,
+               tide_get_error_string((tide_result_t)rep->result[victim]), rep->msg[victim]);
+        ok = ok && good;
+    } else {
+        waitpid(pids[victim], &st, 0);
+        ok = ok && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
+    }
     printf("%s: %s rank %d of %d; survivors fail stop within TIDE_TIMEOUT_MS = 3000 and exit "
            "(%.1f s in all)\n",
            ok ? "PASS" : "FAIL", sig == SIGSTOP ? "stopped" : "killed", victim, n, now_s() - t0);
@@ -509,7 +543,7 @@ static int kill_test(int sig) {
 
 typedef struct {
     double ag_us[MAX_RANKS], rs_us[MAX_RANKS], ag_api_us[MAX_RANKS], rs_api_us[MAX_RANKS];
-    uint64_t ag_cmds[MAX_RANKS], rs_cmds[MAX_RANKS];
+    uint64_t ag_cmds[MAX_RANKS], rs_cmds[MAX_RANKS], ag_batched[MAX_RANKS], ag_batches[MAX_RANKS];
     int status[MAX_RANKS];
 } enq_report_t;
 
@@ -557,6 +591,8 @@ static int enqueue_child(int m, int l, int r, const char *name, enq_report_t *re
         tide_cuda_mp_stats(grp->arena, TIDE_COLL_ALL_GATHER, &st);
         ag[i] = 1e-3 * (double)st.enqueue_ns;
         rep->ag_cmds[r] = st.descriptors + st.waits + st.records;
+        rep->ag_batches[r] = st.batches;
+        rep->ag_batched[r] = st.batched;
         const double t1 = now_s();
         if (tide_reduce_scatter(grp, (const void *const *)grads, out, 1.0f, 0, TIDE_RS_IN_PLACE,
                                 s) != TIDE_SUCCESS)
@@ -599,13 +635,16 @@ static int enqueue_test(void) {
         if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) fprintf(stderr, "rank %d: status %d\n", r, st);
     }
     if (!ok) return 1;
+    const char *b = getenv("TIDE_CUDA_BATCH");
     printf("enqueue per rank per call, P = 30, M = 8, L = 1 (8 processes, one GPU), median of 56 "
-           "steady calls; enqueue: host work of the call; API: the whole tide_* call, which also "
-           "waits for the rank's call e - 2:\n");
+           "steady calls, copies %s; enqueue: host work of the call; API: the whole tide_* call, "
+           "which also waits for the rank's call e - 2:\n",
+           b != NULL && strcmp(b, "0") == 0 ? "per op (TIDE_CUDA_BATCH=0)" : "batched");
     for (int r = 0; r < n; ++r)
-        printf("  rank %d: AG enqueue %.1f us (API %.1f us, %llu stream ops), RS enqueue %.1f us "
-               "(API %.1f us, %llu stream ops)\n",
+        printf("  rank %d: AG enqueue %.1f us (API %.1f us, %llu stream ops, %llu batches of %llu "
+               "copies), RS enqueue %.1f us (API %.1f us, %llu stream ops)\n",
                r, rep->ag_us[r], rep->ag_api_us[r], (unsigned long long)rep->ag_cmds[r],
+               (unsigned long long)rep->ag_batches[r], (unsigned long long)rep->ag_batched[r],
                rep->rs_us[r], rep->rs_api_us[r], (unsigned long long)rep->rs_cmds[r]);
     return 0;
 }

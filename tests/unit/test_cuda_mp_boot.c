@@ -3,11 +3,15 @@
  * real processes and no GPU: join, all-gather of blobs and descriptors (memfds standing in
  * for the CUDA VMM handles), barriers, a missing rank at join, and a rank that dies.
  *
+ * The group control block (mp_ctl.h) across processes: counters that name a missing rank, an
+ * abort word that exactly one rank wins and every rank reads.
+ *
  * Children report through their exit status (cmocka's asserts stay in the parent).
  */
 #include "test_util.h"
 
 #include "fabric/cuda/mp_boot.h"
+#include "fabric/cuda/mp_ctl.h"
 
 #include <signal.h>
 #include <sys/mman.h>
@@ -185,12 +189,77 @@ static void test_arguments(void **state) {
     tide_mp_boot_close(&b);
 }
 
+/* The control block: rank 0 creates it, every rank maps it.  Rank 1 stops after call 2 (it
+ * never enters call 3); rank 2 enters call 3 but does not finish enqueueing it.  Every rank
+ * then names the missing ones from the counters, every rank races to abort, exactly one
+ * wins, and every rank reads the winner's message. */
+static int ctl_child(const char *name, int rank, int ranks) {
+    tide_mp_boot_t b;
+    if (tide_mp_boot_open(name, rank, ranks, 10000, &b) != TIDE_SUCCESS) return 10;
+    tide_mp_ctl_t c;
+    if (tide_mp_ctl_open(&b, 10000, &c) != TIDE_SUCCESS) return 11;
+    if (tide_mp_ctl_aborted(&c, NULL, 0) != -1) return 12;
+    const uint64_t last = rank == 1 ? 2 : 3;
+    for (uint64_t e = 0; e <= last; ++e) {
+        tide_mp_ctl_enter(&c, 0, e);
+        if (!(rank == 2 && e == 3)) tide_mp_ctl_enqueued(&c, 0, e);
+    }
+    /* Reduce-scatter counters are separate: every rank did call 0 of it. */
+    tide_mp_ctl_enter(&c, 1, 0);
+    tide_mp_ctl_enqueued(&c, 1, 0);
+    if (tide_mp_boot_barrier(&b, 1, 10000) != TIDE_SUCCESS) return 13;
+    char why[256];
+    if (tide_mp_ctl_missing(&c, 0, 3, why, sizeof(why)) != 1) return 14;
+    if (strstr(why, "rank 1 (last: 2) never entered all-gather call 3") == NULL) return 15;
+    if (tide_mp_ctl_missing(&c, 0, 2, why, sizeof(why)) != -1) return 16;
+    if (strstr(why, "every rank enqueued") == NULL) return 17;
+    if (tide_mp_ctl_missing(&c, 1, 0, why, sizeof(why)) != -1) return 18;
+    if (tide_mp_ctl_missing(&c, 1, 1, why, sizeof(why)) != 0) return 19;
+    if (strstr(why, "ranks 0 (last: 0), 1 (last: 0), 2 (last: 0)") == NULL) return 20;
+    if (tide_mp_boot_barrier(&b, 2, 10000) != TIDE_SUCCESS) return 21;
+    /* Rank 1 has entered call 3 now: rank 2 is the one left, having not enqueued it. */
+    if (rank == 1) tide_mp_ctl_enter(&c, 0, 3);
+    if (tide_mp_boot_barrier(&b, 3, 10000) != TIDE_SUCCESS) return 22;
+    if (tide_mp_ctl_missing(&c, 0, 3, why, sizeof(why)) != 1) return 23; /* 1 did not enqueue */
+    if (strstr(why, "ranks 1 (last: 2), 2 (last: 2) entered all-gather call 3 but never") == NULL)
+        return 24;
+    char mine[64];
+    snprintf(mine, sizeof(mine), "rank %d was first", rank);
+    const bool won = tide_mp_ctl_abort(&c, mine);
+    char msg[TIDE_MP_CTL_MSG];
+    const int by = tide_mp_ctl_aborted(&c, msg, sizeof(msg));
+    if (by < 0 || by >= ranks) return 25;
+    char want[64];
+    snprintf(want, sizeof(want), "rank %d was first", by);
+    if (strcmp(msg, want) != 0) return 26;
+    if (won != (by == rank)) return 27;
+    /* A second abort never replaces the first message. */
+    if (tide_mp_ctl_abort(&c, "late")) return 28;
+    if (tide_mp_boot_barrier(&b, 4, 10000) != TIDE_SUCCESS) return 29;
+    tide_mp_ctl_close(&c);
+    tide_mp_boot_close(&b);
+    return 0;
+}
+
+static void test_control_block(void **state) {
+    (void)state;
+    char name[64];
+    job_name(name, sizeof(name), "c");
+    int status[16];
+    run_children(4, ctl_child, name, status);
+    for (int r = 0; r < 4; ++r) {
+        if (status[r] != 0) print_error("rank %d: step %d\n", r, status[r]);
+        assert_int_equal(status[r], 0);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_arguments),
         cmocka_unit_test(test_exchange),
         cmocka_unit_test(test_missing_rank),
         cmocka_unit_test(test_dead_rank),
+        cmocka_unit_test(test_control_block),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,6 +24,7 @@ typedef struct {
     int num_divisors;
     int iters, warmup;
     uint64_t seed;
+    int procs;                /* --procs N: one process per rank (CUDA fabric); 0: one process */
     bool json, quiet;
 } bench_opts_t;
 
@@ -42,5 +43,17 @@ typedef struct {
 /* Run every size for both collectives on the CPU fabric; rows_out has 2 per divisor. */
 tide_result_t bench_run_cpu(const bench_opts_t *opts, const tide_param_shape_t *shapes,
                             int num_shapes, bench_row_t *rows_out, int *num_rows_out);
+
+#if TIDE_HAVE_CUDA
+/* The same on the CUDA fabric (cuda_runner.c): one process drives every rank
+ * (tide_comm_init_all), rank r on visible device r mod D. */
+tide_result_t bench_run_cuda(const bench_opts_t *opts, const tide_param_shape_t *shapes,
+                             int num_shapes, bench_row_t *rows_out, int *num_rows_out);
+
+/* One process per rank (opts->procs = N ranks, tide_comm_init_rank; cuda_procs.c): forks the
+ * N ranks, rank r on visible device r mod D; rows_out receives rank 0's table. */
+tide_result_t bench_run_cuda_procs(const bench_opts_t *opts, const tide_param_shape_t *shapes,
+                                   int num_shapes, bench_row_t *rows_out, int *num_rows_out);
+#endif
 
 #endif /* TIDE_BENCH_BENCH_H_ */

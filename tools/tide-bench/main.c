@@ -1,19 +1,20 @@
 /*
  * tide-bench - time TIDE-AG and TIDE-RS against the stock FSDP2 layout path.
  *
- *   tide-bench [--fabric cpu] [--topology MxL] [--preset NAME | --shapes LIST]
+ *   tide-bench [--fabric cpu|cuda] [--procs N] [--topology MxL] [--preset NAME | --shapes LIST]
  *              [--divisors 1024,256,64] [--iters N] [--warmup N] [--mode in-place|slot-reuse]
  *              [--grad-dtype bf16|fp32] [--seed S] [--json] [--quiet]
  *
  * Each size divides every parameter's dim 0 by a divisor (the preset's real shapes are too
- * large for a CPU run).  Exit status: 0 all data correct, 1 a wrong element or a library
+ * large for a CPU run; --divisors 1 runs them on a GPU).  --fabric cuda (a CUDA build) runs
+ * the job on the GPUs: one process drives every rank, or with --procs N (N = M L) one process
+ * per rank on the one-process-per-rank fabric.  Exit status: 0 all data correct, 1 a wrong element or a library
  * error, 2 a usage error.
  */
 #include "bench.h"
 
 #include "plan/presets.h"
 
-#include <cjson/cJSON.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +22,8 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: tide-bench [--fabric cpu] [--topology MxL] [--preset NAME | --shapes LIST]\n"
+            "usage: tide-bench [--fabric cpu|cuda] [--procs N] [--topology MxL]\n"
+            "                  [--preset NAME | --shapes LIST]\n"
             "                  [--divisors D1,D2,...] [--iters N] [--warmup N]\n"
             "                  [--mode in-place|slot-reuse] [--grad-dtype bf16|fp32]\n"
             "                  [--seed S] [--json] [--quiet]\n"
@@ -57,13 +59,17 @@ static int bad_usage(const char *msg) {
 }
 
 static void print_table(const bench_opts_t *o, const bench_row_t *rows, int n) {
-    printf("# tide-bench: fabric %s, topology %dx%d (N = %d), %s, mode %s\n",
-           o->fabric == TIDE_FABRIC_CPU ? "cpu" : "cuda", o->nodes, o->gpus_per_node,
+    printf("# tide-bench: fabric %s%s, topology %dx%d (N = %d), %s, mode %s\n",
+           o->fabric == TIDE_FABRIC_CPU ? "cpu" : "cuda",
+           o->procs > 0 ? " (one process per rank)" : "", o->nodes, o->gpus_per_node,
            o->nodes * o->gpus_per_node, o->preset ? o->preset : "custom shapes",
            o->mode == TIDE_RS_IN_PLACE ? "in-place" : "slot-reuse");
     printf("# times are medians of %d iterations; the stock path is FSDP2's layout path on the\n"
            "# same buffers (AG: rank-major gather + copy-out; RS: _chunk_cat fp32 pack + reduce)\n",
            o->iters);
+    if (o->fabric == TIDE_FABRIC_CUDA)
+        printf("# cuda: device buffers; a time runs from the first enqueue to the end of every rank's\n"
+               "# work (host clock, devices synchronised before and after)\n");
     printf("%-15s %7s %4s %12s %11s %9s %9s %11s %9s %8s %7s\n", "collective", "dim0/", "P",
            "size(B)", "tide(us)", "algbw", "busbw", "stock(us)", "busbw", "speedup", "#wrong");
     for (int i = 0; i < n; ++i) {
@@ -75,34 +81,26 @@ static void print_table(const bench_opts_t *o, const bench_row_t *rows, int n) {
     }
 }
 
+/* JSON by hand: tide-bench needs no cJSON, so a GPU machine without it still builds it.  Every
+ * string printed is one of ours (no escaping needed) or a preset name ([a-z0-9.-]). */
 static void print_json(const bench_opts_t *o, const bench_row_t *rows, int n) {
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "fabric", o->fabric == TIDE_FABRIC_CPU ? "cpu" : "cuda");
-    cJSON_AddNumberToObject(root, "nodes", o->nodes);
-    cJSON_AddNumberToObject(root, "gpus_per_node", o->gpus_per_node);
-    cJSON_AddStringToObject(root, "preset", o->preset ? o->preset : "");
-    cJSON_AddStringToObject(root, "mode", o->mode == TIDE_RS_IN_PLACE ? "in-place" : "slot-reuse");
-    cJSON_AddNumberToObject(root, "iters", o->iters);
-    cJSON *arr = cJSON_AddArrayToObject(root, "rows");
+    printf("{\n  \"fabric\": \"%s\",\n  \"procs\": %d,\n  \"nodes\": %d,\n"
+           "  \"gpus_per_node\": %d,\n  \"preset\": \"%s\",\n  \"mode\": \"%s\",\n"
+           "  \"iters\": %d,\n  \"rows\": [",
+           o->fabric == TIDE_FABRIC_CPU ? "cpu" : "cuda", o->procs, o->nodes, o->gpus_per_node,
+           o->preset ? o->preset : "", o->mode == TIDE_RS_IN_PLACE ? "in-place" : "slot-reuse",
+           o->iters);
     for (int i = 0; i < n; ++i) {
-        cJSON *r = cJSON_CreateObject();
-        cJSON_AddStringToObject(r, "collective", rows[i].coll);
-        cJSON_AddNumberToObject(r, "divisor", rows[i].divisor);
-        cJSON_AddNumberToObject(r, "params", rows[i].num_params);
-        cJSON_AddNumberToObject(r, "bytes", (double)rows[i].bytes);
-        cJSON_AddNumberToObject(r, "tide_us", rows[i].tide_us);
-        cJSON_AddNumberToObject(r, "stock_us", rows[i].stock_us);
-        cJSON_AddNumberToObject(r, "algbw_gbps", rows[i].algbw);
-        cJSON_AddNumberToObject(r, "busbw_gbps", rows[i].busbw);
-        cJSON_AddNumberToObject(r, "stock_busbw_gbps", rows[i].stock_busbw);
-        cJSON_AddNumberToObject(r, "speedup", rows[i].stock_us / rows[i].tide_us);
-        cJSON_AddNumberToObject(r, "wrong", (double)rows[i].wrong);
-        cJSON_AddItemToArray(arr, r);
+        const bench_row_t *r = &rows[i];
+        printf("%s\n    {\"collective\": \"%s\", \"divisor\": %d, \"params\": %d, "
+               "\"bytes\": %llu, \"tide_us\": %.3f, \"stock_us\": %.3f, \"algbw_gbps\": %.4f, "
+               "\"busbw_gbps\": %.4f, \"stock_busbw_gbps\": %.4f, \"speedup\": %.4f, "
+               "\"wrong\": %llu}",
+               i ? "," : "", r->coll, r->divisor, r->num_params, (unsigned long long)r->bytes,
+               r->tide_us, r->stock_us, r->algbw, r->busbw, r->stock_busbw,
+               r->stock_us / r->tide_us, (unsigned long long)r->wrong);
     }
-    char *s = cJSON_Print(root);
-    if (s) puts(s);
-    free(s);
-    cJSON_Delete(root);
+    printf("\n  ]\n}\n");
 }
 
 int main(int argc, char **argv) {
@@ -117,7 +115,8 @@ int main(int argc, char **argv) {
         {"warmup", required_argument, 0, 'w'},   {"mode", required_argument, 0, 'm'},
         {"grad-dtype", required_argument, 0, 'g'}, {"seed", required_argument, 0, 'S'},
         {"json", no_argument, 0, 'j'},           {"quiet", no_argument, 0, 'q'},
-        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+        {"help", no_argument, 0, 'h'},           {"procs", required_argument, 0, 'P'},
+        {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
@@ -154,6 +153,9 @@ int main(int argc, char **argv) {
             else return bad_usage("--grad-dtype must be bf16 or fp32");
             break;
         case 'S': o.seed = strtoull(optarg, NULL, 0); break;
+        case 'P':
+            if (!parse_int(optarg, 1, 512, &o.procs)) return bad_usage("--procs must be 1..512");
+            break;
         case 'j': o.json = true; break;
         case 'q': o.quiet = true; break;
         case 'h': usage(stdout); return 0;
@@ -161,8 +163,17 @@ int main(int argc, char **argv) {
         }
     }
     if (optind < argc) return bad_usage("unexpected argument");
-    if (o.fabric != TIDE_FABRIC_CPU)
-        return bad_usage("this build runs --fabric cpu; the CUDA runs use tests/gpu/run.sh");
+#if !TIDE_HAVE_CUDA
+    if (o.fabric == TIDE_FABRIC_CUDA) {
+        fprintf(stderr, "tide-bench: --fabric cuda needs a CUDA build of TIDE (cmake "
+                        "-DTIDE_WITH_CUDA=ON); this build has only the CPU fabric\n");
+        return 2;
+    }
+#endif
+    if (o.procs > 0 && o.fabric != TIDE_FABRIC_CUDA)
+        return bad_usage("--procs runs one process per rank on the CUDA fabric: add --fabric cuda");
+    if (o.procs > 0 && o.procs != o.nodes * o.gpus_per_node)
+        return bad_usage("--procs N needs N = M L ranks of --topology MxL");
     if (o.grad_dtype != TIDE_DTYPE_BF16)
         return bad_usage("the stock baseline here packs bf16 gradients: --grad-dtype bf16");
 
@@ -180,7 +191,14 @@ int main(int argc, char **argv) {
     }
     bench_row_t rows[32];
     int n = 0;
-    tide_result_t r = bench_run_cpu(&o, shapes, P, rows, &n);
+    tide_result_t r;
+#if TIDE_HAVE_CUDA
+    if (o.fabric == TIDE_FABRIC_CUDA)
+        r = o.procs > 0 ? bench_run_cuda_procs(&o, shapes, P, rows, &n)
+                        : bench_run_cuda(&o, shapes, P, rows, &n);
+    else
+#endif
+        r = bench_run_cpu(&o, shapes, P, rows, &n);
     free(parsed);
     if (o.json) print_json(&o, rows, n);
     else print_table(&o, rows, n);

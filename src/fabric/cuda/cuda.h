@@ -189,6 +189,11 @@ typedef struct {
     uint8_t *fused_land;                 /* [num_ops]: LAND ops a fused sum does */
 } tide_cuda_prepared_t;
 
+/* TIDE_CUDA_BATCH (false: "0") and TIDE_CUDA_BATCH_MAX_BYTES (world.c), read when a world
+ * is created; the one-process-per-rank fabric reads them too. */
+bool tide_cuda_env_batch(void);
+tide_result_t tide_cuda_env_batch_max_bytes(uint64_t *out);
+
 /* Batched copies (batch.c).  prepare: find the runs of the schedule's command lists (a copy
  * of sh->batch_max_bytes or more ends a run and stays per op), number their descriptors,
  * allocate the tables (nothing when no run has two copies).  fill: the

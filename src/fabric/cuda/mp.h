@@ -31,20 +31,32 @@
  *
  * Fail-stop.  The host waits (at most) for its own call e - 2 before enqueueing call e, and
  * tide_cuda_mp_sync waits for the last call: both poll with the watchdog, which ends the wait
- * when a peer's socket reads EOF (its process died) or at TIDE_TIMEOUT_MS.  It then reads the
- * done flags to name the ranks behind, poisons every flag it maps (value 2^62: every device
- * wait passes) so that no stream stays blocked, drains its streams, and fails the call and
- * every later one with TIDE_ERR_TIMEOUT naming the missing rank.  Deregistration still
- * unmaps and releases every segment.
+ * when a peer's socket reads EOF (its process died), when another rank failed the group (the
+ * abort word of the group's control block, mp_ctl.h), or at TIDE_TIMEOUT_MS.  A rank that
+ * fails first names the missing rank (the dead one, else from the control block's per-rank
+ * "entered call e" / "enqueued call e" counters: the rank that never entered the call waited
+ * for), publishes the abort word with that message, and only then poisons every flag it maps
+ * (value 2^62: every device wait passes) so that no stream stays blocked, drains its streams,
+ * and fails the call and every later one of both collectives of the group with
+ * TIDE_ERR_TIMEOUT.  Every other rank sees the word at its next call, in any host wait, and
+ * after any wait that ended, and fails stop the same way with the first rank's message; so a
+ * rank whose device waits the poison released never reports that call as complete (the abort
+ * is visible before the poison can be).  A hung rank that resumes fails at its next call.
+ * Deregistration still unmaps and releases every segment and the control block.
  *
- * Not done here: batched copies (batch.c) are not used, every copy is one cudaMemcpyAsync;
- * every rank must run on one host (the bootstrap's sockets).
+ * Batched copies (mp_batch.c): as in the one-process fabric (batch.c), a thread's run of
+ * same-device copies with nothing else of the thread between them is one launch of the batch
+ * kernel, planned per call from this rank's command list (TIDE_CUDA_BATCH=0: every copy is
+ * one cudaMemcpyAsync).
+ *
+ * Not done here: every rank must run on one host (the bootstrap's sockets).
  */
 #ifndef TIDE_FABRIC_CUDA_MP_H_
 #define TIDE_FABRIC_CUDA_MP_H_
 
 #include "fabric/cuda/cuda.h"
 #include "fabric/cuda/mp_boot.h"
+#include "fabric/cuda/mp_ctl.h"
 
 #include <cuda.h>
 
@@ -68,7 +80,23 @@ typedef struct {
     cudaEvent_t start;
     cudaEvent_t end[TIDE_CUDA_Q];
     uint64_t registrations;
+    bool batch;               /* TIDE_CUDA_BATCH: runs of same-device copies as one kernel */
+    uint64_t batch_max_bytes; /* TIDE_CUDA_BATCH_MAX_BYTES: larger copies stay per op */
+    uint8_t uuid[16];         /* the device's, to tell which peers share it */
 } tide_mp_world_t;
+
+/* Batched copies of one program on this rank (mp_batch.c), planned per call. */
+typedef struct {
+    int cap;                               /* commands of the longer form */
+    int32_t *action;                       /* [cap]: -1 issue, -2 in a batch, k: batch k here */
+    int32_t *owner;                        /* [cap]: the run of each command, -1 */
+    int32_t *b_cmd, *b_count, *b_first, *b_fill, *b_ctas; /* [cap] per run */
+    uint64_t *b_bytes;                     /* [cap] */
+    uint8_t *b_ok;                         /* [cap]: issued as a batch */
+    tide_cuda_copy_desc_t *desc_host[2];   /* [parity] pinned, cap */
+    tide_cuda_copy_desc_t *desc_dev[2];    /* [parity] device, cap */
+    void *scratch;                         /* 2 cap intervals (overlap check) */
+} tide_mp_batch_t;
 
 typedef struct {
     bool ready;
@@ -79,6 +107,7 @@ typedef struct {
     const void **table_dev;
     const tide_program_t *checked;
     tide_cuda_bound_t *bound; /* [num_ops]: this rank's entries of the pending call */
+    tide_mp_batch_t batch;    /* allocated when the world batches */
 } tide_mp_prepared_t;
 
 typedef struct {
@@ -98,7 +127,7 @@ typedef struct {
     const void **grads; /* the pending call's gradient pointers */
     int sum_ctas, landing_ctas;
     tide_result_t broken;
-    char broken_msg[384];
+    char broken_msg[TIDE_MP_CTL_MSG + 64];
     tide_cuda_stats_t stats;
 } tide_mp_family_t;
 
@@ -108,10 +137,13 @@ typedef struct {
     uint64_t alloc_bytes;
     uint64_t flags_off; /* the flag area's offset in every rank's allocation */
     bool *vmm;          /* [N]: rank r's segment is VMM (else legacy IPC) */
+    bool *remote;       /* [N]: rank r's segment is on another device (no batched copy) */
+    bool any_remote;
     CUmemGenericAllocationHandle *handle; /* [N]: own and imported VMM handles */
     CUdeviceptr *va;                      /* [N]: reserved and mapped ranges */
     void *legacy_own;                     /* own cudaMalloc segment */
     uint8_t **flags;                      /* [N]: each rank's flag area as mapped here */
+    tide_mp_ctl_t ctl;                    /* host memory shared by the group (mp_ctl.h) */
     tide_mp_family_t fam[2];              /* [0]: AG, [1]: RS */
 } tide_mp_arena_t;
 
@@ -131,9 +163,22 @@ tide_result_t tide_cuda_mp_world_init(tide_mp_world_t *w);
 void tide_cuda_mp_world_release(tide_mp_world_t *w);
 tide_result_t tide_cuda_mp_families_create(tide_mp_arena_t *a);
 
-/* Fail-stop (mp_execute.c): name the missing rank, poison the flags, drain the streams. */
+/* Fail-stop (mp_execute.c): name the missing rank (dead >= 0: that one; else from the control
+ * block, for call `call` of fam), publish the abort, poison the flags, drain the streams. */
 tide_result_t tide_cuda_mp_fail_stop(tide_mp_arena_t *a, tide_mp_family_t *fam, int dead,
-                                     const char *waiting_for);
+                                     uint64_t call, const char *waiting_for);
+
+/* Batched copies (mp_batch.c).  prepare allocates for the program's command lists; plan
+ * walks this call's form, groups each thread's runs of same-device copies (below the size
+ * threshold, nothing else of that thread between them), fills their descriptors from the
+ * bound ops, checks each run for overlaps (overlapping runs stay per op), and uploads the
+ * descriptors on the caller's stream; issue launches run k. */
+tide_result_t tide_cuda_mp_batch_prepare(tide_mp_prepared_t *pp);
+void tide_cuda_mp_batch_free(tide_mp_prepared_t *pp);
+tide_result_t tide_cuda_mp_batch_plan(tide_mp_arena_t *a, tide_mp_prepared_t *pp, int form,
+                                      int parity, cudaStream_t caller, tide_cuda_stats_t *st);
+tide_result_t tide_cuda_mp_batch_issue(tide_mp_arena_t *a, tide_mp_prepared_t *pp, int k,
+                                       int parity, int thread);
 
 /* ------------------------------------------------------------------ queries (tests, tools) */
 

@@ -47,6 +47,7 @@ static CUdeviceptr done_flag(const tide_mp_arena_t *a, int rank, const tide_mp_f
 /* ------------------------------------------------------------------ prepare */
 
 static void prepared_free(tide_mp_prepared_t *pp) {
+    tide_cuda_mp_batch_free(pp);
     if (pp->table_mem != NULL) cudaFree(pp->table_mem);
     (void)cudaGetLastError();
     free(pp->table_dev);
@@ -181,6 +182,7 @@ static tide_result_t prepare(tide_mp_arena_t *a, tide_mp_family_t *fam, tide_mp_
         goto fail;
     }
     TIDE_CHECK_GOTO(tables_upload(a->w, pp, &prog->ranks[me]), res, fail);
+    if (a->w->batch) TIDE_CHECK_GOTO(tide_cuda_mp_batch_prepare(pp), res, fail);
     if (pp->sched.has_sum && fam->own_dev[0] == NULL)
         TIDE_CHECK_GOTO(own_tables(fam, prog->plan->geom.num_params), res, fail);
     pp->ready = true;
@@ -413,10 +415,9 @@ static tide_result_t broken_error(const tide_mp_family_t *fam, int rank) {
                     fam->broken_msg);
 }
 
-static bool streams_idle(const tide_mp_world_t *w, cudaStream_t caller) {
+static bool streams_idle(const tide_mp_world_t *w) {
     for (int q = 0; q < TIDE_CUDA_Q; ++q)
         if (cudaStreamQuery(w->stream[q]) != cudaSuccess) return false;
-    (void)caller;
     return true;
 }
 
@@ -429,66 +430,81 @@ static void poison_flags(tide_mp_arena_t *a) {
     (void)cudaGetLastError();
 }
 
-tide_result_t tide_cuda_mp_fail_stop(tide_mp_arena_t *a, tide_mp_family_t *fam, int dead,
-                                     const char *waiting_for) {
+/* Release our device waits and drain our streams.  Every failing rank does this itself, not
+ * only the first: a RECORD still in some live rank's stream writes e + 1 over the poison
+ * (flags are written, not maxed), so each rank repeats the poison until its own streams are
+ * idle, bounded by TIDE_TIMEOUT_MS. */
+static void poison_and_drain(tide_mp_arena_t *a) {
     tide_mp_world_t *w = a->w;
-    const int n = w->base.ranks, me = w->base.rank;
-    /* Who is behind (only needed when nobody died): the done flags as they are now, read on
-     * the util stream, which depends on nothing. */
-    char behind[200];
-    size_t used = 0;
-    behind[0] = '\0';
-    uint64_t *vals = dead >= 0 ? NULL : calloc((size_t)n, sizeof(*vals));
-    if (vals != NULL) {
-        for (int r = 0; r < n; ++r)
-            cudaMemcpyAsync(&vals[r], (const void *)(uintptr_t)done_flag(a, r, fam), 8,
-                            cudaMemcpyDeviceToHost, w->util);
-        if (cudaStreamSynchronize(w->util) == cudaSuccess) {
-            uint64_t most = 0;
-            for (int r = 0; r < n; ++r)
-                most = vals[r] > most ? vals[r] : most;
-            for (int r = 0; r < n && used + 24 < sizeof(behind); ++r)
-                if (vals[r] < most)
-                    used += (size_t)snprintf(behind + used, sizeof(behind) - used, "%s%d (%llu)",
-                                             used ? ", " : "", r, (unsigned long long)vals[r]);
-        }
-        free(vals);
-    }
-    (void)cudaGetLastError();
-    char msg[384];
-    if (dead >= 0)
-        snprintf(msg, sizeof(msg),
-                 "rank %d is missing: its process exited while rank %d waited for %s", dead, me,
-                 waiting_for);
-    else
-        snprintf(msg, sizeof(msg),
-                 "rank %d waited %lld ms (TIDE_TIMEOUT_MS) for %s; ranks behind (calls done): %s",
-                 me, (long long)tide_fabric_timeout_ms(), waiting_for, used ? behind : "none seen");
-    /* Release every device wait of every rank, then drain our streams. */
     const uint64_t t0 = now_ns(), limit = (uint64_t)tide_fabric_timeout_ms() * 1000000u;
     do {
         poison_flags(a);
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
-    } while (!streams_idle(w, NULL) && now_ns() - t0 < limit);
-    if (fam->broken == TIDE_SUCCESS) {
-        fam->broken = TIDE_ERR_TIMEOUT;
-        snprintf(fam->broken_msg, sizeof(fam->broken_msg), "%s", msg);
+    } while (!streams_idle(w) && now_ns() - t0 < limit);
+    (void)cudaGetLastError();
+}
+
+/* Both collectives of the group fail from now on: they share the poisoned flag areas. */
+static void mark_broken(tide_mp_arena_t *a, const char *msg) {
+    for (int f = 0; f < 2; ++f)
+        if (a->fam[f].broken == TIDE_SUCCESS) {
+            a->fam[f].broken = TIDE_ERR_TIMEOUT;
+            snprintf(a->fam[f].broken_msg, sizeof(a->fam[f].broken_msg), "%s", msg);
+        }
+}
+
+/* Another rank failed the group: fail stop with its message (TIDE_SUCCESS: nobody did). */
+static tide_result_t follow_abort(tide_mp_arena_t *a) {
+    char msg[TIDE_MP_CTL_MSG], full[TIDE_MP_CTL_MSG + 64];
+    const int by = tide_mp_ctl_aborted(&a->ctl, msg, sizeof(msg));
+    if (by < 0) return TIDE_SUCCESS;
+    snprintf(full, sizeof(full), "rank %d failed the group: %s", by, msg);
+    poison_and_drain(a);
+    mark_broken(a, full);
+    return TIDE_ERR(TIDE_ERR_TIMEOUT, "cuda mp fabric: rank %d: %s", a->w->base.rank, full);
+}
+
+tide_result_t tide_cuda_mp_fail_stop(tide_mp_arena_t *a, tide_mp_family_t *fam, int dead,
+                                     uint64_t call, const char *waiting_for) {
+    tide_mp_world_t *w = a->w;
+    const int me = w->base.rank;
+    char msg[TIDE_MP_CTL_MSG];
+    if (dead >= 0) {
+        snprintf(msg, sizeof(msg),
+                 "rank %d is missing: its process exited while rank %d waited for %s", dead, me,
+                 waiting_for);
+    } else {
+        /* Who is missing, from the host counters: never the device flags, which the poison
+         * overwrites and which the host can only read through a stream. */
+        char why[256];
+        tide_mp_ctl_missing(&a->ctl, fam->coll == TIDE_COLL_ALL_GATHER ? 0 : 1, call, why,
+                            sizeof(why));
+        snprintf(msg, sizeof(msg), "rank %d waited %lld ms (TIDE_TIMEOUT_MS) for %s: %s", me,
+                 (long long)tide_fabric_timeout_ms(), waiting_for, why);
     }
+    /* The abort word first, the poison after (mp_ctl.h: the ordering every survivor relies
+     * on).  If another rank was first, its message is the group's. */
+    if (!tide_mp_ctl_abort(&a->ctl, msg)) return follow_abort(a);
+    poison_and_drain(a);
+    mark_broken(a, msg);
     return TIDE_ERR(TIDE_ERR_TIMEOUT, "cuda mp fabric: %s", msg);
 }
 
-/* Wait on the host for `ev`, ending at a dead peer or the deadline (fail-stop). */
+/* Wait on the host for `ev` (this rank's call `call` of fam), ending at a dead peer, another
+ * rank's abort or the deadline (fail-stop).  A wait that ended is trusted only when no rank
+ * aborted: a poisoned flag may have ended it. */
 static tide_result_t host_wait(tide_mp_arena_t *a, tide_mp_family_t *fam, cudaEvent_t ev,
-                               const char *what) {
+                               uint64_t call, const char *what) {
     cudaError_t e = cudaEventQuery(ev);
-    if (e == cudaSuccess) return TIDE_SUCCESS;
     const uint64_t t0 = now_ns(), limit = (uint64_t)tide_fabric_timeout_ms() * 1000000u;
     for (unsigned spin = 0;; ++spin) {
-        if (e == cudaSuccess) return TIDE_SUCCESS;
+        if (e == cudaSuccess) return follow_abort(a);
         if (e != cudaErrorNotReady) return tide_cuda_error(e, __FILE__, __LINE__, what);
+        if (tide_mp_ctl_aborted(&a->ctl, NULL, 0) >= 0) return follow_abort(a);
         const int dead = tide_mp_boot_dead_peer(&a->w->boot);
-        if (dead >= 0 || now_ns() - t0 > limit) return tide_cuda_mp_fail_stop(a, fam, dead, what);
+        if (dead >= 0 || now_ns() - t0 > limit)
+            return tide_cuda_mp_fail_stop(a, fam, dead, call, what);
         if (spin > 64) {
             struct timespec ts = {0, 20000};
             nanosleep(&ts, NULL);
@@ -520,7 +536,7 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
         snprintf(what, sizeof(what), "its call %lld of the %s to end",
                  (long long)fam->done_epoch[par],
                  fam->coll == TIDE_COLL_ALL_GATHER ? "all-gather" : "reduce-scatter");
-        TIDE_CHECK(host_wait(a, fam, fam->done_ev[par], what));
+        TIDE_CHECK(host_wait(a, fam, fam->done_ev[par], (uint64_t)fam->done_epoch[par], what));
     }
     /* The enqueue figure leaves the wait out: it is the host work of the call. */
     const uint64_t t_enqueue = now_ns();
@@ -537,10 +553,23 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     is.st.descriptors = is.st.waits = is.st.records = is.st.uploads = 0;
     is.st.batches = is.st.batched = is.st.unbatched = is.st.over_threshold = 0;
     if (fence >= 0) TIDE_CHECK(fence_wait(&is, (uint64_t)fence + 1));
+    /* The call's copy descriptors go up before the start record every thread forks from. */
+    const bool batch = w->batch && pp->batch.cap > 0;
+    if (batch) TIDE_CHECK(tide_cuda_mp_batch_plan(a, pp, form, par, caller, &is.st));
     ++is.st.records;
     TIDE_CUDA_CALL(cudaEventRecord(w->start, caller), "cudaEventRecord(start)");
-    for (int i = 0; i < pp->num_cmds[form]; ++i)
+    for (int i = 0; i < pp->num_cmds[form]; ++i) {
+        const int k = batch ? pp->batch.action[i] : -1;
+        if (k == -2) continue; /* a later op of a batch enqueued at its first op */
+        if (k >= 0) {
+            ++is.st.descriptors;
+            ++is.st.batches;
+            is.st.batched += (uint64_t)pp->batch.b_count[k];
+            TIDE_CHECK(tide_cuda_mp_batch_issue(a, pp, k, par, pp->cmds[form][i].thread));
+            continue;
+        }
         TIDE_CHECK(issue_cmd(&is, &pp->cmds[form][i]));
+    }
     TIDE_CHECK(write_value(&is, caller, done_flag(a, w->base.rank, fam), e + 1));
     ++is.st.records;
     TIDE_CUDA_CALL(cudaEventRecord(fam->done_ev[par], caller), "cudaEventRecord(done)");
@@ -561,6 +590,11 @@ static tide_result_t record_call(tide_mp_arena_t *a, tide_mp_family_t *fam, int 
     if ((int64_t)b->epoch != fam->last_epoch + 1)
         return TIDE_ERR(TIDE_ERR_INTERNAL, "cuda mp fabric: rank %d calls call %llu after %lld",
                         r, (unsigned long long)b->epoch, (long long)fam->last_epoch);
+    /* Entered: from here on the peers' watchdogs do not name this rank for this call. */
+    const int fi = fam->coll == TIDE_COLL_ALL_GATHER ? 0 : 1;
+    tide_mp_ctl_enter(&a->ctl, fi, b->epoch);
+    /* A rank that resumes after the others failed the group fails too, before it enqueues. */
+    TIDE_CHECK(follow_abort(a));
     tide_mp_prepared_t *pp = &fam->prep[pi];
     if (!pp->ready) TIDE_CHECK(prepare(a, fam, pp, prog));
     if (pp->checked != prog) {
@@ -576,7 +610,11 @@ static tide_result_t record_call(tide_mp_arena_t *a, tide_mp_family_t *fam, int 
         memcpy(fam->grads, b->grads, (size_t)fam->num_params * sizeof(void *));
     fam->sum_ctas = b->plan->config.sum_ctas > 0 ? b->plan->config.sum_ctas : 1;
     fam->landing_ctas = b->plan->config.landing_ctas > 0 ? b->plan->config.landing_ctas : 1;
-    return enqueue(a, fam, pi, b, caller);
+    TIDE_CHECK(enqueue(a, fam, pi, b, caller));
+    tide_mp_ctl_enqueued(&a->ctl, fi, b->epoch);
+    /* An abort published while we enqueued (this rank was stopped in the middle, say): the
+     * call may be released by the poison, so it must not report success. */
+    return follow_abort(a);
 }
 
 tide_result_t tide_cuda_mp_execute(struct tide_fabric_arena *arena, const tide_program_t *prog,
@@ -629,7 +667,7 @@ tide_result_t tide_cuda_mp_sync(struct tide_fabric_arena *arena, tide_collective
     char what[96];
     snprintf(what, sizeof(what), "its call %lld of the %s to end", (long long)fam->last_epoch,
              coll == TIDE_COLL_ALL_GATHER ? "all-gather" : "reduce-scatter");
-    return host_wait(a, fam, fam->done_ev[fam->last_epoch % 2], what);
+    return host_wait(a, fam, fam->done_ev[fam->last_epoch % 2], (uint64_t)fam->last_epoch, what);
 }
 
 tide_result_t tide_cuda_mp_stats(const struct tide_fabric_arena *arena, tide_collective_t coll,

@@ -73,6 +73,11 @@ tide_result_t tide_cuda_mp_world_init(tide_mp_world_t *w) {
                    "cudaStreamCreateWithFlags(util)");
     TIDE_CUDA_CALL(cudaEventCreateWithFlags(&w->start, cudaEventDisableTiming),
                    "cudaEventCreateWithFlags(start)");
+    w->batch = tide_cuda_env_batch();
+    TIDE_CHECK(tide_cuda_env_batch_max_bytes(&w->batch_max_bytes));
+    CUuuid uuid;
+    TIDE_CU_CALL(cuDeviceGetUuid(&uuid, dev), "cuDeviceGetUuid");
+    memcpy(w->uuid, uuid.bytes, sizeof(w->uuid));
     return TIDE_SUCCESS;
 }
 
@@ -113,6 +118,7 @@ typedef struct {
     uint64_t alloc_bytes; /* the segment */
     int32_t vmm;          /* 1: an fd travels with the blob; 0: legacy handle below */
     int32_t device;
+    uint8_t uuid[16]; /* the device's: peers on another device get no batched copies */
     cudaIpcMemHandle_t ipc;
 } seg_info_t;
 
@@ -131,7 +137,10 @@ static void segments_release(tide_mp_arena_t *a) {
     }
     if (a->legacy_own != NULL) cudaFree(a->legacy_own);
     (void)cudaGetLastError();
+    tide_mp_ctl_close(&a->ctl);
     free(a->vmm);
+    free(a->remote);
+    a->remote = NULL;
     free(a->handle);
     free(a->va);
     free(a->flags);
@@ -240,13 +249,14 @@ static tide_result_t segments_create(tide_mp_arena_t *a, uint64_t bytes, uint64_
     const int n = w->base.ranks, me = w->base.rank;
     const int64_t timeout = tide_fabric_timeout_ms();
     a->vmm = calloc((size_t)n, sizeof(*a->vmm));
+    a->remote = calloc((size_t)n, sizeof(*a->remote));
     a->handle = calloc((size_t)n, sizeof(*a->handle));
     a->va = calloc((size_t)n, sizeof(*a->va));
     a->flags = calloc((size_t)n, sizeof(*a->flags));
     a->base.bases = calloc((size_t)n, sizeof(*a->base.bases));
     seg_info_t *all = calloc((size_t)n, sizeof(*all));
     int *fds = malloc((size_t)n * sizeof(*fds));
-    if (a->vmm == NULL || a->handle == NULL || a->va == NULL || a->flags == NULL ||
+    if (a->vmm == NULL || a->remote == NULL || a->handle == NULL || a->va == NULL || a->flags == NULL ||
         a->base.bases == NULL || all == NULL || fds == NULL) {
         free(all);
         free(fds);
@@ -254,12 +264,20 @@ static tide_result_t segments_create(tide_mp_arena_t *a, uint64_t bytes, uint64_
     }
     for (int r = 0; r < n; ++r)
         fds[r] = -1;
+    /* The control block first: every rank fails here together if any cannot set it up. */
+    tide_result_t ctl = tide_mp_ctl_open(&w->boot, timeout, &a->ctl);
+    if (ctl != TIDE_SUCCESS) {
+        free(all);
+        free(fds);
+        return ctl;
+    }
     a->flags_off = (bytes + 255) / 256 * 256;
     seg_info_t mine;
     memset(&mine, 0, sizeof(mine));
     mine.signature = signature;
     mine.bytes = bytes;
     mine.seq = w->registrations;
+    memcpy(mine.uuid, w->uuid, sizeof(mine.uuid));
     int fd = -1;
     tide_result_t own = own_segment(a, &mine, &fd);
     /* Exchange even after a local failure, so that the peers fail too instead of waiting. */
@@ -281,7 +299,11 @@ static tide_result_t segments_create(tide_mp_arena_t *a, uint64_t bytes, uint64_
                            (unsigned long long)mine.seq);
     }
     for (int r = 0; r < n && res == TIDE_SUCCESS; ++r)
-        if (r != me) res = peer_segment(a, r, &all[r], &fds[r]);
+        if (r != me) {
+            res = peer_segment(a, r, &all[r], &fds[r]);
+            a->remote[r] = memcmp(all[r].uuid, w->uuid, sizeof(w->uuid)) != 0;
+            a->any_remote = a->any_remote || a->remote[r];
+        }
     for (int r = 0; r < n; ++r)
         if (fds[r] >= 0) close(fds[r]);
     free(all);

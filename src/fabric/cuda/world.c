@@ -40,7 +40,7 @@ static int streams_per_device(void) {
 /* TIDE_CUDA_BATCH=0 keeps every copy on cudaMemcpyAsync (the per-op path); anything else
  * (default) runs each run of same-device copies below TIDE_CUDA_BATCH_MAX_BYTES as one
  * batched copy kernel (batch.c). */
-static bool batch_enabled(void) {
+bool tide_cuda_env_batch(void) {
     const char *env = getenv("TIDE_CUDA_BATCH");
     return env == NULL || strcmp(env, "0") != 0;
 }
@@ -64,7 +64,7 @@ static int direct_enabled(void) {
     return (int)v;
 }
 
-static tide_result_t batch_max_bytes(uint64_t *out) {
+tide_result_t tide_cuda_env_batch_max_bytes(uint64_t *out) {
     const char *env = getenv("TIDE_CUDA_BATCH_MAX_BYTES");
     if (env == NULL || *env == '\0') {
         *out = TIDE_CUDA_BATCH_MAX_BYTES_DEFAULT;
@@ -200,7 +200,7 @@ static tide_result_t streams_init(tide_cuda_shared_t *sh) {
 
 static tide_result_t shared_create(int n, tide_cuda_shared_t **out) {
     uint64_t max_bytes = 0;
-    TIDE_CHECK(batch_max_bytes(&max_bytes));
+    TIDE_CHECK(tide_cuda_env_batch_max_bytes(&max_bytes));
     int visible = 0;
     cudaError_t e = cudaGetDeviceCount(&visible);
     if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ||
@@ -223,7 +223,7 @@ static tide_result_t shared_create(int n, tide_cuda_shared_t **out) {
         return TIDE_ERR(TIDE_ERR_FABRIC, "cuda fabric: pthread_cond_init failed");
     }
     sh->ranks = n;
-    sh->batch = batch_enabled();
+    sh->batch = tide_cuda_env_batch();
     sh->direct = direct_enabled();
     sh->batch_max_bytes = max_bytes;
     sh->num_devices = visible < n ? visible : n;

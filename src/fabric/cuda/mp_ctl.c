@@ -1,0 +1,175 @@
+/*
+ * mp_ctl.c - the shared control block of a one-process-per-rank group (mp_ctl.h says why it
+ * lives in host memory and how the abort word is ordered against the device poison).
+ */
+#include "fabric/cuda/mp_ctl.h"
+
+#include "core/checks.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CTL_MAGIC 0x7469646cu /* "tidl" */
+
+static size_t ctl_bytes(int ranks) {
+    return sizeof(tide_mp_ctl_hdr_t) + 4u * (size_t)ranks * sizeof(uint64_t);
+}
+
+static tide_result_t ctl_map(int fd, int rank, int ranks, bool init, tide_mp_ctl_t *out) {
+    const size_t bytes = ctl_bytes(ranks);
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+        return TIDE_ERR(TIDE_ERR_FABRIC, "cuda mp control block: mmap of %zu bytes: %s", bytes,
+                        strerror(errno));
+    tide_mp_ctl_hdr_t *h = p;
+    if (init) {
+        /* A fresh memfd reads as zeros: counters 0, no abort. */
+        h->ranks = ranks;
+        atomic_store(&h->abort, 0u);
+        h->magic = CTL_MAGIC;
+    } else if (h->magic != CTL_MAGIC || h->ranks != ranks) {
+        munmap(p, bytes);
+        return TIDE_ERR(TIDE_ERR_INTERNAL,
+                        "cuda mp control block: rank 0's block is for %d ranks, this rank has %d",
+                        h->ranks, ranks);
+    }
+    out->hdr = h;
+    out->entered = (_Atomic uint64_t *)(void *)((uint8_t *)p + sizeof(*h));
+    out->enqueued = out->entered + 2 * ranks;
+    out->bytes = bytes;
+    out->rank = rank;
+    out->ranks = ranks;
+    return TIDE_SUCCESS;
+}
+
+tide_result_t tide_mp_ctl_open(tide_mp_boot_t *boot, int64_t timeout_ms, tide_mp_ctl_t *out) {
+    const int me = boot->rank, n = boot->ranks;
+    memset(out, 0, sizeof(*out));
+    int fd = -1;
+    tide_result_t own = TIDE_SUCCESS;
+    if (me == 0) {
+        fd = memfd_create("tide-mp-ctl", MFD_CLOEXEC);
+        if (fd < 0)
+            own = TIDE_ERR(TIDE_ERR_FABRIC, "cuda mp control block: memfd_create: %s",
+                           strerror(errno));
+        else if (ftruncate(fd, (off_t)ctl_bytes(n)) != 0)
+            own = TIDE_ERR(TIDE_ERR_FABRIC, "cuda mp control block: ftruncate: %s",
+                           strerror(errno));
+        if (own == TIDE_SUCCESS) own = ctl_map(fd, me, n, true, out);
+    }
+    /* Every rank says whether it is fine; rank 0's descriptor travels with its word.  (Out of
+     * host memory here, the peers wait until their deadline.) */
+    int32_t ok = own == TIDE_SUCCESS;
+    int32_t *oks = calloc((size_t)n, sizeof(*oks));
+    int *fds = calloc((size_t)n, sizeof(*fds));
+    tide_result_t res = TIDE_SUCCESS;
+    if (oks == NULL || fds == NULL) {
+        if (fd >= 0) close(fd);
+        free(oks);
+        free(fds);
+        tide_mp_ctl_close(out);
+        return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp control block: %d ranks", n);
+    }
+    const tide_result_t ex =
+        tide_mp_boot_allgather(boot, &ok, sizeof(ok), me == 0 ? fd : -1, oks, fds, timeout_ms);
+    if (fd >= 0) close(fd);
+    res = own != TIDE_SUCCESS ? own : ex;
+    for (int r = 0; r < n && res == TIDE_SUCCESS; ++r)
+        if (!oks[r])
+            res = TIDE_ERR(TIDE_ERR_FABRIC, "cuda mp control block: rank %d could not set it up",
+                           r);
+    if (res == TIDE_SUCCESS && me != 0) {
+        if (fds[0] < 0)
+            res = TIDE_ERR(TIDE_ERR_INTERNAL, "cuda mp control block: rank 0 sent no descriptor");
+        else
+            res = ctl_map(fds[0], me, n, false, out);
+    }
+    /* The mapping keeps the memory; no descriptor stays open. */
+    for (int r = 0; r < n; ++r)
+        if (fds[r] >= 0) close(fds[r]);
+    free(fds);
+    free(oks);
+    if (res != TIDE_SUCCESS) tide_mp_ctl_close(out);
+    return res;
+}
+
+void tide_mp_ctl_close(tide_mp_ctl_t *c) {
+    if (c->hdr != NULL) munmap(c->hdr, c->bytes);
+    memset(c, 0, sizeof(*c));
+}
+
+void tide_mp_ctl_enter(tide_mp_ctl_t *c, int f, uint64_t call) {
+    atomic_store_explicit(&c->entered[f * c->ranks + c->rank], call + 1, memory_order_release);
+}
+
+void tide_mp_ctl_enqueued(tide_mp_ctl_t *c, int f, uint64_t call) {
+    atomic_store_explicit(&c->enqueued[f * c->ranks + c->rank], call + 1, memory_order_release);
+}
+
+bool tide_mp_ctl_abort(tide_mp_ctl_t *c, const char *msg) {
+    uint32_t expect = 0;
+    if (!atomic_compare_exchange_strong(&c->hdr->abort, &expect, TIDE_MP_CTL_CLAIMED))
+        return false;
+    snprintf(c->hdr->msg, sizeof(c->hdr->msg), "%s", msg);
+    /* seq_cst store: the message and the word before anything this process does next (the
+     * poison writes are submitted afterwards). */
+    atomic_store(&c->hdr->abort, (uint32_t)c->rank + 1u);
+    return true;
+}
+
+int tide_mp_ctl_aborted(tide_mp_ctl_t *c, char *msg, size_t len) {
+    if (c->hdr == NULL) return -1;
+    uint32_t v = atomic_load(&c->hdr->abort);
+    /* A claim is followed by the message within microseconds; wait for it a little. */
+    for (int spin = 0; v == TIDE_MP_CTL_CLAIMED && spin < 1000; ++spin) {
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+        v = atomic_load(&c->hdr->abort);
+    }
+    if (v == 0) return -1;
+    if (v == TIDE_MP_CTL_CLAIMED) {
+        if (msg != NULL && len > 0) snprintf(msg, len, "a rank failed the group (no message)");
+        return c->ranks; /* aborted, by a rank that stopped while writing its message */
+    }
+    if (msg != NULL && len > 0) snprintf(msg, len, "%s", c->hdr->msg);
+    return (int)v - 1;
+}
+
+static size_t list_ranks(const tide_mp_ctl_t *c, const _Atomic uint64_t *v, int f, uint64_t call,
+                         char *out, size_t len, int *first) {
+    size_t used = 0;
+    *first = -1;
+    for (int r = 0; r < c->ranks; ++r) {
+        const uint64_t x = atomic_load_explicit(&v[f * c->ranks + r], memory_order_acquire);
+        if (x > call) continue;
+        if (*first < 0) *first = r;
+        if (used + 40 < len)
+            used += (size_t)snprintf(out + used, len - used, "%s%d (last: %lld)",
+                                     used ? ", " : "", r, (long long)x - 1);
+    }
+    return used;
+}
+
+int tide_mp_ctl_missing(tide_mp_ctl_t *c, int f, uint64_t call, char *out, size_t len) {
+    char list[200];
+    int first = -1;
+    const char *coll = f == 0 ? "all-gather" : "reduce-scatter";
+    if (list_ranks(c, c->entered, f, call, list, sizeof(list), &first) > 0) {
+        snprintf(out, len, "rank%s %s never entered %s call %llu", strchr(list, ',') ? "s" : "",
+                 list, coll, (unsigned long long)call);
+        return first;
+    }
+    if (list_ranks(c, c->enqueued, f, call, list, sizeof(list), &first) > 0) {
+        snprintf(out, len, "rank%s %s entered %s call %llu but never finished enqueueing it",
+                 strchr(list, ',') ? "s" : "", list, coll, (unsigned long long)call);
+        return first;
+    }
+    snprintf(out, len, "every rank enqueued %s call %llu; its device work did not complete", coll,
+             (unsigned long long)call);
+    return -1;
+}

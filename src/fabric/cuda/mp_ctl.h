@@ -1,0 +1,80 @@
+/*
+ * mp_ctl.h - the control block of a group on the one-process-per-rank CUDA fabric: host
+ * memory shared by the group's processes (docs/cuda-fabric.md, "Fail-stop").  Plain POSIX, no
+ * CUDA, so the CPU build tests it (tests/unit/test_cuda_mp_boot.c).
+ *
+ * Why host memory.  A hung rank (SIGSTOP, or a process that never calls) keeps its sockets
+ * open, so only a deadline finds it; the rank that reaches the deadline must then (1) name
+ * the rank that is missing and (2) make every other rank fail too.  Device flags cannot do
+ * either soundly: reading them from the host goes through a stream, and the fail-stop itself
+ * overwrites them (the poison that releases every device wait so streams drain), after which
+ * a survivor whose waits were released sees a completed call with wrong data.  A page every
+ * process maps, written and read with atomics by the host, has neither problem.
+ *
+ *   entered[f][r]   1 + the last call of collective family f (0: all-gather, 1: reduce-
+ *                   scatter) that rank r entered (set at the top of the call, before any wait)
+ *   enqueued[f][r]  1 + the last call that rank r finished enqueueing
+ *   abort word      0, or 1 + the rank that failed the group first; its message beside it.
+ *
+ * The abort word is published (release) before the publishing rank poisons any device flag,
+ * so a rank that observes one of its calls complete and then reads the word (acquire) sees
+ * the abort whenever a poisoned flag could have let that call complete: the only way a call
+ * that depends on a missing rank completes is through the poison (mp_execute.c).
+ *
+ * The block is one memfd (nothing on the file system) created by rank 0 at registration and
+ * passed to the peers over the bootstrap sockets (SCM_RIGHTS); each process maps it and closes
+ * the descriptor, so the memory is gone when the last process unmaps it or exits.
+ */
+#ifndef TIDE_FABRIC_CUDA_MP_CTL_H_
+#define TIDE_FABRIC_CUDA_MP_CTL_H_
+
+#include "fabric/cuda/mp_boot.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TIDE_MP_CTL_MSG 384
+
+typedef struct {
+    uint32_t magic;
+    int32_t ranks;
+    _Atomic uint32_t abort; /* 0; TIDE_MP_CTL_CLAIMED while the message is written; 1 + rank */
+    uint32_t pad;
+    char msg[TIDE_MP_CTL_MSG];
+    /* then _Atomic uint64_t entered[2][ranks], enqueued[2][ranks] */
+} tide_mp_ctl_hdr_t;
+
+#define TIDE_MP_CTL_CLAIMED UINT32_MAX
+
+typedef struct {
+    tide_mp_ctl_hdr_t *hdr; /* NULL: not open */
+    _Atomic uint64_t *entered, *enqueued;
+    size_t bytes;
+    int rank, ranks;
+} tide_mp_ctl_t;
+
+/* Collective over the bootstrap: rank 0 creates the block, every rank maps it.  A rank that
+ * fails still takes part, so that the others fail too instead of waiting. */
+tide_result_t tide_mp_ctl_open(tide_mp_boot_t *boot, int64_t timeout_ms, tide_mp_ctl_t *out);
+void tide_mp_ctl_close(tide_mp_ctl_t *c);
+
+/* This rank entered / finished enqueueing call `call` of family f. */
+void tide_mp_ctl_enter(tide_mp_ctl_t *c, int f, uint64_t call);
+void tide_mp_ctl_enqueued(tide_mp_ctl_t *c, int f, uint64_t call);
+
+/* Fail the group: the first caller's message wins (true: this call published it).  The word
+ * is visible to every process before this returns. */
+bool tide_mp_ctl_abort(tide_mp_ctl_t *c, const char *msg);
+
+/* The rank that failed the group, or -1; its message into msg (may be NULL). */
+int tide_mp_ctl_aborted(tide_mp_ctl_t *c, char *msg, size_t len);
+
+/* Why call `call` of family f is not complete, as far as the host can tell: the ranks that
+ * have not entered it (kind 1), else those that entered but did not finish enqueueing it
+ * (kind 2), else none (kind 0: every rank enqueued it; the device has not completed it).
+ * Writes a phrase naming them into out; returns the lowest such rank or -1. */
+int tide_mp_ctl_missing(tide_mp_ctl_t *c, int f, uint64_t call, char *out, size_t len);
+
+#endif /* TIDE_FABRIC_CUDA_MP_CTL_H_ */
