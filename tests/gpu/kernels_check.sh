@@ -86,6 +86,29 @@ for m in racy generic kernel thread old; do
     case "$m" in racy|generic) [ "$rc" = "$want" ] || status=1 ;; esac
 done
 
+# A second opinion, only if a newer compute-sanitizer wheel was placed in .whl/ (ignored by
+# git; `pip download --no-deps nvidia-cuda-sanitizer-api==13.4.92 -d .whl` on a machine with
+# PyPI): its release notes list racecheck fixes for mbarrier complete-tx false positives after
+# the 13.0 toolkit's version.  Recorded in the summary; it does not change the exit status.
+whl=$(ls "$root"/.whl/nvidia_cuda_sanitizer_api-*.whl 2>/dev/null | tail -1)
+if [ -n "$whl" ]; then
+    san=/tmp/tide-san
+    rm -rf "$san" && mkdir -p "$san" && python3 -m zipfile -e "$whl" "$san"
+    cs="$san/nvidia/cu13/compute-sanitizer/compute-sanitizer"
+    chmod +x "$san"/nvidia/cu13/compute-sanitizer/{compute-sanitizer,TreeLauncher*} # zip drops modes
+    echo "second opinion: $("$cs" --version 2>&1 | grep -i version | head -1)" | tee -a "$summary"
+    timeout 75 "$cs" --tool racecheck --error-exitcode 3 "$g/test_kernels" --racecheck \
+        >"$out/racecheck_new.txt" 2>&1
+    echo "second opinion racecheck test_kernels --racecheck: rc=$? $(grep -E 'RACECHECK SUMMARY' \
+        "$out/racecheck_new.txt" | head -1 | sed 's/^=* *//')" | tee -a "$summary"
+    for m in kernel old racy; do
+        timeout 40 "$cs" --tool racecheck --error-exitcode 3 "$g/racecheck_min" "$m" \
+            >"$out/racecheck_min_new_$m.txt" 2>&1
+        echo "second opinion racecheck_min $m: rc=$? $(grep -E 'RACECHECK SUMMARY' \
+            "$out/racecheck_min_new_$m.txt" | head -1 | sed 's/^=* *//')" | tee -a "$summary"
+    done
+fi
+
 step bench_kernels timeout 90 "$g/bench_kernels" --quick 5
 grep -E "^fastest|GB/s per CTA|matches|DIFFERS" "$out/bench_kernels.txt" | head -8 >>"$summary"
 
