@@ -13,7 +13,8 @@
  *   old      the TMA sum before the fence: arrive.expect_tx, then the copies; no proxy fence
  *   thread   kernel, but every consumer thread arrives on "empty" (no __syncwarp dependency)
  *   generic  the same barriers, but the producer warps fill the stage with ordinary 16-byte
- *            loads and st.shared (generic proxy), __syncwarp, lane 0 arrives on "full"
+ *            loads and st.shared (generic proxy) and every producer thread arrives on "full";
+ *            the consumers release as in kernel (so only the async proxy differs)
  *   racy     kernel, but consumers release the stage *before* reading it: a real
  *            write-after-read race that racecheck must report (the control)
  *
@@ -109,7 +110,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const unsigned ncons = blockDim.x - 32 * kProducers;
     if (tid == 0) {
         for (int s = 0; s < kStages; ++s) {
-            mbar_init(full_bar + 8 * s, kProducers);
+            mbar_init(full_bar + 8 * s, mode == M_GENERIC ? 32 * kProducers : kProducers);
             mbar_init(empty_bar + 8 * s, mode == M_THREAD ? ncons : ncons / 32);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -128,8 +129,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     for (int q = lane; q < kRow / 16; q += 32)
                         *(uint4 *)(ring + s * kStage + j * kRow + q * 16) =
                             *(const uint4 *)(g + j * kRow + q * 16);
-                warp_sync();
-                if (lane == 0) mbar_arrive(bar);
+                mbar_arrive(bar); /* every writing thread: a direct dependency */
                 continue;
             }
             const uint32_t bytes = kRow * (kRows / kProducers);
