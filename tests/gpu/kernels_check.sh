@@ -11,9 +11,10 @@
 #   bench_interference  GEMM slowdown beside TIDE's kernels: median, mean, second waves
 #
 # OUTDIR/summary.txt gets one line per step (PASS / FAIL rc=N and seconds), the compute-sanitizer
-# version and, for racecheck_min under racecheck, the hazard count of each mode.  Designed to
-# finish in under 200 s on an H200 (build ~70 s with 16 cores); exit status 0 only if every
-# step passed.  TIDE_CHECK_BUILD (default /tmp/tide-kcheck) is the build directory;
+# version and, for racecheck_min under racecheck, the hazard count of each mode.  Sized for
+# under 200 s on an H200 (estimates, not yet timed there: build 60-80 s with 16 cores,
+# racecheck 30-60 s, racecheck_min 20 s, bench_kernels 20 s, bench_interference 30-60 s; every
+# step has a timeout); exit status 0 only if every step passed.  TIDE_CHECK_BUILD (default /tmp/tide-kcheck) is the build directory;
 # TIDE_CHECK_FULL=1 runs the full test_kernels (about 30 s more) instead of --small.
 #
 # Safety: NVLink multicast never runs here: the variables below are exported for every
@@ -116,5 +117,4 @@ step bench_interference timeout 150 "$g/bench_interference"
 grep -E "^(target|mean target)" "$out/bench_interference.txt" >>"$summary"
 
 echo "total $((SECONDS - t_start)) s" | tee -a "$summary"
-cat "$summary"
 exit $status
