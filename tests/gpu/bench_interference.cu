@@ -942,6 +942,12 @@ int main(int argc, char **argv) {
            "(%.0f GB/s)\n",
            (unsigned long long)(c.land_elems >> 20), t_land,
            c.land_elems * 40.0 / (t_land * 1e-3) / 1e9);
+    /* Two CTAs: each holds at most one cluster slot, and the GEMM's one wave leaves two of
+     * them free (66 slots, 64 needed), so 2 + 2 back to back can never displace it. */
+    const double t_sum2 = time_alone_ms([&] { sum_launch(&c, 2, cal); }, cal);
+    const double t_land2 = time_alone_ms([&] { land_launch(&c, 2, cal); }, cal);
+    printf("tide sum / landing alone at 2 CTAs: %.3f / %.3f ms (sum %.0f GB/s)\n", t_sum2,
+           t_land2, c.sum_elems * 20.0 / (t_sum2 * 1e-3) / 1e9);
     CK(cudaStreamDestroy(cal));
 
     print_table_head();
@@ -957,6 +963,8 @@ int main(int argc, char **argv) {
     gemm_row_tide(&g, &c, reps, 16, 4, TIDE_DUTY, least, comm_ms, t_sum[0], t_land);
     gemm_row_tide(&g, &c, reps, 16, 4, TIDE_DUTY, greatest, comm_ms, t_sum[0], t_land);
     gemm_row_tide(&g, &c, reps, 4, 4, TIDE_DUTY, least, comm_ms, t_sum[1], t_land);
+    /* Sizing the transient CTAs: at most the cluster slots the GEMM leaves free. */
+    gemm_row_tide(&g, &c, reps, 2, 2, TIDE_DUTY, least, comm_ms, t_sum2, t_land2);
     /* Timing the transient CTAs: the GEMM's CTAs first whenever both wait for SMs. */
     gemm_row_tide_gemm_hi(&g, &c, reps, 16, 4, least, greatest, comm_ms, t_sum[0], t_land);
     gemm_row_tide_gemm_hi(&g, &c, reps, 4, 4, least, greatest, comm_ms, t_sum[1], t_land);
