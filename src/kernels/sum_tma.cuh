@@ -5,9 +5,10 @@
  * and copies sources w, w + producers, ... of each chunk (staged contributions, then own) into
  * one stage of a shared-memory ring with cp.async.bulk, completing on the stage's "full"
  * mbarrier with a byte count.  The other warps are consumers: they wait on "full", sum from
- * shared memory in the contract's order, store fp32 to global memory and arrive on the stage's
- * "empty" mbarrier (one arrival per warp), which the producers wait on before refilling the
- * stage.  The loads in flight are the ring's, not registers'.  Heads, partial groups, padding
+ * shared memory in the contract's order, store fp32 to global memory and, after a proxy fence,
+ * arrive on the stage's "empty" mbarrier (one arrival per warp), which the producers wait on
+ * before refilling the stage (the ordering argument: docs/kernels.md, "Stage release and
+ * racecheck").  The loads in flight are the ring's, not registers'.  Heads, partial groups, padding
  * and unaligned segments are summed by the consumers from global memory (sum_common.cuh).
  *
  * A chunk is one stage: `tile` elements of each of the L sources, as many as fit STAGE bytes.
