@@ -42,8 +42,9 @@ step() { # step NAME CMD... : output to OUTDIR/NAME.txt, PASS/FAIL line to the s
     return $rc
 }
 
-{ nvidia-smi; nvcc --version; compute-sanitizer --version; } >"$out/machine.txt" 2>&1
-echo "compute-sanitizer: $(compute-sanitizer --version 2>/dev/null | grep -i version | head -1)" |
+cs0=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
+{ nvidia-smi; nvcc --version; "$cs0" --version; } >"$out/machine.txt" 2>&1
+echo "compute-sanitizer ($cs0): $("$cs0" --version 2>/dev/null | grep -i version | head -1)" |
     tee -a "$summary"
 
 step configure cmake -S "$root" -B "$b" -DTIDE_WITH_CUDA=ON -DTIDE_BUILD_TESTS=OFF \
@@ -59,7 +60,7 @@ else
 fi
 
 # Racecheck of the kernel test: rc 3 = hazards reported, 124 = timed out.
-step racecheck timeout 75 compute-sanitizer --tool racecheck --error-exitcode 3 \
+step racecheck timeout 75 "$cs0" --tool racecheck --error-exitcode 3 \
     "$g/test_kernels" --racecheck
 grep -E "RACECHECK SUMMARY|ERROR SUMMARY|Race reported" "$out/racecheck.txt" |
     sed 's/(tide_sum_args_t, tide_sum::tma_params)//' | sort | uniq -c | head -20 >>"$summary"
@@ -72,7 +73,7 @@ step racecheck_min bash -c "for m in kernel old thread generic racy; do \
 for m in racy generic kernel thread old; do
     log="$out/racecheck_min_$m.txt"
     t0=$SECONDS
-    timeout 40 compute-sanitizer --tool racecheck --error-exitcode 3 "$g/racecheck_min" "$m" \
+    timeout 40 "$cs0" --tool racecheck --error-exitcode 3 "$g/racecheck_min" "$m" \
         >"$log" 2>&1
     rc=$?
     # "[N hazards]" per reported pair (the summary line says "N hazards displayed").
