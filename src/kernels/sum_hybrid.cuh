@@ -123,13 +123,15 @@ __global__ void __launch_bounds__(split_limits<U>::hybrid, 1)
             ++i;
             mbar_wait(empty_bar + 8 * stage, phase ^ 1u);
             const uint32_t bytes = nb * 16u, bar = full_bar + 8 * stage;
-            mbar_arrive_expect_tx(bar, bytes * mine);
+            /* As the TMA sum: byte count, copies, then the arrival (sum_tma.cuh). */
+            mbar_expect_tx(bar, bytes * mine);
             const uint32_t dst = smem_u32(ring) + stage * p.stage_bytes;
             const uint64_t e0 = k.v.head + k.c * (uint64_t)tg * GE;
 #pragma unroll
             for (int j = 0; j < R; ++j)
                 if (mask & (1u << j))
                     bulk_g2s(dst + j * row, k.v.src[j] + e0, bytes, bar);
+            mbar_arrive(bar);
         }
         return;
     }
@@ -169,7 +171,10 @@ __global__ void __launch_bounds__(split_limits<U>::hybrid, 1)
                     sum_store<T, NS, true>(x, o + (size_t)q * GE, v.ep);
                 }
             }
-            /* The warp's reads of the stage are done once its lanes pass here. */
+            /* The proxy fence orders this thread's generic reads of the stage before the
+             * async-proxy refill (sum_tma.cuh); the warp's reads are done once its lanes pass
+             * the __syncwarp. */
+            fence_proxy_async_smem();
             __syncwarp();
             if (lane == 0) mbar_arrive(empty_bar + 8 * stage);
         }

@@ -5,9 +5,10 @@
  * and copies sources w, w + producers, ... of each chunk (staged contributions, then own) into
  * one stage of a shared-memory ring with cp.async.bulk, completing on the stage's "full"
  * mbarrier with a byte count.  The other warps are consumers: they wait on "full", sum from
- * shared memory in the contract's order, store fp32 to global memory and arrive on the stage's
- * "empty" mbarrier (one arrival per warp), which the producers wait on before refilling the
- * stage.  The loads in flight are the ring's, not registers'.  Heads, partial groups, padding
+ * shared memory in the contract's order, store fp32 to global memory and, after a proxy fence,
+ * arrive on the stage's "empty" mbarrier (one arrival per warp), which the producers wait on
+ * before refilling the stage (the ordering argument: docs/kernels.md, "Stage release and
+ * racecheck").  The loads in flight are the ring's, not registers'.  Heads, partial groups, padding
  * and unaligned segments are summed by the consumers from global memory (sum_common.cuh).
  *
  * A chunk is one stage: `tile` elements of each of the L sources, as many as fit STAGE bytes.
@@ -90,12 +91,18 @@ __device__ __forceinline__ uint32_t smem_u32(const void *p) {
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-                 : "memory");
-}
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+/* Raise the pending transaction count of the barrier's current phase without arriving. */
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+/* Order this thread's generic-proxy shared-memory accesses before later async-proxy accesses
+ * (the bulk copies that refill a stage); PTX requires a proxy fence between the two. */
+__device__ __forceinline__ void fence_proxy_async_smem() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
     uint32_t done = 0;
@@ -231,7 +238,11 @@ __global__ void __launch_bounds__(kTmaMaxThreads, 1)
             mbar_wait(empty_bar + 8 * stage, phase ^ 1u);
             const uint32_t row = nb * GE * (uint32_t)sizeof(T);
             const uint32_t bar = full_bar + 8 * stage;
-            mbar_arrive_expect_tx(bar, row * mine);
+            /* Byte count first, copies, then the arrival: the phase cannot complete before this
+             * warp arrives (its arrival is pending), and the arrival, a release, follows the
+             * copies in program order, so the consumers' acquire of "full" is ordered after
+             * both the issue and (by complete_tx) the landing of every byte of the stage. */
+            mbar_expect_tx(bar, row * mine);
             const uint32_t dst = smem_u32(ring + (size_t)stage * shape::stage_bytes);
             const uint64_t e0 = k.v.head + k.c * (uint64_t)TG * GE;
 #pragma unroll
@@ -240,6 +251,7 @@ __global__ void __launch_bounds__(kTmaMaxThreads, 1)
                     bulk_g2s(dst + j * shape::row_bytes, k.v.src[j] + e0,
                              row, bar);
             if (mask & (1u << NS)) bulk_g2s(dst + NS * shape::row_bytes, k.v.own + e0, row, bar);
+            mbar_arrive(bar);
         }
         return;
     }
@@ -274,6 +286,11 @@ __global__ void __launch_bounds__(kTmaMaxThreads, 1)
                     sum_store<T, NS>(in, o + (size_t)g * GE, v.ep);
                 }
             }
+            /* Release the stage.  Each thread's reads of it are generic-proxy loads and the
+             * refill is an async-proxy write: the proxy fence orders the two (docs/kernels.md,
+             * "Stage release and racecheck"), then the arrival (a release) publishes the
+             * reads to the producer's acquire of "empty". */
+            fence_proxy_async_smem();
             if (per_thread) {
                 mbar_arrive(empty_bar + 8 * stage);
             } else {

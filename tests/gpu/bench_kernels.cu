@@ -16,9 +16,11 @@
  * configuration is checked against PLAIN bit for bit on the bench data; a difference makes
  * the exit status 1 (the figures are still printed).
  *
- * Usage: bench_kernels [reps] [--sum-only] [--tune]
+ * Usage: bench_kernels [reps] [--sum-only] [--tune] [--quick]
  *   reps        timed launches per row (default 20)
  *   --sum-only  skip the landing and the cast
+ *   --quick     the bit check, then only the default sum (TIDE_SUM_AUTO) at 4 and 16 CTAs;
+ *               implies --sum-only (a check of the default's speed in about 20 s)
  *   --tune      also sweep the TMA sum's internal options (producer warps, consumer threads,
  *               stage size, consumer layout, NaN select) and probes that release every stage
  *               unread (the copy engine alone)
@@ -107,10 +109,12 @@ static void record(const char *kernel, int ctas, int threads, double bytes, doub
 }
 
 int main(int argc, char **argv) {
-    bool sum_only = false, tune = false;
+    bool sum_only = false, tune = false, quick = false;
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--sum-only") == 0)
             sum_only = true;
+        else if (std::strcmp(argv[i], "--quick") == 0)
+            quick = sum_only = true;
         else if (std::strcmp(argv[i], "--tune") == 0)
             tune = true;
         else
@@ -332,6 +336,7 @@ int main(int argc, char **argv) {
     const int cta_list[] = {1, 2, 4, 8, 16, 32, 64, sms};
     for (const variant &v : variants)
         for (int c : cta_list) {
+            if (quick) break;
             tide_sum_launch_t cfg = v.cfg;
             cfg.ctas = c;
             run_sum(v.name, cfg, segs_big, nseg_big);
@@ -339,8 +344,9 @@ int main(int argc, char **argv) {
     std::printf("sum L=8 bf16, TIDE_SUM_AUTO with its defaults:\n");
     for (int c : {4, 16})
         run_sum("sum auto (defaults)", {TIDE_SUM_AUTO, c, 0, 0, 0, 0, 0, 0}, segs_big, nseg_big);
-    std::printf("sum L=8 bf16, 16 Ki-element segments:\n");
+    if (!quick) std::printf("sum L=8 bf16, 16 Ki-element segments:\n");
     for (int c : {4, 16}) {
+        if (quick) break;
         run_sum("sum plain seg16K", {TIDE_SUM_PLAIN, c, 1024, 0, 0, 0, 0, 0}, segs_small,
                 nseg_small);
         run_sum("sum async seg16K", {TIDE_SUM_ASYNC, c, 448, 0, 0, 0, 0, 0}, segs_small,

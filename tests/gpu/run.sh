@@ -45,8 +45,8 @@ if [ "${TIDE_GPU_QUICK:-0}" != 1 ]; then
     if command -v compute-sanitizer >/dev/null; then
         step memcheck-fabric compute-sanitizer --tool memcheck --error-exitcode 3 \
             "$b/tests/gpu/test_fabric_cuda" --small
-        [ "${TIDE_GPU_RACECHECK:-1}" = 1 ] && step racecheck-kernels compute-sanitizer \
-            --tool racecheck --error-exitcode 3 "$b/tests/gpu/test_kernels" --small
+        [ "${TIDE_GPU_RACECHECK:-1}" = 1 ] && step racecheck-kernels timeout 120 compute-sanitizer \
+            --tool racecheck --error-exitcode 3 "$b/tests/gpu/test_kernels" --racecheck
     fi
     step bench-kernels bash -c "set -o pipefail; '$b/tests/gpu/bench_kernels' | tee '$out/bench_kernels.txt'"
     step bench-fabric bash -c "set -o pipefail; '$b/tests/gpu/bench_fabric_cuda' --divisor ${TIDE_BENCH_DIVISOR:-2} --iters 10 --sum-ctas 16 --landing-ctas 16 | tee '$out/bench_fabric.txt'"

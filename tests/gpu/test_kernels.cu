@@ -10,7 +10,10 @@
  * reference by memcmp.  One line per case: PASS or FAIL with the first differing element.
  * Exit status: 0 only if every run matched.
  *
- * Usage: test_kernels [seed] [--small]   (no seed or 0: fresh; --small: a subset for sanitizers)
+ * Usage: test_kernels [seed] [--small | --racecheck]
+ *   no seed or 0: fresh; --small: a subset for memcheck; --racecheck: the kernels that use
+ *   shared memory (TMA, HYBRID, ASYNC) on small inputs that still refill every ring stage,
+ *   sized to finish in well under a minute under compute-sanitizer racecheck
  */
 #include <cuda_runtime.h>
 
@@ -84,6 +87,9 @@ static float draw(value_mode m) {
 }
 
 static int g_failures = 0, g_runs = 0;
+/* --racecheck: few, small segments (a few 112 KiB chunks a CTA, so every ring stage is
+ * refilled), the shared-memory variants only, 1 and 3 CTAs. */
+static bool g_racecheck = false;
 
 /* Compare and report the first difference; returns true when equal. */
 static bool same(const void *got, const void *want, size_t bytes, size_t esize, char *msg,
@@ -139,6 +145,12 @@ static void run_sum_case(const sum_case &c) {
         nsegs = 1 + (int)rnd_below(120);
         maxlen = 20000;
         break;
+    }
+    if (g_racecheck && c.layout != 3) {
+        /* ~90 Ki outputs: a dozen or more chunks of 7168 elements (bf16, L = 8, 112 KiB
+         * stages), so with 1 or 3 CTAs every stage of a two-stage ring is refilled */
+        nsegs = c.layout == 4 ? 2 : 10;
+        maxlen = c.layout == 4 ? 48000 : 24000;
     }
     std::vector<tide_sum_seg_t> segs(nsegs);
     uint64_t out_n = 0, stride_need = 0, own_need = 0;
@@ -259,11 +271,18 @@ static void run_sum_case(const sum_case &c) {
         {TIDE_SUM_HYBRID, 0, 320, ring, 0, 2, 4, r_six},
         {TIDE_SUM_HYBRID, 0, 96, 40 * 1024, 0, 1, 2, r_one}, /* small ring, many chunks */
         {TIDE_SUM_HYBRID, 0, 0, 0, 0, 0, 0, 0}};
-    const int ctas[] = {1, 3, 8, 132};
+    const std::vector<int> ctas =
+        g_racecheck ? std::vector<int>{1, 3} : std::vector<int>{1, 3, 8, 132};
     char msg[256] = "";
     int fails = 0, runs = 0;
     const std::vector<float> pz(out_n, f_from(poison));
     for (tide_sum_launch_t f : cfgs) {
+        if (g_racecheck && f.variant != TIDE_SUM_TMA && f.variant != TIDE_SUM_HYBRID &&
+            f.variant != TIDE_SUM_ASYNC)
+            continue; /* PLAIN and PLAIN2 use no shared memory; AUTO is a TMA row already */
+        if (g_racecheck && f.variant == TIDE_SUM_HYBRID && f.producers != 2 && f.threads != 96 &&
+            f.threads != 0 && !(f.threads == 288 && f.bulk_sources == r_half))
+            continue; /* HYBRID: two producers, U = 4, the small ring, the defaults */
         for (int nc : ctas) {
             f.ctas = nc;
             CUDA_OK(cudaMemcpy(d_out, pz.data(), out_n * 4, cudaMemcpyHostToDevice));
@@ -559,6 +578,8 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--small") == 0 || std::strcmp(argv[i], "quick") == 0)
             quick = true;
+        else if (std::strcmp(argv[i], "--racecheck") == 0)
+            g_racecheck = true;
         else
             seed = std::strtoull(argv[i], nullptr, 0);
     }
@@ -571,6 +592,15 @@ int main(int argc, char **argv) {
                 prop.multiProcessorCount, (unsigned long long)seed);
 
     run_arg_checks();
+    if (g_racecheck) {
+        /* bf16 at L = 8 (the training shape), fp32 at L = 5 with mixed alignment (bulk and
+         * element paths in one launch), bf16 at L = 2 with NaN payloads in few huge segments. */
+        run_sum_case({TIDE_DTYPE_BF16, 7, V_WIDE, 0});
+        run_sum_case({TIDE_DTYPE_FP32, 4, V_NORMAL, 2});
+        run_sum_case({TIDE_DTYPE_BF16, 1, V_SPECIAL, 4});
+        std::printf("%s: %d runs, %d failed\n", g_failures ? "FAIL" : "PASS", g_runs, g_failures);
+        return g_failures ? 1 : 0;
+    }
     if (quick) {
         for (int dt = 0; dt < 2; ++dt)
             for (int layout = 0; layout < 4; ++layout)
