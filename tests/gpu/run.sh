@@ -7,6 +7,7 @@
 #   TIDE_GPU_RACECHECK=0               skip the (slow) racecheck of the kernels
 #   TIDE_GPU_ENQUEUE=0                 skip bench_enqueue
 #   TIDE_GPU_INTERFERENCE=0            skip bench_interference
+#   TIDE_GPU_FUSED_MATRIX=0            skip the matrix of the fused direct path
 #   TIDE_BENCH_DIVISOR=D               dim 0 divisor of the fabric benchmarks (default 2)
 #
 # Safety: NVLink multicast never runs here.  These are exported for every process this
@@ -40,7 +41,8 @@ step configure cmake -S "$root" -B "$b" -DTIDE_WITH_CUDA=ON -DTIDE_BUILD_TESTS=O
 step build cmake --build "$b" -j"$(nproc)" || { cat "$summary"; exit 1; }
 step ctest-gpu bash -c "cd '$b' && ctest -L gpu --output-on-failure"
 # The fused direct path (TIDE_CUDA_DIRECT=15) is opt-in; its bits must equal the CPU fabric too.
-step matrix-fused env TIDE_CUDA_DIRECT=15 "$b/tests/gpu/test_fabric_cuda" --matrix --max-seconds 120
+[ "${TIDE_GPU_FUSED_MATRIX:-1}" = 1 ] &&
+    step matrix-fused env TIDE_CUDA_DIRECT=15 "$b/tests/gpu/test_fabric_cuda" --matrix --max-seconds 120
 if [ "${TIDE_GPU_QUICK:-0}" != 1 ]; then
     if command -v compute-sanitizer >/dev/null; then
         step memcheck-fabric compute-sanitizer --tool memcheck --error-exitcode 3 \
