@@ -12,6 +12,7 @@
 #   TIDE_UPSTREAM_TESTS       the classes or Class.test names to run
 #                             (default TestFullyShard1DTrainingCore)
 #   TIDE_UPSTREAM_MODES       TIDE modes to run (default "in_place"; "in_place slot_reuse")
+#   TIDE_UPSTREAM_RUNS        which passes: "stock tide" (default), "stock" or "tide"
 #   TIDE_LIBRARY              libtide.so to use (default build/libtide.so, built if absent)
 #
 # For every test, OUTDIR/summary.txt records passed / failed / skipped (with the reason)
@@ -28,6 +29,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=${2:-$root/bench/results/cpu-torch-upstream}
 tests=${TIDE_UPSTREAM_TESTS:-TestFullyShard1DTrainingCore}
 modes=${TIDE_UPSTREAM_MODES:-in_place}
+runs=${TIDE_UPSTREAM_RUNS:-stock tide}
 if [ -d "$src" ]; then
     for cand in "$src/test/distributed/_composable/fsdp/test_fully_shard_training.py" \
                 "$src/test_fully_shard_training.py"; do
@@ -48,6 +50,8 @@ if [ ! -f "$lib" ]; then
 fi
 # torch's per-test limit (300 s) is sized for GPUs; 8 ranks on a few CPU cores need more.
 export DISTRIBUTED_TESTS_DEFAULT_TIMEOUT=${DISTRIBUTED_TESTS_DEFAULT_TIMEOUT:-1800}
+# One intra-op thread per rank: eight ranks share the cores already.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$out"
 summary=$out/summary.txt
 {
@@ -96,10 +100,12 @@ sys.exit(bad)
 EOF
     [ $rc -eq 0 ] || status=1
 }
-run stock TIDE_FSDP=
-for mode in $modes; do
-    run "tide-$mode" TIDE_FSDP="$mode" TIDE_LIBRARY="$lib" \
-        PYTHONPATH="$root/python/tide/fsdp/sitecustomize:$root/python${PYTHONPATH:+:$PYTHONPATH}"
-done
+case " $runs " in *" stock "*) run stock TIDE_FSDP= ;; esac
+case " $runs " in *" tide "*)
+    for mode in $modes; do
+        run "tide-$mode" TIDE_FSDP="$mode" TIDE_LIBRARY="$lib" \
+            PYTHONPATH="$root/python/tide/fsdp/sitecustomize:$root/python${PYTHONPATH:+:$PYTHONPATH}"
+    done ;;
+esac
 cat "$summary"
 exit $status
