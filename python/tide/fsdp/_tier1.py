@@ -122,6 +122,7 @@ class Tier1Group:
 
     def __init__(self, param_group, comm, spec, mode):
         self.param_group = param_group
+        self.comm = comm
         self.spec = spec
         self.mode = mode
         self.fsdp_params = list(param_group.fsdp_params)
@@ -154,7 +155,12 @@ class Tier1Group:
             self.shard_splits = []
         self.zero_grad = None
         self._fallback_logged = False
-        self.calls = {"all_gather": 0, "reduce_scatter": 0, "stock_reduce": 0, "copy_in": 0}
+        # The fp32-gradient companion group (see _wide_group), registered on first need.
+        self.wide = None
+        self.wide_grad_views = None
+        self.wide_refused = None
+        self.calls = {"all_gather": 0, "reduce_scatter": 0, "stock_reduce": 0, "copy_in": 0,
+                      "wide_reduce_scatter": 0}
         self._adopt()
 
     # ---------------------------------------------------------------- adoption
@@ -199,6 +205,7 @@ class Tier1Group:
         self.param_views = []
         self.landing0 = None
         self.grad_views = None
+        self.wide_grad_views = None
         self.shard_splits = []
 
     # ---------------------------------------------------------------- checks
@@ -279,6 +286,35 @@ class Tier1Group:
 
     # ---------------------------------------------------------------- reduce-scatter
 
+    def _wide_group(self, grad_dtype):
+        """The group that reduces fp32 gradients of a group registered for bf16 ones, or
+        None.  Under mixed precision with reduce_dtype=float32, gradient accumulation without
+        synchronisation keeps the accumulated gradients in fp32
+        (FSDPParam.to_accumulated_grad_if_needed) and the next synchronised backward hands
+        those fp32 sums to foreach_reduce; stock FSDP2 reduce-scatters them in fp32.  TIDE
+        does the same with a second registration of the group's shapes for fp32 gradients
+        (ag / grad / shard dtype fp32; only its TIDE-RS is used), registered at the first
+        such reduction.  Registration is collective: every rank reaches it at the same
+        foreach_reduce, since the gradient dtype follows set_requires_gradient_sync, which
+        every rank must set alike (stock's reduce-scatter would not match otherwise)."""
+        if grad_dtype != torch.float32 or self.spec.grad_dtype != torch.bfloat16:
+            return None
+        if self.wide is None and self.wide_refused is None:
+            try:
+                self.wide = self.comm.register(self.spec.shapes, torch.float32, torch.float32,
+                                               torch.float32, mode=self.mode)
+            except _lib.TideError as exc:
+                # Planned locally before the collective: refused on every rank alike.
+                if exc.code != _lib.Result.UNSUPPORTED:
+                    raise
+                self.wide_refused = str(exc)
+                return None
+            if self.mode == "slot-reuse":
+                self.wide_grad_views = [
+                    self.wide.param_storage(1, p).view(torch.float32)[:geo.dim0 * geo.inner]
+                    for p, geo in enumerate(self.wide.params)]
+        return self.wide
+
     def _log_fallback(self, why):
         if not self._fallback_logged:
             self._fallback_logged = True
@@ -291,9 +327,10 @@ class Tier1Group:
                reduce_scatter_comm, orig_dtype, reduce_dtype, device, gradient_divide_factor,
                all_reduce_group, all_reduce_stream, all_reduce_grads, partial_reduce_output,
                all_reduce_hook, force_sum_reduction_for_comms=False):
-        """torch 2.11's foreach_reduce with TIDE-RS in place of copy-in + reduce-scatter, or
-        None to let stock FSDP2 run this call (gradients of another dtype than registered:
-        accumulated without sync in a wider reduce dtype)."""
+        """torch 2.11's foreach_reduce with TIDE-RS in place of copy-in + reduce-scatter.
+        fp32 gradients of a bf16 group (accumulated without sync in reduce_dtype=float32)
+        go through the group's fp32 companion (_wide_group); None lets stock FSDP2 run this
+        call (a gradient dtype TIDE has no group for, or a companion the library refused)."""
         from torch.distributed.device_mesh import _get_device_handle
         from torch.distributed.fsdp._fully_shard._fsdp_collectives import (
             _div_if_needed, _get_gradient_divide_factors)
@@ -308,11 +345,16 @@ class Tier1Group:
         grad_dtype = unsharded_grads[0].dtype
         if all_reduce_group is not None or reduce_scatter_group is None:
             return None  # never registered that way; stock handles it
+        g, grad_views = self.group, self.grad_views
         if grad_dtype != self.spec.grad_dtype:
-            self._log_fallback("gradients are %s, the group was registered for %s"
-                               % (grad_dtype, self.spec.grad_dtype))
-            self.calls["stock_reduce"] += 1
-            return None
+            g, grad_views = self._wide_group(grad_dtype), self.wide_grad_views
+            if g is None:
+                self._log_fallback("gradients are %s, the group was registered for %s%s"
+                                   % (grad_dtype, self.spec.grad_dtype,
+                                      "" if self.wide_refused is None
+                                      else " (fp32 companion refused: %s)" % self.wide_refused))
+                self.calls["stock_reduce"] += 1
+                return None
         if any(id(fp) not in self.index for fp in fsdp_params):
             raise RuntimeError("tide.fsdp: foreach_reduce of %s got a parameter it does not "
                                "own" % self.spec.name)
@@ -333,31 +375,31 @@ class Tier1Group:
                                         all_reduce_hook is not None)
         handle = _get_device_handle(device.type)
         current_stream = handle.current_stream()
-        g = self.group
         grads = [None] * len(self.fsdp_params)
         for fp, grad in zip(fsdp_params, unsharded_grads):
             grads[self.index[id(fp)]] = grad if grad.is_contiguous() else grad.contiguous()
         missing = [p for p, x in enumerate(grads) if x is None]
-        if missing and self.grad_views is None:
+        if missing and grad_views is None:
             # Parameters without a gradient this step contribute zeros (their sharded
             # gradients are left untouched below, as in stock).
             need = max(g.params[p].dim0 * g.params[p].inner for p in missing)
-            if self.zero_grad is None or self.zero_grad.numel() < need:
+            if (self.zero_grad is None or self.zero_grad.numel() < need
+                    or self.zero_grad.dtype != grad_dtype):
                 self.zero_grad = torch.zeros(need, dtype=grad_dtype, device=device)
             for p in missing:
                 geo = g.params[p]
                 grads[p] = self.zero_grad[:geo.dim0 * geo.inner]
         keepalive = grads
-        if self.grad_views is not None:
+        if grad_views is not None:
             # Slot-Reuse: stage the gradients in landing slot 1 (parameter-major, as the
             # group's own layout) and free autograd's storage now.
             with torch.no_grad():
-                for p, view in enumerate(self.grad_views):
+                for p, view in enumerate(grad_views):
                     if grads[p] is None:
                         view.zero_()
                     else:
                         view.copy_(grads[p].view(-1))
-            grads = list(self.grad_views)
+            grads = list(grad_views)
             keepalive = None
         unsharded_grads.clear()
         reduce_scatter_stream.wait_stream(current_stream)
@@ -367,6 +409,8 @@ class Tier1Group:
             g.reduce_scatter(grads, reduce_output, alpha=alpha, accumulate=False,
                              stream=stream)
             self.calls["reduce_scatter"] += 1
+            if g is not self.group:
+                self.calls["wide_reduce_scatter"] += 1
             reduce_scatter_event = reduce_scatter_stream.record_event()
             post_reduce_stream = reduce_scatter_stream
         # -- END: ops in reduce_scatter stream
@@ -413,6 +457,9 @@ class Tier1Group:
         return (holder, reduce_scatter_event, post_reduce_event, None, None, None)
 
     def close(self):
+        if self.wide is not None:
+            self.wide.close()
+            self.wide = None
         self.group.close()
 
 

@@ -1,0 +1,251 @@
+"""Run PyTorch's own FSDP2 test classes (multi-process FSDPTest cases) on the CPU with gloo,
+and record, per test and rank, whether TIDE served the FSDP2 groups.
+
+    python3 tests/torch_upstream/run_cpu.py --out OUT.json TEST_FILE CLASS [CLASS...]
+
+TIDE is switched on, or not, from outside, by the documented switch (docs/fsdp.md):
+PYTHONPATH=python/tide/fsdp/sitecustomize:python TIDE_FSDP=in_place.  This script changes
+nothing in TIDE and nothing in the tests.  It changes one thing in torch 2.11's test
+helpers, and only on a CPU-only machine: FSDPTest._run skips every case unless
+torch.accelerator.device_count() >= world_size, which is never true without an accelerator
+(0 devices), although the test classes size themselves for the CPU ("if device_type.type ==
+'cpu': return min_world_size") and their cases carry skip_if_lt_x_gpu(..., allow_cpu=True).
+FSDPTestMultiThread already guards the same check with DEVICE_TYPE != "cpu"; here the
+multi-process gate gets that guard too, by answering that one call (the first
+torch.accelerator.device_count() of each rank's _run) with the world size.  Nothing else in
+the rank sees a changed device count.
+
+This module's top level runs in the parent and again in every rank, which multiprocessing's
+spawn start method starts by re-importing the main script, so the gate and the TIDE
+recorder are in place before a rank unpickles its FSDPTest._run.
+"""
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import sys
+import time
+import traceback
+import unittest
+
+import torch  # noqa: F401  (the helpers below need it imported)
+from torch.testing._internal import common_fsdp
+
+STATS_ENV = "TIDE_UPSTREAM_STATS_DIR"
+
+
+# ------------------------------------------------------------------ rank side
+
+
+class _TideLog(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records = []
+
+    def emit(self, record):
+        self.records.append("%s %s" % (record.levelname, record.getMessage()))
+
+
+_GROUPS = []  # (fqn, tier, calls dict) of every TIDE group registered in this rank
+_LOG = _TideLog()
+
+
+def _record_tide():
+    """Count what TIDE did in this rank: every Tier 1 / Tier 0 group registered (its
+    `calls` counters: TIDE all-gathers, TIDE reduce-scatters, reductions left to stock) and
+    every line tide.fsdp logged (fallbacks name their reason there)."""
+    if not os.environ.get("TIDE_FSDP"):
+        return False
+    import tide.fsdp  # noqa: F401  (the switch; sitecustomize imported it already)
+    from tide.fsdp import _tier0, _tier1
+
+    logger = logging.getLogger("tide.fsdp")
+    logger.addHandler(_LOG)
+    logger.setLevel(logging.DEBUG)
+    for cls in (_tier1.Tier1Group, _tier0.Tier0Group):
+        init = cls.__init__
+        if getattr(init, "_upstream_recorder", False):
+            continue
+
+        def recording_init(self, param_group, comm, spec, mode, _init=init):
+            _init(self, param_group, comm, spec, mode)
+            _GROUPS.append((spec.name, self.tier, self.calls))
+
+        recording_init._upstream_recorder = True
+        cls.__init__ = recording_init
+    return True
+
+
+def _write_stats(test_name, rank, outcome):
+    where = os.environ.get(STATS_ENV)
+    if not where:
+        return
+    tide_on = bool(os.environ.get("TIDE_FSDP"))
+    totals = {"groups": len(_GROUPS), "tier1_groups": 0, "tier0_groups": 0,
+              "tide_all_gathers": 0, "tide_reduce_scatters": 0, "stock_reduces": 0}
+    for _name, tier, calls in _GROUPS:
+        totals["tier1_groups" if tier == 1 else "tier0_groups"] += 1
+        totals["tide_all_gathers"] += calls.get("all_gather", 0)
+        totals["tide_reduce_scatters"] += calls.get("reduce_scatter", 0)
+        totals["stock_reduces"] += calls.get("stock_reduce", 0)
+    stats = {"test": test_name, "rank": rank, "tide_switch": tide_on, "outcome": outcome,
+             "totals": totals, "groups": [[n, t, dict(c)] for n, t, c in _GROUPS],
+             "tide_log": _LOG.records}
+    path = os.path.join(where, "%s.rank%d.json" % (test_name, rank))
+    with open(path, "w") as f:
+        json.dump(stats, f, indent=1)
+
+
+def _open_cpu_gate():
+    """FSDPTest._run on a CPU-only machine: answer the accelerator-count gate with the
+    world size (one call, then the real function again), and write TIDE's counters when
+    the rank ends (also when it exits through sys.exit, as a failing or skipped rank does)."""
+    cls = common_fsdp.FSDPTest
+    original = cls.__dict__["_run"].__func__
+    if getattr(original, "_upstream_gate", False):
+        return
+
+    def _run(klass, rank, test_name, file_name, pipe, **kwargs):
+        accel = torch.accelerator
+        real = accel.device_count
+        if common_fsdp.DEVICE_TYPE == "cpu":
+            def gate_once():
+                accel.device_count = real
+                return max(real(), 1 << 20)
+
+            accel.device_count = gate_once
+        outcome = "returned"
+        try:
+            original(klass, rank, test_name, file_name, pipe, **kwargs)
+        except SystemExit as exc:
+            outcome = "exit %s" % (exc.code,)
+            raise
+        finally:
+            accel.device_count = real
+            _write_stats(test_name, rank, outcome)
+
+    _run._upstream_gate = True
+    cls._run = classmethod(_run)
+
+
+_open_cpu_gate()
+_record_tide()
+
+
+# ------------------------------------------------------------------ parent side
+
+
+class _Result(unittest.TextTestResult):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.cases = []
+        self._t0 = {}
+
+    def startTest(self, test):
+        self._t0[test.id()] = time.time()
+        super().startTest(test)
+
+    def _add(self, test, status, detail=""):
+        self.cases.append({"id": test.id(), "status": status, "detail": detail,
+                           "seconds": round(time.time() - self._t0.get(test.id(), time.time()),
+                                            1)})
+
+    def addSuccess(self, test):
+        super().addSuccess(test)
+        self._add(test, "passed")
+
+    def addFailure(self, test, err):
+        super().addFailure(test, err)
+        self._add(test, "failed", self._exc_info_to_string(err, test)[-4000:])
+
+    def addError(self, test, err):
+        super().addError(test, err)
+        self._add(test, "error", self._exc_info_to_string(err, test)[-4000:])
+
+    def addSkip(self, test, reason):
+        super().addSkip(test, reason)
+        self._add(test, "skipped", reason)
+
+
+def _tide_per_test(stats_dir, test_name):
+    ranks = []
+    for fn in sorted(os.listdir(stats_dir)):
+        if fn.startswith(test_name + ".rank") and fn.endswith(".json"):
+            with open(os.path.join(stats_dir, fn)) as f:
+                ranks.append(json.load(f))
+    return ranks
+
+
+def _engagement(ranks):
+    """How TIDE took part in one test: 'off' (switch not set), 'served' (every rank
+    registered TIDE groups and ran TIDE collectives through them), 'fell back' (the switch
+    was on but no rank registered a TIDE group), or 'partial'."""
+    if not ranks or not ranks[0]["tide_switch"]:
+        return "off"
+    served = [r["totals"]["groups"] > 0 and r["totals"]["tide_all_gathers"] > 0
+              and r["totals"]["tide_reduce_scatters"] > 0 for r in ranks]
+    if all(served):
+        return "served"
+    if not any(r["totals"]["groups"] for r in ranks):
+        return "fell back"
+    return "partial"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("test_file")
+    ap.add_argument("classes", nargs="+", help="test classes (or Class.test_name)")
+    ap.add_argument("--out", required=True, help="JSON summary to write")
+    ap.add_argument("--label", default="")
+    args = ap.parse_args()
+
+    test_file = os.path.abspath(args.test_file)
+    sys.path.insert(0, os.path.dirname(test_file))
+    module_name = os.path.splitext(os.path.basename(test_file))[0]
+    module = importlib.import_module(module_name)
+    stats_dir = os.path.abspath(args.out) + ".ranks"
+    os.makedirs(stats_dir, exist_ok=True)
+    for fn in os.listdir(stats_dir):
+        os.unlink(os.path.join(stats_dir, fn))
+    os.environ[STATS_ENV] = stats_dir
+
+    loader = unittest.TestLoader()
+    suite = unittest.TestSuite()
+    for name in args.classes:
+        suite.addTests(loader.loadTestsFromName(name, module))
+    runner = unittest.TextTestRunner(verbosity=2, resultclass=_Result, stream=sys.stdout)
+    t0 = time.time()
+    try:
+        result = runner.run(suite)
+    except Exception:
+        traceback.print_exc()
+        raise
+    cases = []
+    for case in result.cases:
+        test_name = case["id"].split(".")[-1]
+        ranks = _tide_per_test(stats_dir, test_name)
+        case["ranks_reporting"] = len(ranks)
+        case["tide"] = _engagement(ranks)
+        if ranks:
+            case["tide_totals_rank0"] = ranks[0]["totals"]
+            case["tide_fallback_lines_rank0"] = [
+                line for line in ranks[0]["tide_log"] if "stays on stock" in line
+                or "stock FSDP2 for this call" in line]
+        cases.append(case)
+    summary = {"label": args.label, "test_file": test_file, "torch": torch.__version__,
+               "tide_switch": os.environ.get("TIDE_FSDP", ""),
+               "seconds": round(time.time() - t0, 1), "cases": cases}
+    with open(args.out, "w") as f:
+        json.dump(summary, f, indent=1)
+    for case in cases:
+        print("%-8s %-9s %s  (%ss)%s" % (case["status"], case["tide"], case["id"],
+                                         case["seconds"],
+                                         "  " + case["detail"].splitlines()[-1][:160]
+                                         if case["detail"] else ""))
+    return 0 if result.wasSuccessful() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
