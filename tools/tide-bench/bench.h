@@ -40,6 +40,20 @@ typedef struct {
     uint64_t wrong;           /* elements that differ from the stock path after timing */
 } bench_row_t;
 
+/* rows.c: what every runner shares.  A runner times one size (the group with every dim0
+ * divided by `divisor`) and fills its two rows; bench_run_divisors walks the divisors. */
+typedef tide_result_t (*bench_size_fn)(const bench_opts_t *o, const tide_param_shape_t *shapes,
+                                       int num_shapes, int divisor, bench_row_t *rows);
+double bench_median(double *v, int n); /* sorts v */
+/* The two rows of a size: bytes[c] is N S (AG) or N S_grad (RS); times[2c] TIDE's and
+ * times[2c + 1] the stock path's per-iteration times (us) of collective c. */
+void bench_fill_rows(const bench_opts_t *o, int N, int P, int divisor, const uint64_t bytes[2],
+                     double *const times[4], uint64_t wrong_ag, uint64_t wrong_rs,
+                     bench_row_t *rows);
+tide_result_t bench_run_divisors(const bench_opts_t *o, const tide_param_shape_t *shapes,
+                                 int num_shapes, bench_size_fn run_size, bench_row_t *rows_out,
+                                 int *num_rows_out);
+
 /* Run every size for both collectives on the CPU fabric; rows_out has 2 per divisor. */
 tide_result_t bench_run_cpu(const bench_opts_t *opts, const tide_param_shape_t *shapes,
                             int num_shapes, bench_row_t *rows_out, int *num_rows_out);

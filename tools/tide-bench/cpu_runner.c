@@ -176,16 +176,6 @@ static void *rank_main(void *arg) {
     return NULL;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof(*v), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static void world_free(bench_world_t *w) {
     for (int r = 0; r < w->N; ++r) {
         if (w->groups && w->groups[r]) tide_group_deregister(w->groups[r]);
@@ -293,22 +283,8 @@ static tide_result_t run_size(const bench_opts_t *o, const tide_param_shape_t *s
     pthread_barrier_destroy(&w.check_bar);
     res = w.err;
     if (res == TIDE_SUCCESS) {
-        double t[4];
-        for (int k = 0; k < 4; ++k) t[k] = median(w.times[k], o->iters);
-        uint64_t bytes[2] = {sum.group_bytes, sum.grad_shard_bytes * (uint64_t)N};
-        for (int c = 0; c < 2; ++c) {
-            bench_row_t *row = &rows[c];
-            row->coll = c == 0 ? "all_gather" : "reduce_scatter";
-            row->divisor = divisor;
-            row->num_params = P;
-            row->bytes = bytes[c];
-            row->tide_us = t[2 * c];
-            row->stock_us = t[2 * c + 1];
-            row->algbw = (double)bytes[c] / (row->tide_us * 1e3);
-            row->busbw = row->algbw * (N - 1) / N;
-            row->stock_busbw = (double)bytes[c] / (row->stock_us * 1e3) * (N - 1) / N;
-            row->wrong = c == 0 ? wrong_ag : wrong_rs;
-        }
+        const uint64_t bytes[2] = {sum.group_bytes, sum.grad_shard_bytes * (uint64_t)N};
+        bench_fill_rows(o, N, P, divisor, bytes, w.times, wrong_ag, wrong_rs, rows);
     }
 bufs:
     world_free(&w);
@@ -323,21 +299,5 @@ out:
 
 tide_result_t bench_run_cpu(const bench_opts_t *o, const tide_param_shape_t *shapes,
                             int num_shapes, bench_row_t *rows_out, int *num_rows_out) {
-    tide_param_shape_t *scaled = calloc((size_t)num_shapes, sizeof(*scaled));
-    if (!scaled) return TIDE_ERR_NO_MEMORY;
-    int rows = 0;
-    tide_result_t r = TIDE_SUCCESS;
-    for (int d = 0; d < o->num_divisors && r == TIDE_SUCCESS; ++d) {
-        for (int p = 0; p < num_shapes; ++p) {
-            scaled[p] = shapes[p];
-            scaled[p].dim0 = (shapes[p].dim0 + (uint64_t)o->divisors[d] - 1) / (uint64_t)o->divisors[d];
-        }
-        if (!o->quiet && !o->json)
-            fprintf(stderr, "# [%d/%d] dim0 / %d ...\n", d + 1, o->num_divisors, o->divisors[d]);
-        r = run_size(o, scaled, num_shapes, o->divisors[d], rows_out + rows);
-        if (r == TIDE_SUCCESS) rows += 2;
-    }
-    free(scaled);
-    *num_rows_out = rows;
-    return r;
+    return bench_run_divisors(o, shapes, num_shapes, run_size, rows_out, num_rows_out);
 }

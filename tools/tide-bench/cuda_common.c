@@ -162,35 +162,10 @@ tide_result_t bench_cuda_count_wrong(bench_cuda_rank_t *b, tide_group_t g, int s
     return TIDE_SUCCESS;
 }
 
-static int cmp_double(const void *x, const void *y) {
-    const double a = *(const double *)x, c = *(const double *)y;
-    return (a > c) - (a < c);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof(*v), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 void bench_cuda_rows(const bench_opts_t *o, const bench_cuda_rank_t *b, int divisor,
                      double *const times[4], uint64_t wrong_ag, uint64_t wrong_rs,
                      bench_row_t *rows) {
-    const int N = b->N;
-    double t[4];
-    for (int k = 0; k < 4; ++k) t[k] = median(times[k], o->iters);
     /* As the CPU runner: N S (AG) and N S_grad (RS). */
     const uint64_t bytes[2] = {b->group_bytes, b->rs_bytes};
-    for (int c = 0; c < 2; ++c) {
-        bench_row_t *row = &rows[c];
-        row->coll = c == 0 ? "all_gather" : "reduce_scatter";
-        row->divisor = divisor;
-        row->num_params = b->P;
-        row->bytes = bytes[c];
-        row->tide_us = t[2 * c];
-        row->stock_us = t[2 * c + 1];
-        row->algbw = (double)bytes[c] / (row->tide_us * 1e3);
-        row->busbw = row->algbw * (N - 1) / N;
-        row->stock_busbw = (double)bytes[c] / (row->stock_us * 1e3) * (N - 1) / N;
-        row->wrong = c == 0 ? wrong_ag : wrong_rs;
-    }
+    bench_fill_rows(o, b->N, b->P, divisor, bytes, times, wrong_ag, wrong_rs, rows);
 }

@@ -125,21 +125,5 @@ out:
 
 tide_result_t bench_run_cuda(const bench_opts_t *o, const tide_param_shape_t *shapes,
                              int num_shapes, bench_row_t *rows_out, int *num_rows_out) {
-    tide_param_shape_t *scaled = calloc((size_t)num_shapes, sizeof(*scaled));
-    if (!scaled) return TIDE_ERR_NO_MEMORY;
-    int rows = 0;
-    tide_result_t r = TIDE_SUCCESS;
-    for (int d = 0; d < o->num_divisors && r == TIDE_SUCCESS; ++d) {
-        for (int p = 0; p < num_shapes; ++p) {
-            scaled[p] = shapes[p];
-            scaled[p].dim0 = (shapes[p].dim0 + (uint64_t)o->divisors[d] - 1) / (uint64_t)o->divisors[d];
-        }
-        if (!o->quiet && !o->json)
-            fprintf(stderr, "# [%d/%d] dim0 / %d ...\n", d + 1, o->num_divisors, o->divisors[d]);
-        r = run_size(o, scaled, num_shapes, o->divisors[d], rows_out + rows);
-        if (r == TIDE_SUCCESS) rows += 2;
-    }
-    free(scaled);
-    *num_rows_out = rows;
-    return r;
+    return bench_run_divisors(o, shapes, num_shapes, run_size, rows_out, num_rows_out);
 }
