@@ -183,6 +183,12 @@ static void case_free(case_t *c) {
     tide_plan_destroy(c->plan);
 }
 
+/* A progress line before each step, unbuffered: a crash shows the step it happened in. */
+static void step(const char *what) {
+    printf("step: %s\n", what);
+    fflush(stdout);
+}
+
 /* ------------------------------------------------------------------ the CPU fabric (oracle) */
 
 static bool run_cpu(case_t *c) {
@@ -417,12 +423,6 @@ static bool path_id(case_t *cases, int num) {
     step("id: tide_comm_destroy");
     TK(tide_comm_destroy(comm));
     return ok;
-}
-
-/* A progress line before each step, unbuffered: a crash shows the step it happened in. */
-static void step(const char *what) {
-    printf("step: %s\n", what);
-    fflush(stdout);
 }
 
 int main(void) {
