@@ -239,6 +239,10 @@ tide_result_t tide_nccl_arena_create(struct tide_fabric_world *world, uint64_t b
     tide_result_t res = a->mp.base.bases == NULL || a->mp.flags == NULL
                             ? TIDE_ERR(TIDE_ERR_NO_MEMORY, "nccl fabric: %d ranks", n)
                             : TIDE_SUCCESS;
+    /* a->mp.ctl stays closed (no control block, mp_ctl.h): the shared memfd block of the CUDA
+     * mp fabric needs its socket bootstrap to pass the descriptor, which this fabric does not
+     * have.  A hung or dead peer is seen at TIDE_TIMEOUT_MS only, and a fail-stop is not
+     * published to the other ranks (docs/nccl-fabric.md). */
     /* Families are local and cannot leave a peer waiting: before the collective steps. */
     if (res == TIDE_SUCCESS) res = tide_cuda_mp_families_create(&a->mp);
     res = segment_create(w, a, bytes, signature, res);
