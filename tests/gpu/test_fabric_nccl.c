@@ -183,6 +183,12 @@ static void case_free(case_t *c) {
     tide_plan_destroy(c->plan);
 }
 
+/* A progress line before each step, unbuffered: a crash shows the step it happened in. */
+static void step(const char *what) {
+    printf("step: %s\n", what);
+    fflush(stdout);
+}
+
 /* ------------------------------------------------------------------ the CPU fabric (oracle) */
 
 static bool run_cpu(case_t *c) {
@@ -308,6 +314,7 @@ static bool run_cases(tide_comm_t comm, case_t *cases, int num, const char *path
     CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     bool all = true;
     for (int k = 0; k < num; ++k) {
+        printf("step: %s: %s\n", path, cases[k].what);
         const bool ran = run_nccl(comm, &cases[k], s);
         const bool ok = ran && compare(&cases[k], path);
         printf("%s %s: %s\n", ok ? "PASS" : "FAIL", path, cases[k].what);
@@ -376,13 +383,17 @@ static bool expect(tide_result_t got, tide_result_t want, const char *what) {
 static bool path_comm(app_nccl_t *a, case_t *cases, int num) {
     ncclUniqueId id;
     ncclComm_t nc = NULL;
+    step("comm: ncclGetUniqueId + ncclCommInitRank (the caller's one-rank communicator)");
     NK(a, a->GetUniqueId(&id));
     NK(a, a->CommInitRank(&nc, 1, id, 0));
     tide_comm_t comm = NULL, other = NULL;
     /* A topology other than the communicator's (1 x 2 = 2 ranks against 1): refused. */
+    step("comm: tide_comm_init_nccl_comm(1 x 2), expected refusal");
     expect(tide_comm_init_nccl_comm(nc, 1, 2, &other), TIDE_ERR_INVALID_ARGUMENT,
            "1 x 2 topology over a one-rank ncclComm_t");
+    step("comm: tide_comm_init_nccl_comm(1 x 1)");
     TK(tide_comm_init_nccl_comm(nc, 1, 1, &comm));
+    step("comm: tide_comm_rank");
     int rank = -1;
     TK(tide_comm_rank(comm, &rank));
     if (rank != 0) {
@@ -390,7 +401,9 @@ static bool path_comm(app_nccl_t *a, case_t *cases, int num) {
         ++failures;
     }
     const bool ok = run_cases(comm, cases, num, "comm");
+    step("comm: tide_comm_destroy");
     TK(tide_comm_destroy(comm));
+    step("comm: ncclCommDestroy (the caller's communicator)");
     NK(a, a->CommDestroy(nc));
     return ok;
 }
@@ -398,17 +411,25 @@ static bool path_comm(app_nccl_t *a, case_t *cases, int num) {
 /* Path "id": TIDE creates the communicator from a unique id. */
 static bool path_id(case_t *cases, int num) {
     uint8_t id[TIDE_NCCL_UNIQUE_ID_BYTES];
+    step("id: tide_nccl_get_unique_id");
     TK(tide_nccl_get_unique_id(id));
     tide_comm_t comm = NULL, other = NULL;
+    step("id: tide_comm_init_nccl(M = 2), expected refusal");
     expect(tide_comm_init_nccl(2, 1, 0, id, &other), TIDE_ERR_UNSUPPORTED,
            "M = 2 (no rail transport)");
+    step("id: tide_comm_init_nccl(1 x 1)");
     TK(tide_comm_init_nccl(1, 1, 0, id, &comm));
     const bool ok = run_cases(comm, cases, num, "id");
+    step("id: tide_comm_destroy");
     TK(tide_comm_destroy(comm));
     return ok;
 }
 
 int main(void) {
+    /* Unbuffered: a crash (SIGSEGV) must not take the output of the steps before it with it
+     * (stdout into a pipe is block-buffered; NCCL's NCCL_DEBUG lines go to stdout too). */
+    setvbuf(stdout, NULL, _IONBF, 0);
+    setvbuf(stderr, NULL, _IONBF, 0);
     /* NVLink multicast off in this process before any NCCL call (the library checks too). */
     setenv("NCCL_NVLS_ENABLE", "0", 0);
     setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 0);
@@ -432,6 +453,7 @@ int main(void) {
     }
     static case_t cases[CASES];
     int num = 0;
+    step("the CPU fabric's runs (the oracle)");
     for (int v = 0; v < CASES; ++v) {
         if (!case_init(&cases[num], v)) return 1;
         if (!run_cpu(&cases[num])) return 1;
@@ -439,6 +461,7 @@ int main(void) {
     }
     app_nccl_t app;
     memset(&app, 0, sizeof(app));
+    step("loading the caller's libnccl");
     if (!app_nccl_load(&app)) return 2;
     bool ok = path_comm(&app, cases, num);
     ok = path_id(cases, num) && ok;

@@ -253,8 +253,30 @@ static void test_control_block(void **state) {
     }
 }
 
+/* A block that was never opened (the NCCL fabric's arenas): every call is safe and says
+ * "no control block" (before, enter and enqueued wrote through NULL counters). */
+static void test_closed_control_block(void **state) {
+    (void)state;
+    tide_mp_ctl_t c;
+    memset(&c, 0, sizeof(c));
+    c.rank = 1;
+    c.ranks = 4;
+    tide_mp_ctl_enter(&c, 0, 5);
+    tide_mp_ctl_enqueued(&c, 1, 5);
+    assert_int_equal(tide_mp_ctl_aborted(&c, NULL, 0), -1);
+    char why[256] = {0};
+    assert_int_equal(tide_mp_ctl_missing(&c, 1, 5, why, sizeof(why)), -1);
+    assert_non_null(strstr(why, "reduce-scatter call 5"));
+    assert_non_null(strstr(why, "no control block"));
+    assert_true(tide_mp_ctl_abort(&c, "first"));
+    assert_int_equal(tide_mp_ctl_aborted(&c, NULL, 0), -1);
+    tide_mp_ctl_close(&c);
+    assert_null(c.hdr);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_closed_control_block),
         cmocka_unit_test(test_arguments),
         cmocka_unit_test(test_exchange),
         cmocka_unit_test(test_missing_rank),

@@ -104,14 +104,17 @@ void tide_mp_ctl_close(tide_mp_ctl_t *c) {
 }
 
 void tide_mp_ctl_enter(tide_mp_ctl_t *c, int f, uint64_t call) {
+    if (c->hdr == NULL) return; /* no control block (mp_ctl.h) */
     atomic_store_explicit(&c->entered[f * c->ranks + c->rank], call + 1, memory_order_release);
 }
 
 void tide_mp_ctl_enqueued(tide_mp_ctl_t *c, int f, uint64_t call) {
+    if (c->hdr == NULL) return;
     atomic_store_explicit(&c->enqueued[f * c->ranks + c->rank], call + 1, memory_order_release);
 }
 
 bool tide_mp_ctl_abort(tide_mp_ctl_t *c, const char *msg) {
+    if (c->hdr == NULL) return true; /* nobody else to tell: this rank's message stands */
     uint32_t expect = 0;
     if (!atomic_compare_exchange_strong(&c->hdr->abort, &expect, TIDE_MP_CTL_CLAIMED))
         return false;
@@ -159,6 +162,13 @@ int tide_mp_ctl_missing(tide_mp_ctl_t *c, int f, uint64_t call, char *out, size_
     char list[200];
     int first = -1;
     const char *coll = f == 0 ? "all-gather" : "reduce-scatter";
+    if (c->hdr == NULL) {
+        snprintf(out, len,
+                 "%s call %llu did not complete (no control block: which rank is "
+                 "missing is unknown)",
+                 coll, (unsigned long long)call);
+        return -1;
+    }
     if (list_ranks(c, c->entered, f, call, list, sizeof(list), &first) > 0) {
         snprintf(out, len, "rank%s %s never entered %s call %llu", strchr(list, ',') ? "s" : "",
                  list, coll, (unsigned long long)call);

@@ -60,6 +60,11 @@ typedef struct {
 tide_result_t tide_mp_ctl_open(tide_mp_boot_t *boot, int64_t timeout_ms, tide_mp_ctl_t *out);
 void tide_mp_ctl_close(tide_mp_ctl_t *c);
 
+/* A block that was never opened (hdr NULL: the NCCL fabric's arenas, which have no socket
+ * bootstrap to pass the memfd) is "no control block": enter and enqueued do nothing, abort
+ * returns true, aborted returns -1, missing names no rank.  Every one of them used to write
+ * or read through the NULL counters, which crashed the first call on such an arena. */
+
 /* This rank entered / finished enqueueing call `call` of family f. */
 void tide_mp_ctl_enter(tide_mp_ctl_t *c, int f, uint64_t call);
 void tide_mp_ctl_enqueued(tide_mp_ctl_t *c, int f, uint64_t call);

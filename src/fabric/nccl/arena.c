@@ -98,6 +98,23 @@ static tide_result_t lsa_bases(tide_nccl_world_t *w, tide_nccl_arena_t *a) {
         if (host[r] == NULL)
             return TIDE_ERR(TIDE_ERR_FABRIC, "nccl fabric: NCCL gave no LSA pointer for rank %d",
                             r);
+        /* Every later host-side use (the marker copies) must see device memory: a pointer
+         * the driver does not know is taken for pageable host memory by a copy of kind
+         * cudaMemcpyDefault and read by the CPU, which crashes the process (SIGSEGV) instead
+         * of failing the call.  An LSA pointer read through a window descriptor of another
+         * layout (a libnccl of another version than the headers) would be such a pointer. */
+        struct cudaPointerAttributes attr;
+        memset(&attr, 0, sizeof(attr));
+        const cudaError_t e = cudaPointerGetAttributes(&attr, host[r]);
+        (void)cudaGetLastError();
+        if (e != cudaSuccess || attr.type != cudaMemoryTypeDevice)
+            return TIDE_ERR(TIDE_ERR_FABRIC,
+                            "nccl fabric: rank %d: the LSA pointer %p of rank %d is not device "
+                            "memory (memory type %d, %s); a window descriptor of another layout "
+                            "than the nccl_device headers TIDE was built with would give one "
+                            "(NCCL %d headers, library %d)",
+                            w->mp.base.rank, host[r], r, (int)attr.type, cudaGetErrorString(e),
+                            NCCL_VERSION_CODE, w->lib->version);
         a->mp.base.bases[r] = (uint8_t *)host[r];
     }
     return TIDE_SUCCESS;
@@ -118,8 +135,10 @@ static tide_result_t check_markers(tide_nccl_world_t *w, tide_nccl_arena_t *a) {
     const int n = w->mp.base.ranks;
     uint64_t *host = (uint64_t *)(void *)w->scratch_host;
     for (int r = 0; r < n; ++r)
+        /* DeviceToHost, not Default: an address the driver does not know fails the copy
+         * instead of being read by the CPU as pageable host memory. */
         TIDE_CUDA_CALL(cudaMemcpyAsync(&host[r], a->mp.base.bases[r] + a->mp.flags_off, 8,
-                                       cudaMemcpyDefault, w->mp.util),
+                                       cudaMemcpyDeviceToHost, w->mp.util),
                        "cudaMemcpyAsync(marker through the LSA pointer)");
     TIDE_CUDA_CALL(cudaStreamSynchronize(w->mp.util), "cudaStreamSynchronize(markers)");
     for (int r = 0; r < n; ++r)
@@ -220,6 +239,10 @@ tide_result_t tide_nccl_arena_create(struct tide_fabric_world *world, uint64_t b
     tide_result_t res = a->mp.base.bases == NULL || a->mp.flags == NULL
                             ? TIDE_ERR(TIDE_ERR_NO_MEMORY, "nccl fabric: %d ranks", n)
                             : TIDE_SUCCESS;
+    /* a->mp.ctl stays closed (no control block, mp_ctl.h): the shared memfd block of the CUDA
+     * mp fabric needs its socket bootstrap to pass the descriptor, which this fabric does not
+     * have.  A hung or dead peer is seen at TIDE_TIMEOUT_MS only, and a fail-stop is not
+     * published to the other ranks (docs/nccl-fabric.md). */
     /* Families are local and cannot leave a peer waiting: before the collective steps. */
     if (res == TIDE_SUCCESS) res = tide_cuda_mp_families_create(&a->mp);
     res = segment_create(w, a, bytes, signature, res);

@@ -106,6 +106,14 @@ static tide_result_t resolve(tide_nccl_lib_t *t) {
                         "nccl fabric: %s is NCCL %d; the fabric needs >= %d (symmetric windows, "
                         "the LSA team)",
                         t->path, t->version, TIDE_NCCL_MIN_VERSION);
+    /* lsa.cu reads NCCL's window descriptor (struct ncclWindow_vidmem) with the layout of the
+     * headers TIDE was built with; NCCL does not promise that layout across releases. */
+    if (t->version / 100 != NCCL_VERSION_CODE / 100)
+        tide_log(TIDE_LOG_WARN, __FILE__, __LINE__,
+                 "nccl fabric: %s is NCCL %d, TIDE was built with the headers of NCCL %d: the "
+                 "LSA pointers are read with the headers' window layout (a mismatch is caught "
+                 "by the pointer and marker checks of each registration)",
+                 t->path, t->version, NCCL_VERSION_CODE);
     return TIDE_SUCCESS;
 }
 
