@@ -6,7 +6,7 @@
  * one stage of a shared-memory ring with cp.async.bulk, completing on the stage's "full"
  * mbarrier with a byte count.  The other warps are consumers: they wait on "full", sum from
  * shared memory in the contract's order, store fp32 to global memory and, after a proxy fence,
- * arrive on the stage's "empty" mbarrier (one arrival per warp), which the producers wait on
+ * arrive on the stage's "empty" mbarrier (one arrival per thread), which the producers wait on
  * before refilling the stage (the ordering argument: docs/kernels.md, "Stage release and
  * racecheck").  The loads in flight are the ring's, not registers'.  Heads, partial groups, padding
  * and unaligned segments are summed by the consumers from global memory (sum_common.cuh).
@@ -47,10 +47,10 @@ constexpr int kTmaAutoThreads = 320;
 
 /* How consumers read a stage. */
 enum tma_consume_t {
-    TMA_CONSUME_UNITS = 0,  /* four elements a thread, one 16-byte store; one arrival per warp */
+    TMA_CONSUME_UNITS = 0,  /* four elements a thread, one 16-byte store */
     TMA_CONSUME_GROUPS = 1, /* the first version: one 16-byte group of each source a thread
-                               (two 16-byte stores 32 bytes apart for bf16), every consumer
-                               thread arrives on "empty"; kept for comparison */
+                               (two 16-byte stores 32 bytes apart for bf16); kept for
+                               comparison */
     TMA_CONSUME_NONE = 2,   /* measurement only: stages released unread, nothing stored for
                                the bulk part (the copy engine's rate alone) */
     TMA_CONSUME_COUNT = 3
@@ -198,15 +198,17 @@ __global__ void __launch_bounds__(kTmaMaxThreads, 1)
     const unsigned nprod = (unsigned)p.producers, ncons = blockDim.x - 32 * nprod;
     /* Producer warps that own at least one source: they arrive on "full", one each. */
     const unsigned issuing = nprod < (unsigned)L ? nprod : (unsigned)L;
-    /* "empty" counts one arrival per consumer warp, or per consumer thread in the first
-     * version's layout (kept for comparison). */
-    const bool per_thread = p.consume == TMA_CONSUME_GROUPS;
+    /* "empty" counts one arrival per consumer thread: each thread releases its own reads.  One
+     * arrival per warp after __syncwarp is as valid under the memory model, but racecheck does
+     * not take the warp barrier as ordering the other lanes' reads and reports every stage
+     * (tests/gpu/racecheck_min: modes `warp` and `kernel`; docs/kernels.md). */
+    const bool groups = p.consume == TMA_CONSUME_GROUPS;
     const uint32_t stages = (uint32_t)p.stages;
 
     if (tid == 0) {
         for (uint32_t s = 0; s < stages; ++s) {
             mbar_init(full_bar + 8 * s, issuing);
-            mbar_init(empty_bar + 8 * s, per_thread ? ncons : ncons / 32);
+            mbar_init(empty_bar + 8 * s, ncons);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -276,7 +278,7 @@ __global__ void __launch_bounds__(kTmaMaxThreads, 1)
                 else
                     consume_units<T, NS, shape::row_bytes, false>(st, nb * (GE / 4), o, ct, ncons,
                                                                   v.ep);
-            } else if (per_thread) {
+            } else if (groups) {
 #pragma unroll 1
                 for (uint32_t g = ct; g < nb; g += ncons) {
                     uint4 in[NS + 1];
@@ -291,13 +293,7 @@ __global__ void __launch_bounds__(kTmaMaxThreads, 1)
              * "Stage release and racecheck"), then the arrival (a release) publishes the
              * reads to the producer's acquire of "empty". */
             fence_proxy_async_smem();
-            if (per_thread) {
-                mbar_arrive(empty_bar + 8 * stage);
-            } else {
-                /* The warp's reads of the stage are done once its lanes pass here. */
-                __syncwarp();
-                if (lane == 0) mbar_arrive(empty_bar + 8 * stage);
-            }
+            mbar_arrive(empty_bar + 8 * stage);
         }
         /* The rest of the chunk (partial and padding groups, unaligned segments). */
         const uint64_t g_end = (c + 1) * TG < v.groups ? (c + 1) * TG : v.groups;

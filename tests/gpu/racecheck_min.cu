@@ -9,19 +9,23 @@
  * how the stage is filled and released:
  *
  *   kernel   the TMA sum as it is: expect_tx, copies, arrive (producer); each consumer thread
- *            fence.proxy.async, __syncwarp, lane 0 arrives (one arrival per warp)
- *   old      the TMA sum before the fence: arrive.expect_tx, then the copies; no proxy fence
- *   thread   kernel, but every consumer thread arrives on "empty" (no __syncwarp dependency)
+ *            fence.proxy.async, then arrives on "empty" (one arrival per consumer thread)
+ *   warp     the TMA sum's previous release: fence.proxy.async, __syncwarp, lane 0 arrives (one
+ *            arrival per warp)
+ *   old      the first TMA sum: arrive.expect_tx, then the copies; no proxy fence; warp release
  *   generic  the same barriers, but the producer warps fill the stage with ordinary 16-byte
  *            loads and st.shared (generic proxy) and every producer thread arrives on "full";
  *            the consumers release as in kernel (so only the async proxy differs)
+ *   generic_warp  generic, with the consumers' release of `warp`: whether the tool reads the
+ *            warp barrier as ordering, without any async-proxy operation in the kernel
  *   racy     kernel, but consumers release the stage *before* reading it: a real
  *            write-after-read race that racecheck must report (the control)
  *
  * Every mode but racy checks its sums against the host.  Exit status: 0 when the sums match
  * (racy: when it ran), 1 on a mismatch, 2 on a CUDA error.  Under racecheck, `racy` must fail
- * with the tool's error exit code and `generic` must pass; `kernel` against `generic` is the
- * question (docs/kernels.md, "Stage release and racecheck").
+ * with the tool's error exit code and `generic` must pass (the controls); `kernel` must pass
+ * too; `warp`, `generic_warp` and `old` are recorded (docs/kernels.md, "Stage release and
+ * racecheck").
  *
  * Usage: racecheck_min MODE [ctas [chunks_per_cta [launches]]]   (defaults 4 12 3)
  */
@@ -49,8 +53,17 @@ constexpr int kRows = 8, kRow = 14336, kStage = kRows * kRow, kStages = 2;
 constexpr int kProducers = 2, kThreads = 320, kBarrierBytes = 128;
 constexpr int kUnits = kRow / 8; /* 8-byte units (4 bf16) per row */
 
-enum ring_mode { M_KERNEL, M_OLD, M_THREAD, M_GENERIC, M_RACY, M_COUNT };
-const char *const kModeName[M_COUNT] = {"kernel", "old", "thread", "generic", "racy"};
+enum ring_mode { M_KERNEL, M_WARP, M_OLD, M_GENERIC, M_GENERIC_WARP, M_RACY, M_COUNT };
+const char *const kModeName[M_COUNT] = {"kernel", "warp", "old", "generic", "generic_warp",
+                                        "racy"};
+
+/* Modes whose consumers release a stage with one arrival per warp after __syncwarp. */
+__host__ __device__ constexpr bool warp_release(int mode) {
+    return mode == M_WARP || mode == M_OLD || mode == M_GENERIC_WARP;
+}
+__host__ __device__ constexpr bool generic_fill(int mode) {
+    return mode == M_GENERIC || mode == M_GENERIC_WARP;
+}
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
@@ -110,21 +123,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     const unsigned ncons = blockDim.x - 32 * kProducers;
     if (tid == 0) {
         for (int s = 0; s < kStages; ++s) {
-            mbar_init(full_bar + 8 * s, mode == M_GENERIC ? 32 * kProducers : kProducers);
-            mbar_init(empty_bar + 8 * s, mode == M_THREAD ? ncons : ncons / 32);
+            mbar_init(full_bar + 8 * s, generic_fill(mode) ? 32 * kProducers : kProducers);
+            mbar_init(empty_bar + 8 * s, warp_release(mode) ? ncons / 32 : ncons);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
 
     if (warp < kProducers) {
-        if (mode != M_GENERIC && lane != 0) return;
+        if (!generic_fill(mode) && lane != 0) return;
         for (int c = 0; c < chunks; ++c) {
             const uint32_t s = c % kStages, phase = (c / kStages) & 1u;
             mbar_wait(empty_bar + 8 * s, phase ^ 1u);
             const unsigned char *g = src + ((size_t)c * gridDim.x + blockIdx.x) * kStage;
             const uint32_t bar = full_bar + 8 * s, dst = smem_u32(ring + s * kStage);
-            if (mode == M_GENERIC) {
+            if (generic_fill(mode)) {
                 for (int j = warp; j < kRows; j += kProducers)
                     for (int q = lane; q < kRow / 16; q += 32)
                         *(uint4 *)(ring + s * kStage + j * kRow + q * 16) =
@@ -148,10 +161,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int c = 0; c < chunks; ++c) {
         const uint32_t s = c % kStages;
         mbar_wait(full_bar + 8 * s, (c / kStages) & 1u);
-        if (mode == M_RACY) { /* released before it is read: the producer may refill it */
-            warp_sync();
-            if (lane == 0) mbar_arrive(empty_bar + 8 * s);
-        }
+        if (mode == M_RACY) /* released before it is read: the producer may refill it */
+            mbar_arrive(empty_bar + 8 * s);
         const unsigned char *st = ring + s * kStage;
         uint32_t *o = out + ((size_t)c * gridDim.x + blockIdx.x) * (kRow / 2);
         for (uint32_t u = ct; u < (uint32_t)kUnits; u += ncons) {
@@ -171,11 +182,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         if (mode == M_RACY) continue;
         if (mode != M_OLD) fence_proxy_async_smem();
-        if (mode == M_THREAD) {
-            mbar_arrive(empty_bar + 8 * s);
-        } else {
+        if (warp_release(mode)) {
             warp_sync();
             if (lane == 0) mbar_arrive(empty_bar + 8 * s);
+        } else {
+            mbar_arrive(empty_bar + 8 * s);
         }
     }
 #endif
@@ -188,7 +199,7 @@ int main(int argc, char **argv) {
     for (int m = 0; argc > 1 && m < M_COUNT; ++m)
         if (std::strcmp(argv[1], kModeName[m]) == 0) mode = m;
     if (mode < 0) {
-        std::fprintf(stderr, "usage: racecheck_min kernel|old|thread|generic|racy "
+        std::fprintf(stderr, "usage: racecheck_min kernel|warp|old|generic|generic_warp|racy "
                              "[ctas [chunks_per_cta [launches]]]\n");
         return 2;
     }

@@ -7,7 +7,7 @@
 #   TIDE_GPU_RACECHECK=0               skip the (slow) racecheck of the kernels
 #   TIDE_GPU_ENQUEUE=0                 skip bench_enqueue
 #   TIDE_GPU_INTERFERENCE=0            skip bench_interference
-#   TIDE_GPU_FUSED_MATRIX=0            skip the matrix of the fused direct path
+#   TIDE_GPU_FUSED_MATRIX=0            skip the matrix of the unfused direct path (mask 7)
 #   TIDE_BENCH_DIVISOR=D               dim 0 divisor of the fabric benchmarks (default 2)
 #
 # Safety: NVLink multicast never runs here.  These are exported for every process this
@@ -40,9 +40,10 @@ step configure cmake -S "$root" -B "$b" -DTIDE_WITH_CUDA=ON -DTIDE_BUILD_TESTS=O
     -DCMAKE_BUILD_TYPE=RelWithDebInfo
 step build cmake --build "$b" -j"$(nproc)" || { cat "$summary"; exit 1; }
 step ctest-gpu bash -c "cd '$b' && ctest -L gpu --output-on-failure"
-# The fused direct path (TIDE_CUDA_DIRECT=15) is opt-in; its bits must equal the CPU fabric too.
+# ctest's matrix runs the default direct mask (15, fusion on); the unfused mask (7) must equal
+# the CPU fabric too.
 [ "${TIDE_GPU_FUSED_MATRIX:-1}" = 1 ] &&
-    step matrix-fused env TIDE_CUDA_DIRECT=15 "$b/tests/gpu/test_fabric_cuda" --matrix --max-seconds 120
+    step matrix-unfused env TIDE_TEST_CUDA_DIRECT=7 "$b/tests/gpu/test_fabric_cuda" --matrix --max-seconds 120
 if [ "${TIDE_GPU_QUICK:-0}" != 1 ]; then
     if command -v compute-sanitizer >/dev/null; then
         step memcheck-fabric compute-sanitizer --tool memcheck --error-exitcode 3 \
@@ -53,7 +54,7 @@ if [ "${TIDE_GPU_QUICK:-0}" != 1 ]; then
     step bench-kernels bash -c "set -o pipefail; '$b/tests/gpu/bench_kernels' | tee '$out/bench_kernels.txt'"
     step bench-fabric bash -c "set -o pipefail; '$b/tests/gpu/bench_fabric_cuda' --divisor ${TIDE_BENCH_DIVISOR:-2} --iters 10 --sum-ctas 16 --landing-ctas 16 | tee '$out/bench_fabric.txt'"
     step bench-torch bash -c "set -o pipefail; python3 '$root/tests/gpu/bench_torch_baseline.py' --lib '$b/libtide.so' --divisor ${TIDE_BENCH_DIVISOR:-2} --sum-ctas 16 --landing-ctas 16 | tee '$out/bench_torch.txt'"
-    step bench-torch-fused bash -c "set -o pipefail; TIDE_CUDA_DIRECT=15 python3 '$root/tests/gpu/bench_torch_baseline.py' --lib '$b/libtide.so' --divisor ${TIDE_BENCH_DIVISOR:-2} --sum-ctas 16 --landing-ctas 16 | tee '$out/bench_torch_fused.txt'"
+    step bench-torch-unfused bash -c "set -o pipefail; TIDE_CUDA_DIRECT=7 python3 '$root/tests/gpu/bench_torch_baseline.py' --lib '$b/libtide.so' --divisor ${TIDE_BENCH_DIVISOR:-2} --sum-ctas 16 --landing-ctas 16 | tee '$out/bench_torch_unfused.txt'"
     [ "${TIDE_GPU_INTERFERENCE:-1}" = 1 ] &&
         step bench-interference bash -c "set -o pipefail; '$b/tests/gpu/bench_interference' | tee '$out/bench_interference.txt'"
     [ "${TIDE_GPU_ENQUEUE:-1}" = 1 ] &&

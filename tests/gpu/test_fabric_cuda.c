@@ -329,11 +329,17 @@ static bool gpu_open(case_t *c, gpu_world_t *w, char *err, size_t err_size) {
              (unsigned long long)(batch_mode == MODE_THRESHOLD ? batch_threshold : 0));
     setenv("TIDE_CUDA_BATCH", batch_mode == MODE_PER_OP ? "0" : "1", 1);
     setenv("TIDE_CUDA_BATCH_MAX_BYTES", max_bytes, 1);
-    /* Direct mode (direct.c: on one GPU every node shares the device) takes all shortcuts,
-     * the opt-in fusion included, with batched copies; in-place sums and zero inputs only with
+    /* Direct mode (direct.c: on one GPU every node shares the device) takes all shortcuts
+     * (the default mask) with batched copies, or TIDE_TEST_CUDA_DIRECT's mask when set (run.sh
+     * runs the matrix once more with 7, no fusion); in-place sums and zero inputs only with
      * the threshold; none per op: each path meets the CPU fabric. */
+    const char *direct = getenv("TIDE_TEST_CUDA_DIRECT");
     setenv("TIDE_CUDA_DIRECT",
-           batch_mode == MODE_PER_OP ? "0" : batch_mode == MODE_THRESHOLD ? "3" : "15", 1);
+           batch_mode == MODE_PER_OP      ? "0"
+           : batch_mode == MODE_THRESHOLD ? "3"
+           : direct != NULL && direct[0]  ? direct
+                                          : "15",
+           1);
     if (tide_comm_init_all(TIDE_FABRIC_CUDA, c->m, c->l, w->comms) != TIDE_SUCCESS) {
         snprintf(err, err_size, "cuda comm_init_all: %s", tide_get_last_error());
         return false;
