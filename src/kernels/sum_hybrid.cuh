@@ -90,12 +90,12 @@ __global__ void __launch_bounds__(split_limits<U>::hybrid, 1)
     const uint32_t row = tg * 16u;  /* bytes of one source's tile in a stage */
     const uint32_t stages = (uint32_t)p.stages;
     /* Producer warps that own at least one source arrive on "full", one each; every consumer
-     * warp arrives on "empty" once it has read the stage. */
+     * thread arrives on "empty" once it has read the stage (as in sum_tma.cuh, for racecheck). */
     const unsigned issuing = nprod < (unsigned)R ? nprod : (unsigned)R;
     if (tid == 0) {
         for (uint32_t s = 0; s < stages; ++s) {
             mbar_init(full_bar + 8 * s, issuing);
-            mbar_init(empty_bar + 8 * s, ncons / 32);
+            mbar_init(empty_bar + 8 * s, ncons);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -172,11 +172,9 @@ __global__ void __launch_bounds__(split_limits<U>::hybrid, 1)
                 }
             }
             /* The proxy fence orders this thread's generic reads of the stage before the
-             * async-proxy refill (sum_tma.cuh); the warp's reads are done once its lanes pass
-             * the __syncwarp. */
+             * async-proxy refill; the arrival (a release) publishes them (sum_tma.cuh). */
             fence_proxy_async_smem();
-            __syncwarp();
-            if (lane == 0) mbar_arrive(empty_bar + 8 * stage);
+            mbar_arrive(empty_bar + 8 * stage);
         }
         /* The rest of the chunk: partial and padding groups, unaligned segments, the head. */
         const uint64_t g_end = g0 + tg < v.groups ? g0 + tg : v.groups;
