@@ -183,3 +183,47 @@ def test_finaliser_runs_no_collective():
     # communicator under it, and says why.
     with pytest.raises(tide.TideError, match="still has 1 registered group"):
         comm.close()
+
+
+def test_fabric_choice_and_nccl_misuse(monkeypatch):
+    # The name: argument first, then TIDE_FABRIC; anything else is a ValueError.
+    monkeypatch.delenv("TIDE_FABRIC", raising=False)
+    assert tb._fabric_choice(None) is None
+    assert tb._fabric_choice("NCCL") == "nccl"
+    monkeypatch.setenv("TIDE_FABRIC", "cuda")
+    assert tb._fabric_choice(None) == "cuda"
+    assert tb._fabric_choice("cpu") == "cpu"
+    monkeypatch.setenv("TIDE_FABRIC", "infiniband")
+    with pytest.raises(ValueError, match="infiniband"):
+        tb._fabric_choice(None)
+    with pytest.raises(ValueError, match="expected one of cpu, cuda, nccl"):
+        tb._fabric_choice(3)
+    monkeypatch.delenv("TIDE_FABRIC")
+    # from_nccl_comm checks its arguments before any C call.
+    with pytest.raises(ValueError, match="not a CUDA device"):
+        tb.Comm.from_nccl_comm(0x1000, 1, 1, 0, "cpu")
+
+
+def test_nccl_fabric_refused_on_a_gloo_group(tmp_path, monkeypatch):
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        pytest.skip("a default process group already exists in this process")
+    dist.init_process_group("gloo", init_method="file://%s" % (tmp_path / "pg"), rank=0,
+                            world_size=1)
+    try:
+        # The CPU cannot carry the NCCL fabric's tensors, and a gloo group has no NCCL
+        # communicator to share: both refused with the reason, no collective started.
+        with pytest.raises(ValueError, match="fabric nccl cannot carry tensors on cpu"):
+            tb.Comm.from_process_group(fabric="nccl")
+        monkeypatch.setenv("TIDE_FABRIC", "nccl")
+        with pytest.raises(ValueError, match="fabric nccl cannot carry tensors on cpu"):
+            tb.Comm.from_process_group()
+        with pytest.raises(ValueError, match="not a ProcessGroupNCCL"):
+            tb._nccl_comm_ptr(None, torch.device("cpu"))
+        monkeypatch.setenv("TIDE_FABRIC", "cpu")
+        comm = tb.Comm.from_process_group()
+        assert comm.fabric == tb._lib.FABRIC_CPU and "cpu fabric" in repr(comm)
+        comm.close()
+    finally:
+        dist.destroy_process_group()

@@ -5,7 +5,9 @@ This is the torch-first face of libtide, the layer tide.fsdp is built on:
 - Comm: one rank's communicator (tide_comm_init_rank).  A CPU device selects the CPU fabric
   (POSIX shared memory between the rank processes); a CUDA device selects the CUDA fabric and
   every collective is enqueued on a CUDA stream (the given torch.cuda.Stream, else the
-  current one).  Comm.from_process_group agrees the job name over a torch ProcessGroup.
+  current one).  Comm.from_process_group agrees the job name over a torch ProcessGroup;
+  with fabric="nccl" (or TIDE_FABRIC=nccl) it runs on the NCCL fabric over the group's own
+  NCCL communicator instead (Comm.from_nccl_comm, tide_comm_init_nccl_comm).
 - TorchGroup: a registered parameter group.  Shapes come from torch shapes, dtypes are torch
   dtypes (torch.bfloat16, torch.float32).  all_gather / reduce_scatter take tensors;
   landing(slot) and param_storage(slot, p) are tensors that alias the group's arena.
@@ -30,6 +32,8 @@ from . import _lib
 from .plan import Config, Plan, _GroupSignature, _check_config, _int
 
 FABRIC_CUDA = 1
+FABRIC_NCCL = 2
+_FABRIC_NAMES = ("cpu", "cuda", "nccl")
 
 _TORCH_TO_TIDE = {torch.bfloat16: _lib.DTYPE_BF16, torch.float32: _lib.DTYPE_FP32,
                   torch.float16: _lib.DTYPE_FP16}
@@ -86,6 +90,66 @@ def _overlap(a, b):
     return a0 < b1 and b0 < a1 and a0 != a1 and b0 != b1
 
 
+_init_nccl_comm = None
+
+
+def _comm_init_nccl_comm():
+    """tide_comm_init_nccl_comm with its prototype."""
+    global _init_nccl_comm
+    if _init_nccl_comm is None:
+        fn = _lib.require("tide_comm_init_nccl_comm")
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                       ctypes.POINTER(ctypes.c_void_p)]
+        _init_nccl_comm = fn
+    return _init_nccl_comm
+
+
+def _fabric_choice(fabric):
+    """The fabric a caller asked for: the argument, else $TIDE_FABRIC, else None (the
+    device decides: cpu -> CPU fabric, cuda -> one-process-per-rank CUDA fabric)."""
+    if fabric is None:
+        fabric = os.environ.get("TIDE_FABRIC") or None
+    if fabric is None:
+        return None
+    if not isinstance(fabric, str) or fabric.lower() not in _FABRIC_NAMES:
+        raise ValueError("fabric %r: expected one of %s (argument or TIDE_FABRIC)"
+                         % (fabric, ", ".join(_FABRIC_NAMES)))
+    return fabric.lower()
+
+
+def _nccl_comm_ptr(group, device):
+    """The raw ncclComm_t of a ProcessGroupNCCL on `device`, as an int.
+
+    ProcessGroupNCCL creates its communicator lazily (at the first collective, unless
+    init_process_group had a device_id) and looks it up by the *current* CUDA device, so
+    the lookup runs under `device`, after one collective if it found none."""
+    import torch.distributed as dist
+
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    try:
+        backend = pg._get_backend(device)
+    except (RuntimeError, ValueError) as e:
+        raise ValueError("fabric nccl: the process group has no backend on %s (%s)"
+                         % (device, e)) from None
+    nccl_pg = getattr(dist, "ProcessGroupNCCL", None)
+    if nccl_pg is None or not isinstance(backend, nccl_pg) or not hasattr(backend, "_comm_ptr"):
+        raise ValueError("fabric nccl: the process group's backend on %s is %s, not a "
+                         "ProcessGroupNCCL that exposes its communicator (_comm_ptr)"
+                         % (device, type(backend).__name__))
+    with torch.cuda.device(device):
+        ptr = backend._comm_ptr()
+        if not ptr:
+            t = torch.zeros(1, device=device)
+            dist.all_reduce(t, group=group)
+            torch.cuda.synchronize(device)
+            ptr = backend._comm_ptr()
+    if not ptr:
+        raise ValueError("fabric nccl: ProcessGroupNCCL has no communicator on %s even after "
+                         "a collective" % device)
+    return ptr
+
+
 # ------------------------------------------------------------------------------- communicator
 
 _job_counter = itertools.count()
@@ -100,14 +164,8 @@ class Comm:
     """
 
     def __init__(self, nodes, gpus_per_node, rank, name, device="cpu"):
-        self._handle = None
-        self._groups = []
-        self.device = _device(device)
+        self._setup(nodes, gpus_per_node, rank, device)
         self.fabric = _lib.FABRIC_CPU if self.device.type == "cpu" else FABRIC_CUDA
-        i32 = (-2**31, 2**31 - 1)
-        self.nodes = _int(nodes, "nodes", *i32)
-        self.gpus_per_node = _int(gpus_per_node, "gpus_per_node", *i32)
-        self.rank = _int(rank, "rank", *i32)
         if not isinstance(name, str):
             raise ValueError("name: expected a string, got %r" % (name,))
         self.name = name
@@ -123,8 +181,49 @@ class Comm:
                             name.encode(), ctypes.byref(handle)))
         self._handle = handle.value
 
+    def _setup(self, nodes, gpus_per_node, rank, device):
+        self._handle = None
+        self._groups = []
+        self.device = _device(device)
+        i32 = (-2**31, 2**31 - 1)
+        self.nodes = _int(nodes, "nodes", *i32)
+        self.gpus_per_node = _int(gpus_per_node, "gpus_per_node", *i32)
+        self.rank = _int(rank, "rank", *i32)
+
     @classmethod
-    def from_process_group(cls, group=None, nodes=None, gpus_per_node=None, device=None):
+    def from_nccl_comm(cls, nccl_comm, nodes, gpus_per_node, rank, device):
+        """A communicator on the NCCL fabric from an existing ncclComm_t (an int address, as
+        ProcessGroupNCCL._comm_ptr() returns) of nodes x gpus_per_node ranks; collective over
+        it.  TIDE splits its own communicators from it and never issues work on it; close
+        this communicator before the NCCL one is destroyed.  rank is this process's rank in
+        it (the library takes the communicator's own, ncclCommUserRank; a different rank
+        here is a ValueError), device its CUDA device."""
+        self = cls.__new__(cls)
+        self._setup(nodes, gpus_per_node, rank, device)
+        if self.device.type != "cuda":
+            raise ValueError("fabric nccl: device %s is not a CUDA device" % self.device)
+        if not isinstance(nccl_comm, int) or nccl_comm <= 0:
+            raise ValueError("nccl_comm: expected the communicator's address as a positive "
+                             "int, got %r" % (nccl_comm,))
+        self.fabric = FABRIC_NCCL
+        self.name = "nccl-%x" % nccl_comm
+        handle = ctypes.c_void_p()
+        with torch.cuda.device(self.device):
+            _lib.check(_comm_init_nccl_comm()(ctypes.c_void_p(nccl_comm), self.nodes,
+                                              self.gpus_per_node, ctypes.byref(handle)))
+        self._handle = handle.value
+        got = ctypes.c_int()
+        _lib.call("tide_comm_rank", self._handle, ctypes.byref(got))
+        if got.value != self.rank:
+            # Local: destroying a communicator without groups needs no other rank.
+            self.close()
+            raise ValueError("rank %d: the NCCL communicator says this process is rank %d"
+                             % (self.rank, got.value))
+        return self
+
+    @classmethod
+    def from_process_group(cls, group=None, nodes=None, gpus_per_node=None, device=None,
+                           fabric=None):
         """A communicator over the ranks of a torch ProcessGroup (collective over it).  The
         topology defaults to one node of N ranks for N <= 8, else nodes of
         $LOCAL_WORLD_SIZE (or 8) ranks; rank 0 picks the job name and broadcasts it.
@@ -133,14 +232,26 @@ class Comm:
         process per rank, tide_comm_init_rank(TIDE_FABRIC_CUDA, ...); the ranks must share
         one host, as its bootstrap runs over abstract Unix sockets named after the job).
         None infers it: the current CUDA device when the group's backend is NCCL, else the
-        CPU (a gloo group may still carry CUDA tensors: pass the device then)."""
+        CPU (a gloo group may still carry CUDA tensors: pass the device then).
+
+        fabric: None (the device decides, as above), "cpu", "cuda" or "nccl"; None reads
+        $TIDE_FABRIC.  "nccl" runs TIDE on the NCCL fabric over the group's own NCCL
+        communicator (ProcessGroupNCCL._comm_ptr(), shared, never used for TIDE's traffic;
+        docs/nccl-fabric.md); it needs a CUDA device and an NCCL group."""
         import torch.distributed as dist
 
+        fabric = _fabric_choice(fabric)
         if device is None:
             device = _group_device(group)
+        device = _device(device)
+        if fabric is not None and (fabric == "cpu") != (device.type == "cpu"):
+            raise ValueError("fabric %s cannot carry tensors on %s" % (fabric, device))
         world = dist.get_world_size(group)
         rank = dist.get_rank(group)
         nodes, gpus_per_node = default_topology(world, nodes, gpus_per_node)
+        if fabric == "nccl":
+            return cls.from_nccl_comm(_nccl_comm_ptr(group, device), nodes, gpus_per_node,
+                                      rank, device)
         obj = [None]
         if rank == 0:
             obj[0] = "tide-%d-%d-%d" % (os.getpid(), next(_job_counter),
@@ -197,9 +308,9 @@ class Comm:
                 pass
 
     def __repr__(self):
-        return "<tide.torch_binding.Comm rank %d of %dx%d on %s%s>" % (
+        return "<tide.torch_binding.Comm rank %d of %dx%d on %s (%s fabric)%s>" % (
             self.rank, self.nodes, self.gpus_per_node, self.device,
-            " closed" if self.closed else "")
+            _FABRIC_NAMES[self.fabric], " closed" if self.closed else "")
 
 
 def _group_device(group):
