@@ -28,6 +28,7 @@ typedef struct {
 static void arena_free(tide_nccl_arena_t *a) {
     for (int f = 0; f < 2; ++f)
         tide_cuda_mp_family_free(&a->mp.fam[f]);
+    free(a->mp.remote);
     free(a->mp.flags);
     free(a->mp.base.bases);
     free(a);
@@ -235,10 +236,20 @@ tide_result_t tide_nccl_arena_create(struct tide_fabric_world *world, uint64_t b
     a->mp.base.bytes = bytes;
     a->mp.base.bases = calloc((size_t)n, sizeof(*a->mp.base.bases));
     a->mp.flags = calloc((size_t)n, sizeof(*a->mp.flags));
+    a->mp.remote = calloc((size_t)n, sizeof(*a->mp.remote));
     ++w->mp.registrations;
-    tide_result_t res = a->mp.base.bases == NULL || a->mp.flags == NULL
+    tide_result_t res = a->mp.base.bases == NULL || a->mp.flags == NULL || a->mp.remote == NULL
                             ? TIDE_ERR(TIDE_ERR_NO_MEMORY, "nccl fabric: %d ranks", n)
                             : TIDE_SUCCESS;
+    /* NCCL puts every rank of a communicator on a device of its own (it refuses two on one),
+     * so every peer's segment is on another device: copies to or from it stay one
+     * cudaMemcpyAsync each (copy engines), never the SM batch kernel (mp_batch.c), exactly
+     * as on the CUDA mp fabric with ranks on several devices. */
+    if (res == TIDE_SUCCESS)
+        for (int r = 0; r < n; ++r) {
+            a->mp.remote[r] = r != w->mp.base.rank;
+            a->mp.any_remote = a->mp.any_remote || a->mp.remote[r];
+        }
     /* a->mp.ctl stays closed (no control block, mp_ctl.h): the shared memfd block of the CUDA
      * mp fabric needs its socket bootstrap to pass the descriptor, which this fabric does not
      * have.  A hung or dead peer is seen at TIDE_TIMEOUT_MS only, and a fail-stop is not
@@ -288,10 +299,6 @@ tide_result_t tide_nccl_arena_destroy(struct tide_fabric_arena *arena) {
     /* After a fail-stop the peers may be gone and a collective deregistration could hang:
      * the window and its memory stay until the node communicator is destroyed (leaked
      * otherwise; docs/nccl-fabric.md). */
-    for (int f = 0; f < 2; ++f)
-        tide_cuda_mp_family_free(&a->mp.fam[f]);
-    free(a->mp.flags);
-    free(a->mp.base.bases);
-    free(a);
+    arena_free(a);
     return res;
 }
