@@ -8,6 +8,7 @@
 #   TIDE_GPU_ENQUEUE=0                 skip bench_enqueue
 #   TIDE_GPU_INTERFERENCE=0            skip bench_interference
 #   TIDE_GPU_FUSED_MATRIX=0            skip the matrix of the unfused direct path (mask 7)
+#   TIDE_GPU_MATRIX_SECONDS=S          its budget (default 120)
 #   TIDE_BENCH_DIVISOR=D               dim 0 divisor of the fabric benchmarks (default 2)
 #
 # Safety: NVLink multicast never runs here.  These are exported for every process this
@@ -43,7 +44,7 @@ step ctest-gpu bash -c "cd '$b' && ctest -L gpu --output-on-failure"
 # ctest's matrix runs the default direct mask (15, fusion on); the unfused mask (7) must equal
 # the CPU fabric too.
 [ "${TIDE_GPU_FUSED_MATRIX:-1}" = 1 ] &&
-    step matrix-unfused env TIDE_TEST_CUDA_DIRECT=7 "$b/tests/gpu/test_fabric_cuda" --matrix --max-seconds 120
+    step matrix-unfused env TIDE_TEST_CUDA_DIRECT=7 "$b/tests/gpu/test_fabric_cuda" --matrix --max-seconds "${TIDE_GPU_MATRIX_SECONDS:-120}"
 if [ "${TIDE_GPU_QUICK:-0}" != 1 ]; then
     if command -v compute-sanitizer >/dev/null; then
         step memcheck-fabric compute-sanitizer --tool memcheck --error-exitcode 3 \
