@@ -48,6 +48,9 @@ typedef struct {
     const tide_nccl_lib_t *lib;
     ncclComm_t world_comm; /* created from the unique id (owned), or NULL: the caller's */
     ncclComm_t node_comm;  /* split from the world communicator (owned) */
+    ncclComm_t rail_comm;  /* M > 1 with TIDE_NCCL_RAILS=1 only: same local rank, every node
+                              (rails.c; owned) */
+    cudaStream_t rail_stream; /* the rail steps' stream (rails.c) */
     bool aborted;          /* an exchange timed out: node_comm was aborted and is gone */
     bool calls_failed;     /* a group failed stop: peers may be gone, so abort, not destroy */
     uint8_t *scratch_dev;  /* exchanges and LSA pointers: TIDE_NCCL_SCRATCH per rank */
