@@ -26,11 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool tide_nccl_rails_enabled(void) {
-    const char *v = getenv("TIDE_NCCL_RAILS");
-    return v != NULL && strcmp(v, "1") == 0;
-}
-
 tide_result_t tide_nccl_rails_split(tide_nccl_world_t *w, ncclComm_t parent) {
     const tide_nccl_lib_t *lib = w->lib;
     const int rank = w->mp.base.rank, l = w->mp.base.gpus_per_node, m = w->mp.base.nodes;

@@ -7,7 +7,8 @@
  * -Werror against the NCCL 2.28 headers.  It is not wired into a call either: the NCCL arena
  * still maps every rank through the node's LSA team (M = 1) and the one-process-per-rank
  * execute (mp_execute.c) still issues every op itself, so tide_nccl_world_create refuses
- * M > 1 whatever TIDE_NCCL_RAILS says (the documentation lists what is missing).
+ * M > 1 and there is no opt-in yet (TIDE_NCCL_RAILS is not read): the documentation lists
+ * what is missing.
  *
  * Only the NCCL 2.28 path exists: ncclPutSignal / ncclWaitSignal (NCCL >= 2.29) are not
  * written, because no 2.29 headers were available to compile them.
@@ -38,9 +39,6 @@ typedef struct {
     uint8_t *own_done;                 /* this rank's done flag of the collective */
     bool steady;                       /* the STEADY form: the previous call ran this program */
 } tide_nccl_rails_call_t;
-
-/* Whether TIDE_NCCL_RAILS=1 (the experimental opt-in). */
-bool tide_nccl_rails_enabled(void);
 
 /* Rail communicator: ncclCommSplit(parent, color = local rank, key = node), so that rank r
  * talks to the same local rank of every other node; and the rail stream.  Collective over

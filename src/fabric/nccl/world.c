@@ -157,8 +157,8 @@ tide_result_t tide_nccl_world_create(int nodes, int gpus_per_node, int rank, con
     if (nodes > 1)
         return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
                         "nccl fabric: %d nodes: ranks on several nodes need the rail transport "
-                        "(grouped ncclSend / ncclRecv), which this release does not have; run "
-                        "M = 1 (docs/nccl-fabric.md)",
+                        "(grouped ncclSend / ncclRecv), which is written but neither wired into "
+                        "calls nor ever run; run M = 1 (docs/nccl-fabric.md, \"Rails\")",
                         nodes);
     const tide_nccl_lib_t *lib = NULL;
     TIDE_CHECK(tide_nccl_lib_get(&lib));
