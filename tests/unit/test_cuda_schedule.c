@@ -126,6 +126,22 @@ static void check_program(const tide_program_t *prog) {
     assert_true(tide_cuda_schedule_incs_match(&s, &s));
     for (int r = 0; r < prog->num_ranks; ++r)
         assert_true(s.rank_hash[r] == tide_cuda_rank_hash(prog, r));
+    /* op_slot (the NCCL rails find flags by op): each slot belongs to exactly one signalling
+     * op, of the thread that records it. */
+    int *owners = calloc((size_t)s.num_slots + 1, sizeof(int));
+    assert_non_null(owners);
+    for (int t = 0; t < s.num_threads; ++t)
+        for (int id = s.op_base[t]; id < s.op_base[t + 1]; ++id) {
+            const int slot = s.op_slot[id];
+            if (slot < 0) continue;
+            assert_true(slot < s.num_slots);
+            assert_true(tide_cuda_op_signals(tide_cuda_op(prog, &s, id, t)));
+            assert_int_equal(s.slot_thread[slot], t);
+            ++owners[slot];
+        }
+    for (int k = 0; k < s.num_slots; ++k)
+        assert_int_equal(owners[k], 1);
+    free(owners);
     free(count);
     tide_cuda_schedule_free(&s);
 }

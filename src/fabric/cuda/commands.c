@@ -281,7 +281,10 @@ static tide_result_t assign_slots(tide_cuda_schedule_t *s, const int32_t *op_thr
     }
 done:
     free(recorded);
-    free(slot_of);
+    if (res == TIDE_SUCCESS)
+        s->op_slot = slot_of; /* the NCCL rails find a credit's or a put's flag by its op */
+    else
+        free(slot_of);
     return res;
 }
 

@@ -204,6 +204,7 @@ void tide_cuda_schedule_free(tide_cuda_schedule_t *s) {
         free(s->cmds[f]);
     free(s->op_base);
     free(s->slot_thread);
+    free(s->op_slot);
     free(s->incs);
     free(s->rank_hash);
     memset(s, 0, sizeof(*s));

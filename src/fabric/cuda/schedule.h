@@ -50,6 +50,7 @@ typedef struct {
     int *op_base;     /* [num_threads + 1]: first op id of each thread */
     int num_slots;    /* signal events per call parity */
     int *slot_thread; /* [num_slots]: the thread that records the slot (its rank's device) */
+    int32_t *op_slot; /* [num_ops]: the slot of a signalling op some wait names, else -1 */
     int num_counters; /* counter indices per rank used by the program */
     int32_t *incs;    /* [num_ranks * num_counters]: signals per call on each counter */
     tide_cuda_cmd_t *cmds[TIDE_CUDA_FORMS];

@@ -25,9 +25,10 @@
  *                  signals and waits cuStreamWriteValue64 / cuStreamWaitValue64 on the flags,
  *                  as in mp_execute.c
  *
- * Not done: ranks on several nodes (M > 1).  Rail communicators (ncclCommSplit by local
- * index) with grouped ncclSend / ncclRecv for the cross-node copies are not written;
- * tide_comm_init_nccl* refuses M > 1 with TIDE_ERR_UNSUPPORTED before any NCCL call, so no
+ * Not done: ranks on several nodes (M > 1).  The rail schedule (program/rails.h, CPU-tested)
+ * and the rail transport (rails.c: rail communicator, grouped ncclSend / ncclRecv per step)
+ * are written and compiled but never run and not wired into calls (docs/nccl-fabric.md,
+ * "Rails"); tide_comm_init_nccl* refuses M > 1 with TIDE_ERR_UNSUPPORTED before any NCCL call, so no
  * rank can hang in a collective the others skip.  Batched copies (cudaMemcpyBatchAsync) are
  * not used either: every copy is one cudaMemcpyAsync, as in the CUDA mp fabric.
  */
@@ -48,6 +49,9 @@ typedef struct {
     const tide_nccl_lib_t *lib;
     ncclComm_t world_comm; /* created from the unique id (owned), or NULL: the caller's */
     ncclComm_t node_comm;  /* split from the world communicator (owned) */
+    ncclComm_t rail_comm;  /* same local rank on every node (rails.c; owned); never created
+                              yet: M > 1 is refused until the rails are wired in */
+    cudaStream_t rail_stream; /* the rail steps' stream (rails.c) */
     bool aborted;          /* an exchange timed out: node_comm was aborted and is gone */
     bool calls_failed;     /* a group failed stop: peers may be gone, so abort, not destroy */
     uint8_t *scratch_dev;  /* exchanges and LSA pointers: TIDE_NCCL_SCRATCH per rank */

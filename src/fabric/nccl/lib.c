@@ -95,6 +95,10 @@ static tide_result_t resolve(tide_nccl_lib_t *t) {
     SYM(CommWindowRegister, "ncclCommWindowRegister");
     SYM(CommWindowDeregister, "ncclCommWindowDeregister");
     SYM(AllGather, "ncclAllGather");
+    SYM(Send, "ncclSend");
+    SYM(Recv, "ncclRecv");
+    SYM(GroupStart, "ncclGroupStart");
+    SYM(GroupEnd, "ncclGroupEnd");
     SYM(TeamLsa, "ncclTeamLsa");
 #undef SYM
     const ncclResult_t r = t->GetVersion(&t->version);

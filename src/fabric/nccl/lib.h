@@ -51,6 +51,11 @@ typedef struct {
     __typeof__(ncclCommWindowRegister) *CommWindowRegister;
     __typeof__(ncclCommWindowDeregister) *CommWindowDeregister;
     __typeof__(ncclAllGather) *AllGather;
+    /* The rails' point-to-point transfers (fabric/nccl/rails.c). */
+    __typeof__(ncclSend) *Send;
+    __typeof__(ncclRecv) *Recv;
+    __typeof__(ncclGroupStart) *GroupStart;
+    __typeof__(ncclGroupEnd) *GroupEnd;
     tide_nccl_team_t (*TeamLsa)(ncclComm_t comm);
 } tide_nccl_lib_t;
 

@@ -4,6 +4,7 @@
  */
 #include "core/checks.h"
 #include "fabric/nccl/fabric_nccl.h"
+#include "fabric/nccl/rails.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,6 +108,7 @@ static void world_free(tide_nccl_world_t *w) {
      * fail-stop a peer may have died, and destruction may wait for it: abort instead. */
     __typeof__(w->lib->CommDestroy) release =
         w->calls_failed ? w->lib->CommAbort : w->lib->CommDestroy;
+    tide_nccl_rails_destroy(w);
     if (w->node_comm != NULL) (void)release(w->node_comm);
     if (w->world_comm != NULL) (void)release(w->world_comm);
     if (w->scratch_dev != NULL) cudaFree(w->scratch_dev);
@@ -155,8 +157,8 @@ tide_result_t tide_nccl_world_create(int nodes, int gpus_per_node, int rank, con
     if (nodes > 1)
         return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
                         "nccl fabric: %d nodes: ranks on several nodes need the rail transport "
-                        "(grouped ncclSend / ncclRecv), which this release does not have; run "
-                        "M = 1 (docs/nccl-fabric.md)",
+                        "(grouped ncclSend / ncclRecv), which is written but neither wired into "
+                        "calls nor ever run; run M = 1 (docs/nccl-fabric.md, \"Rails\")",
                         nodes);
     const tide_nccl_lib_t *lib = NULL;
     TIDE_CHECK(tide_nccl_lib_get(&lib));
