@@ -20,18 +20,8 @@ static const tide_param_shape_t shapes[] = {{105, 9}, {10, 16}};
 
 static tide_plan_t plan_of(int m, int l, int wave_width, int passes, tide_rs_mode_t mode, int cast,
                            int fp32_grads) {
-    tide_group_desc_t g = {2, shapes, TIDE_DTYPE_BF16,
-                           fp32_grads ? TIDE_DTYPE_FP32 : TIDE_DTYPE_BF16,
-                           cast ? TIDE_DTYPE_FP32 : TIDE_DTYPE_BF16};
-    tide_config_t c = TIDE_CONFIG_INIT;
-    c.nodes = m;
-    c.gpus_per_node = l;
-    c.wave_width = wave_width;
-    c.passes = passes;
-    c.mode = mode;
-    tide_plan_t plan = NULL;
-    assert_tide(TIDE_SUCCESS, tide_plan_create(&c, &g, &plan));
-    return plan;
+    return test_plan(m, l, wave_width, passes, mode, fp32_grads ? TIDE_DTYPE_FP32 : TIDE_DTYPE_BF16,
+                     cast ? TIDE_DTYPE_FP32 : TIDE_DTYPE_BF16, shapes, 2);
 }
 
 static uint64_t total_ops(const tide_program_t *prog) {

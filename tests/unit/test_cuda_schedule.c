@@ -21,16 +21,8 @@
 static const tide_param_shape_t shapes[] = {{105, 9}, {10, 16}, {3, 1}};
 
 static tide_plan_t plan_of(int m, int l, int passes, tide_rs_mode_t mode, int cast) {
-    tide_group_desc_t g = {3, shapes, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16,
-                           cast ? TIDE_DTYPE_FP32 : TIDE_DTYPE_BF16};
-    tide_config_t c = TIDE_CONFIG_INIT;
-    c.nodes = m;
-    c.gpus_per_node = l;
-    c.passes = passes;
-    c.mode = mode;
-    tide_plan_t plan = NULL;
-    assert_tide(TIDE_SUCCESS, tide_plan_create(&c, &g, &plan));
-    return plan;
+    return test_plan(m, l, 0, passes, mode, TIDE_DTYPE_BF16,
+                     cast ? TIDE_DTYPE_FP32 : TIDE_DTYPE_BF16, shapes, 3);
 }
 
 static void check_form(const tide_program_t *prog, const tide_cuda_schedule_t *s, int form) {

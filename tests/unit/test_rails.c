@@ -33,16 +33,8 @@ static tide_plan_t plan_of(int m, int l, int passes, tide_rs_mode_t mode, bool c
     const int n = m * l;
     /* Rows that do not divide by N (padding), a parameter with fewer rows than ranks. */
     const tide_param_shape_t shapes[] = {{2 * n - 1, 3}, {5, 8}, {n + 1, 1}};
-    tide_group_desc_t g = {3, shapes, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16,
-                           cast ? TIDE_DTYPE_FP32 : TIDE_DTYPE_BF16};
-    tide_config_t c = TIDE_CONFIG_INIT;
-    c.nodes = m;
-    c.gpus_per_node = l;
-    c.passes = passes;
-    c.mode = mode;
-    tide_plan_t plan = NULL;
-    assert_tide(TIDE_SUCCESS, tide_plan_create(&c, &g, &plan));
-    return plan;
+    return test_plan(m, l, 0, passes, mode, TIDE_DTYPE_BF16,
+                     cast ? TIDE_DTYPE_FP32 : TIDE_DTYPE_BF16, shapes, 3);
 }
 
 static bool same_ref(const tide_ref_t *a, const tide_ref_t *b) {
