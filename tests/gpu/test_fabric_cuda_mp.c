@@ -46,30 +46,9 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-static uint64_t rnd(void) {
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return rng * 2685821657736338717ull;
-}
-static int rnd_int(int lo, int hi) {
-    return lo + (int)(rnd() % (uint64_t)(hi - lo + 1));
-}
-/* Wide exponents: sums of these round, so association order shows. */
-static float rnd_wide(void) {
-    const double u = (double)(rnd() >> 11) / 9007199254740992.0 - 0.5;
-    return (float)ldexp(u, rnd_int(-12, 12));
-}
-
-static void *xmalloc(size_t n) {
-    void *p = calloc(1, n > 0 ? n : 1);
-    if (p == NULL) {
-        fprintf(stderr, "FAIL: out of host memory\n");
-        exit(2);
-    }
-    return p;
-}
+#define HOST_RAND_SEED 0x2545f4914f6cdd1dull
+#define HOST_RAND_WIDE_EXP 12
+#include "host_rand.h"
 
 /* Memory the children write and the parent reads. */
 static void *shared_alloc(size_t n) {

@@ -62,30 +62,9 @@ static int failures;
         }                                                                                          \
     } while (0)
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd(void) {
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return rng * 2685821657736338717ull;
-}
-static int rnd_int(int lo, int hi) {
-    return lo + (int)(rnd() % (uint64_t)(hi - lo + 1));
-}
-/* Wide exponents: products and sums of these round. */
-static float rnd_wide(void) {
-    const double u = (double)(rnd() >> 11) / 9007199254740992.0 - 0.5;
-    return (float)ldexp(u, rnd_int(-20, 20));
-}
-
-static void *xmalloc(size_t n) {
-    void *p = calloc(1, n > 0 ? n : 1);
-    if (p == NULL) {
-        fprintf(stderr, "FAIL: out of host memory\n");
-        exit(2);
-    }
-    return p;
-}
+#define HOST_RAND_SEED 0x9e3779b97f4a7c15ull
+#define HOST_RAND_WIDE_EXP 20
+#include "host_rand.h"
 
 typedef struct {
     char what[160];
