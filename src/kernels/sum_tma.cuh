@@ -24,6 +24,7 @@
 #define TIDE_KERNELS_SUM_TMA_CUH_
 
 #include "kernels/launch.h"
+#include "kernels/mbarrier.cuh"
 #include "kernels/sum_common.cuh"
 
 #include <atomic>
@@ -83,46 +84,7 @@ template <typename T, int NS, int STAGE> struct tma_shape {
     static_assert(tile >= 64, "stage too small");
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-/* Raise the pending transaction count of the barrier's current phase without arriving. */
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(bytes)
-                 : "memory");
-}
-/* Order this thread's generic-proxy shared-memory accesses before later async-proxy accesses
- * (the bulk copies that refill a stage); PTX requires a proxy fence between the two. */
-__device__ __forceinline__ void fence_proxy_async_smem() {
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    uint32_t done = 0;
-    while (!done) {
-        asm volatile("{\n\t.reg .pred p;\n\t"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-                     "selp.u32 %0, 1, 0, p;\n\t}"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-    }
-}
-__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes,
-                                         uint32_t bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 " [%0], [%1], %2, [%3];" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(bar)
-                 : "memory");
-}
-#endif
+/* smem_u32, mbar_*, fence_proxy_async_smem, bulk_g2s: kernels/mbarrier.cuh. */
 
 /* Leading groups of chunk c that are all real rows: those travel by bulk copy. */
 template <typename T, int NS, int TG>

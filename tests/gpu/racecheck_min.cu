@@ -29,6 +29,8 @@
  *
  * Usage: racecheck_min MODE [ctas [chunks_per_cta [launches]]]   (defaults 4 12 3)
  */
+#include "kernels/mbarrier.cuh"
+
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -65,50 +67,27 @@ __host__ __device__ constexpr bool generic_fill(int mode) {
     return mode == M_GENERIC || mode == M_GENERIC_WARP;
 }
 
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
+/* The kernels' own barrier and bulk-copy instructions (kernels/mbarrier.cuh); only the two
+ * that no kernel issues any more are defined here. */
+using tide_sum::smem_u32;
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
+using tide_sum::bulk_g2s;
+using tide_sum::fence_proxy_async_smem;
+using tide_sum::mbar_arrive;
+using tide_sum::mbar_expect_tx;
+using tide_sum::mbar_init;
+using tide_sum::mbar_wait;
+
+/* The first TMA sum's producer arrival (mode old): arrive and raise the byte count at once. */
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
                  : "memory");
 }
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    uint32_t done = 0;
-    while (!done) {
-        asm volatile("{\n\t.reg .pred p;\n\t"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-                     "selp.u32 %0, 1, 0, p;\n\t}"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-    }
-}
-__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes,
-                                         uint32_t bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 " [%0], [%1], %2, [%3];" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(bar)
-                 : "memory");
-}
-/* __syncwarp as the TMA sum's SASS has it (WARPSYNC.ALL): ptxas drops a plain __syncwarp in
+/* __syncwarp as the TMA sum's SASS had it (WARPSYNC.ALL): ptxas drops a plain __syncwarp in
  * this kernel's converged code, and the question is racecheck's reading of that instruction. */
 __device__ __forceinline__ void warp_sync() {
     asm volatile("bar.warp.sync -1;" ::: "memory");
-}
-__device__ __forceinline__ void fence_proxy_async_smem() {
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 #endif
 
