@@ -39,20 +39,26 @@ _TORCH_TO_TIDE = {torch.bfloat16: _lib.DTYPE_BF16, torch.float32: _lib.DTYPE_FP3
                   torch.float16: _lib.DTYPE_FP16}
 _TIDE_TO_TORCH = {v: k for k, v in _TORCH_TO_TIDE.items()}
 
-_init_rank = None
+_bound = {}
+
+
+def _prototype(name, argtypes):
+    """The C function `name` with its prototype, bound once (here rather than in _lib, which
+    stays the planner's and the thread binding's)."""
+    fn = _bound.get(name)
+    if fn is None:
+        fn = _lib.require(name)
+        fn.restype = ctypes.c_int
+        fn.argtypes = argtypes
+        _bound[name] = fn
+    return fn
 
 
 def _comm_init_rank():
-    """tide_comm_init_rank with its prototype (bound here so that _lib stays the planner's and
-    the thread binding's)."""
-    global _init_rank
-    if _init_rank is None:
-        fn = _lib.require("tide_comm_init_rank")
-        fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_char_p,
-                       ctypes.POINTER(ctypes.c_void_p)]
-        _init_rank = fn
-    return _init_rank
+    """tide_comm_init_rank(fabric, nodes, gpus_per_node, rank, name, comm_out)."""
+    return _prototype("tide_comm_init_rank",
+                      [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_char_p,
+                       ctypes.POINTER(ctypes.c_void_p)])
 
 
 def tide_dtype(dtype, what="dtype"):
@@ -90,19 +96,11 @@ def _overlap(a, b):
     return a0 < b1 and b0 < a1 and a0 != a1 and b0 != b1
 
 
-_init_nccl_comm = None
-
-
 def _comm_init_nccl_comm():
-    """tide_comm_init_nccl_comm with its prototype."""
-    global _init_nccl_comm
-    if _init_nccl_comm is None:
-        fn = _lib.require("tide_comm_init_nccl_comm")
-        fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
-                       ctypes.POINTER(ctypes.c_void_p)]
-        _init_nccl_comm = fn
-    return _init_nccl_comm
+    """tide_comm_init_nccl_comm(nccl_comm, nodes, gpus_per_node, comm_out)."""
+    return _prototype("tide_comm_init_nccl_comm",
+                      [ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                       ctypes.POINTER(ctypes.c_void_p)])
 
 
 def _fabric_choice(fabric):
