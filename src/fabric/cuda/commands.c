@@ -12,7 +12,8 @@
  * Redundant waits are dropped with vector clocks over the current call, the way a race
  * detector tracks happens-before: thread t knows vc[t][u] ops of thread u completed, and
  * vc[t][T + r] != 0 once it knows rank r started this call (hence, by the join and the
- * caller's stream, finished the previous one).  A wait on signal X of thread u is redundant
+ * caller's stream, finished the previous one).  On a rail fabric (schedule.h) a wait on another
+ * node's signal is never dropped and merges nothing.  A wait on signal X of thread u is redundant
  * when vc[t][u] already covers X; a wait on the previous call's X of rank r when rank r is
  * known to have started.  Only edges present in every call of the form are used: stream order,
  * the fork, and this call's event waits; so what is dropped is implied at run time.  Records
@@ -82,6 +83,12 @@ static void merge(uint32_t *v, const uint32_t *w, int len) {
         if (w[i] > v[i]) v[i] = w[i];
 }
 
+/* Whether threads t and u belong to ranks of different nodes of a rail fabric. */
+static bool cross_node(const tide_cuda_run_t *run, int t, int u) {
+    return run->rails_l > 0 &&
+           (t / TIDE_CUDA_Q) / run->rails_l != (u / TIDE_CUDA_Q) / run->rails_l;
+}
+
 /* The wait of op `id` on thread t: emit the event waits its dependencies still need. */
 static tide_result_t wait_deps(pass_t *ps, int id, int t) {
     tide_cuda_run_t *run = ps->run;
@@ -112,6 +119,11 @@ static tide_result_t wait_deps(pass_t *ps, int id, int t) {
     qsort(ps->cur, (size_t)ncur, sizeof(*ps->cur), by_key_desc);
     for (int i = 0; i < ncur; ++i) {
         const int x = ps->cur[i].op, u = run->op_thread[x];
+        if (cross_node(run, t, u)) { /* schedule.h: kept, and implies nothing */
+            TIDE_CHECK(emit(&ps->out, TIDE_CUDA_CMD_WAIT, t, x));
+            ps->used[x] = true;
+            continue;
+        }
         if (v[u] >= (uint32_t)(x - s->op_base[u] + 1)) continue;
         TIDE_CHECK(emit(&ps->out, TIDE_CUDA_CMD_WAIT, t, x));
         ps->used[x] = true;
@@ -122,7 +134,7 @@ static tide_result_t wait_deps(pass_t *ps, int id, int t) {
     for (int i = 0; i < nprev; ++i) {
         const int x = ps->prev[i], u = run->op_thread[x];
         if (i + 1 < nprev && run->op_thread[ps->prev[i + 1]] == u) continue;
-        if (v[s->num_threads + u / TIDE_CUDA_Q] != 0) continue;
+        if (!cross_node(run, t, u) && v[s->num_threads + u / TIDE_CUDA_Q] != 0) continue;
         TIDE_CHECK(emit(&ps->out, TIDE_CUDA_CMD_WAIT_PREV, t, x));
         ps->used[x] = true;
     }

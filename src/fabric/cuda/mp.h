@@ -57,6 +57,7 @@
 #include "fabric/cuda/cuda.h"
 #include "fabric/cuda/mp_boot.h"
 #include "fabric/cuda/mp_ctl.h"
+#include "program/rails.h"
 
 #include <cuda.h>
 
@@ -65,9 +66,16 @@
 /* Programs with flags: AG, RS in place, RS slot reuse. */
 #define TIDE_MP_PREPS (1 + TIDE_RS_MODE_COUNT)
 #define TIDE_MP_DONE_BYTES 256
-#define TIDE_MP_FLAG_BYTES (TIDE_MP_DONE_BYTES + TIDE_MP_PREPS * TIDE_MP_FLAG_SLOTS * 8)
+/* Rail steps a program may have per call (mp_rails.c): two 8-byte rendezvous flags each for
+ * the emulated transport. */
+#define TIDE_MP_RAIL_STEPS 2048
+#define TIDE_MP_RAIL_BYTES (TIDE_MP_PREPS * TIDE_MP_RAIL_STEPS * 16)
+#define TIDE_MP_SLOT_BYTES (TIDE_MP_PREPS * TIDE_MP_FLAG_SLOTS * 8)
+#define TIDE_MP_FLAG_BYTES (TIDE_MP_DONE_BYTES + TIDE_MP_SLOT_BYTES + TIDE_MP_RAIL_BYTES)
 /* A poisoned flag: (int64_t)(flag - target) >= 0 for every call number. */
 #define TIDE_MP_POISON ((uint64_t)1 << 62)
+
+struct tide_mp_rails_ops;
 
 typedef struct {
     struct tide_fabric_world base;
@@ -83,6 +91,11 @@ typedef struct {
     bool batch;               /* TIDE_CUDA_BATCH: runs of same-device copies as one kernel */
     uint64_t batch_max_bytes; /* TIDE_CUDA_BATCH_MAX_BYTES: larger copies stay per op */
     uint8_t uuid[16];         /* the device's, to tell which peers share it */
+    /* Rail transport for the cross-node puts (mp_rails.c), or NULL: every op is issued as
+     * itself, which needs every peer mapped (one host).  With one, fences and poison cover
+     * this rank's node only. */
+    const struct tide_mp_rails_ops *rails;
+    cudaStream_t rail_stream;
 } tide_mp_world_t;
 
 /* Batched copies of one program on this rank (mp_batch.c), planned per call. */
@@ -98,6 +111,29 @@ typedef struct {
     void *scratch;                         /* 2 cap intervals (overlap check) */
 } tide_mp_batch_t;
 
+/* How this rank issues an op on a rail fabric (op_kind) and waits on a slot (slot_kind). */
+enum {
+    TIDE_MP_RAIL_OP = 0,      /* not a put: issued as itself */
+    TIDE_MP_RAIL_STEP = 1,    /* the first put of a step: the step is issued here */
+    TIDE_MP_RAIL_IN_STEP = 2, /* a later put of a step: carried by the step */
+};
+enum {
+    TIDE_MP_SLOT_PEER = 0, /* the recording rank's flag */
+    TIDE_MP_SLOT_OWN = 1,  /* a put from another node: this rank's flag, written by its step */
+    TIDE_MP_SLOT_SKIP = 2, /* a credit of another node: a precondition of its receive instead */
+};
+
+/* The rail steps of one program on this rank (mp_rails.c). */
+typedef struct {
+    bool on;
+    tide_rails_t sched; /* every rank's (program/rails.h); this rank uses its own */
+    uint8_t *op_kind;   /* [num_ops of the schedule] TIDE_MP_RAIL_* (this rank's ops) */
+    int32_t *op_step;   /* [num_ops]: the step of a put, -1 */
+    uint8_t *slot_kind; /* [num_slots] TIDE_MP_SLOT_* */
+    cudaEvent_t *reach; /* [num_steps]: the put queue reached the step's first put */
+    cudaEvent_t *done;  /* [num_steps]: the step's transfers ended, its flags are written */
+} tide_mp_rails_prog_t;
+
 typedef struct {
     bool ready;
     tide_cuda_schedule_t sched;
@@ -108,6 +144,7 @@ typedef struct {
     const tide_program_t *checked;
     tide_cuda_bound_t *bound; /* [num_ops]: this rank's entries of the pending call */
     tide_mp_batch_t batch;    /* allocated when the world batches */
+    tide_mp_rails_prog_t rails; /* on a world with rails */
 } tide_mp_prepared_t;
 
 typedef struct {
@@ -148,6 +185,83 @@ typedef struct {
 } tide_mp_arena_t;
 
 extern const struct tide_fabric_ops tide_fabric_cuda_mp_ops;
+
+/* ------------------------------------------------------------------ flags */
+
+/* Flag area of a program: 0 for the AG, 1 + mode for the RS. */
+static inline int tide_cuda_mp_flags_index(tide_collective_t coll, int prep) {
+    return coll == TIDE_COLL_ALL_GATHER ? 0 : 1 + prep;
+}
+static inline CUdeviceptr tide_cuda_mp_slot_flag(const tide_mp_arena_t *a, int rank, int fidx,
+                                                 int slot) {
+    return (CUdeviceptr)(uintptr_t)(a->flags[rank] + TIDE_MP_DONE_BYTES +
+                                    ((size_t)fidx * TIDE_MP_FLAG_SLOTS + (size_t)slot) * 8u);
+}
+static inline CUdeviceptr tide_cuda_mp_done_flag(const tide_mp_arena_t *a, int rank,
+                                                 tide_collective_t coll) {
+    return (CUdeviceptr)(uintptr_t)(a->flags[rank] + (coll == TIDE_COLL_ALL_GATHER ? 0u : 8u));
+}
+/* Rendezvous flag `which` (0: receives posted, 1: sends done) of rail step `step`. */
+static inline CUdeviceptr tide_cuda_mp_rail_flag(const tide_mp_arena_t *a, int rank, int fidx,
+                                                 int step, int which) {
+    return (CUdeviceptr)(uintptr_t)(a->flags[rank] + TIDE_MP_DONE_BYTES + TIDE_MP_SLOT_BYTES +
+                                    (((size_t)fidx * TIDE_MP_RAIL_STEPS + (size_t)step) * 2u +
+                                     (size_t)which) * 8u);
+}
+/* Whether this rank's fences and poison cover rank r: every rank, or with rails the ranks of
+ * its node (the others' flags are not mapped, and the rails' credits order across nodes). */
+static inline bool tide_cuda_mp_fenced(const tide_mp_arena_t *a, int r) {
+    const tide_mp_world_t *w = a->w;
+    return w->rails == NULL ||
+           r / w->base.gpus_per_node == w->base.rank / w->base.gpus_per_node;
+}
+
+/* ------------------------------------------------------------------ rails (mp_rails.c) */
+
+/* One call of a program, as its rail steps need it. */
+typedef struct {
+    const tide_program_t *prog;
+    const tide_binding_t *b;
+    const tide_mp_prepared_t *pp;
+    tide_collective_t coll;
+    int fidx;    /* the program's flag area */
+    bool steady; /* the previous call of the collective ran this program */
+} tide_mp_rails_call_t;
+
+/* A rail transport: how the sends and receives of one step cross nodes. */
+typedef struct tide_mp_rails_ops {
+    const char *name;
+    /* Enqueue every send and receive of step `step` on `rail`, whose earlier work already
+     * waited for the step's sources (this rank's queue reached the step) and credits (its
+     * receives' buffers are free).  What follows on `rail` must see the step's sends left and
+     * its receives' bytes in this rank's memory. */
+    tide_result_t (*transfer)(tide_mp_arena_t *a, const tide_mp_rails_prog_t *rp,
+                              const tide_mp_rails_call_t *c, int step, cudaStream_t rail);
+} tide_mp_rails_ops_t;
+
+/* The emulated transport of the CUDA fabric (TIDE_CUDA_MP_RAILS=1, M > 1): every rank's
+ * memory is mapped, so a step rendezvouses through flags and copies into the peer, with the
+ * semantics the NCCL transport has (a send lands only after its receiver posted the step).
+ * It runs the rail machinery on one host; it is not faster than issuing the puts. */
+extern const tide_mp_rails_ops_t tide_cuda_mp_rails_emulated;
+
+/* The rail steps of pp's program (after its schedule and commands): classify this rank's ops
+ * and slots, create the step events.  TIDE_ERR_UNSUPPORTED when the program crosses nodes
+ * otherwise than by puts and credits (rails.h) or has more than TIDE_MP_RAIL_STEPS steps. */
+tide_result_t tide_cuda_mp_rails_prepare(tide_mp_arena_t *a, tide_mp_prepared_t *pp,
+                                         const tide_program_t *prog);
+void tide_cuda_mp_rails_release(tide_mp_rails_prog_t *rp);
+/* Step `step` of the call, enqueued where the put queue's stream `queue` reaches the step's
+ * first put: the rail stream waits for the queue and the receives' credits, runs the
+ * transport's transfer, writes e + 1 into this rank's flag of every received put, and the
+ * queue waits for all of it. */
+tide_result_t tide_cuda_mp_rails_issue(tide_mp_arena_t *a, const tide_mp_rails_call_t *c,
+                                       int step, cudaStream_t queue);
+/* Rank `rank`'s address of ref (its arena, bank shifted; its landing slot; this rank's shard
+ * operand) for `bytes`: TIDE_ERR_INTERNAL when not mapped here or out of bounds. */
+tide_result_t tide_cuda_mp_rails_resolve(const tide_mp_arena_t *a, const tide_mp_rails_call_t *c,
+                                         int rank, const tide_ref_t *ref, bool bank_dep,
+                                         uint64_t bytes, void **ptr_out);
 
 tide_result_t tide_cuda_mp_world_create(int nodes, int gpus_per_node, int rank, const char *name,
                                         struct tide_fabric_world **out);

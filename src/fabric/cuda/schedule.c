@@ -155,15 +155,23 @@ static void run_free(tide_cuda_run_t *run) {
 }
 
 tide_result_t tide_cuda_schedule_build(const tide_program_t *prog, tide_cuda_schedule_t *out) {
+    return tide_cuda_schedule_build_rails(prog, 0, out);
+}
+
+tide_result_t tide_cuda_schedule_build_rails(const tide_program_t *prog, int gpus_per_node,
+                                             tide_cuda_schedule_t *out) {
     tide_cuda_schedule_t s;
     memset(&s, 0, sizeof(s));
     tide_cuda_run_t run;
     memset(&run, 0, sizeof(run));
     run.prog = prog;
     run.s = &s;
+    run.rails_l = gpus_per_node;
     tide_result_t res;
-    if (prog == NULL || prog->ranks == NULL || prog->num_ranks < 1) {
-        res = TIDE_ERR(TIDE_ERR_INTERNAL, "cuda schedule: empty program");
+    if (prog == NULL || prog->ranks == NULL || prog->num_ranks < 1 || gpus_per_node < 0 ||
+        (gpus_per_node > 0 && prog->num_ranks % gpus_per_node != 0)) {
+        res = TIDE_ERR(TIDE_ERR_INTERNAL, "cuda schedule: empty program or %d ranks per node",
+                       gpus_per_node);
         goto fail;
     }
     TIDE_CHECK_GOTO(layout(prog, &s), res, fail);

@@ -69,6 +69,15 @@ uint64_t tide_cuda_rank_hash(const tide_program_t *prog, int rank);
 tide_result_t tide_cuda_schedule_build(const tide_program_t *prog, tide_cuda_schedule_t *out);
 void tide_cuda_schedule_free(tide_cuda_schedule_t *s);
 
+/* The same for a fabric that carries the cross-node puts as rail steps (program/rails.h) with
+ * `gpus_per_node` ranks per node (0: no rails, tide_cuda_schedule_build).  There a put's flag
+ * is written by its receiver once the bytes are in and a credit becomes a precondition of a
+ * receive, so the sender's stream order says nothing about the receiver: a wait on a signal
+ * of another node's rank is never dropped as implied by what the waiter knows, and teaches
+ * the waiter nothing (its clock snapshot is not merged). */
+tide_result_t tide_cuda_schedule_build_rails(const tide_program_t *prog, int gpus_per_node,
+                                             tide_cuda_schedule_t *out);
+
 /* Whether the counters of two schedules get the same signals per call, so that the calls of
  * one may follow the calls of the other (the RS modes share the RS counters). */
 bool tide_cuda_schedule_incs_match(const tide_cuda_schedule_t *a, const tide_cuda_schedule_t *b);
@@ -87,6 +96,7 @@ typedef struct {
     int32_t *target[TIDE_CUDA_FORMS]; /* WAIT op id -> signals it needs (0: none) */
     int32_t *log_base;                /* [counters + 1] into log */
     tide_cuda_sig_t *log;             /* signals of both calls, per counter, in abstract order */
+    int rails_l;                      /* ranks per node of a rail fabric, 0: none */
 } tide_cuda_run_t;
 
 tide_result_t tide_cuda_commands_build(tide_cuda_run_t *run);
