@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run_mp.sh OUTDIR - on the GPU machine: build the library and test_fabric_cuda_mp, then run
 # the one-process-per-rank checks (killed and stopped rank, the matrix with batched and per-op
-# copies, enqueue time both ways, legacy IPC, memcheck of a short matrix) with every process on
+# copies, the matrix and fail-stop with the cross-node puts as rail steps (TIDE_CUDA_MP_RAILS=1),
+# enqueue time both ways, legacy IPC, memcheck of a short matrix) with every process on
 # device 0.  Results: OUTDIR/mp.log and OUTDIR/mp-summary.txt.
 #   TIDE_MP_SECONDS=S   matrix budget (default 60)
 # Safety: NVLink multicast never runs; these are exported for every process started here.
@@ -39,9 +40,14 @@ step mp-matrix $(( ${TIDE_MP_SECONDS:-60} + 90 )) "$t" --seconds "${TIDE_MP_SECO
 step mp-matrix-per-op $(( ${TIDE_MP_SECONDS:-60} + 90 )) env TIDE_CUDA_BATCH=0 "$t" --seconds "${TIDE_MP_SECONDS:-60}"
 step mp-enqueue 120 "$t" --enqueue
 step mp-enqueue-per-op 120 env TIDE_CUDA_BATCH=0 "$t" --enqueue
+step mp-matrix-rails $(( ${TIDE_MP_SECONDS:-60} + 90 )) env TIDE_CUDA_MP_RAILS=1 "$t" --seconds "${TIDE_MP_SECONDS:-60}"
+step mp-kill-rails 90 env TIDE_CUDA_MP_RAILS=1 "$t" --kill
+step mp-stop-rails 90 env TIDE_CUDA_MP_RAILS=1 "$t" --stop
 step mp-legacy-ipc 90 env TIDE_CUDA_IPC=legacy "$t" --seconds 5
 if command -v compute-sanitizer >/dev/null; then
     step mp-memcheck 180 compute-sanitizer --tool memcheck --target-processes all --error-exitcode 9 \
         "$t" --seconds 2
+    step mp-memcheck-rails 180 env TIDE_CUDA_MP_RAILS=1 compute-sanitizer --tool memcheck \
+        --target-processes all --error-exitcode 9 "$t" --seconds 2
 fi
 exit $status

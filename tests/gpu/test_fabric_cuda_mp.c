@@ -78,6 +78,7 @@ typedef struct {
     float *out[2][CALLS][MAX_RANKS];
     char *child_error; /* shared, [MAX_RANKS][256] */
     uint64_t *batched; /* shared, [MAX_RANKS]: copies the last AG and RS call ran in batches */
+    uint64_t *rail_steps; /* shared, [MAX_RANKS]: rail steps of the last AG and RS call */
 } case_t;
 
 static bool case_init(case_t *c, int m, int l, int v) {
@@ -147,6 +148,7 @@ static bool case_init(case_t *c, int m, int l, int v) {
         }
     c->child_error = shared_alloc(MAX_RANKS * 256);
     c->batched = shared_alloc(MAX_RANKS * sizeof(uint64_t));
+    c->rail_steps = shared_alloc(MAX_RANKS * sizeof(uint64_t));
     snprintf(c->what, sizeof(c->what),
              "M=%d L=%d P=%d grads=%s cast=%d passes=%d stg=%d alpha=%g modes=%d%d%d%d", m, l, p,
              fp32_grads ? "fp32" : "bf16", cast, c->cfg.passes, c->cfg.staging_slots,
@@ -283,6 +285,7 @@ static bool child_case(tide_comm_t comm, case_t *c, int r, cudaStream_t s, char 
     CHILD_CK(tide_cuda_mp_stats(grp->arena, TIDE_COLL_ALL_GATHER, &sa), "stats AG");
     CHILD_CK(tide_cuda_mp_stats(grp->arena, TIDE_COLL_REDUCE_SCATTER, &sr), "stats RS");
     c->batched[r] = sa.batched + sr.batched;
+    c->rail_steps[r] = sa.rail_steps + sr.rail_steps;
     for (int e = 0; e < CALLS; ++e) {
         memcpy(c->land[1][e][r], hland + e * (c->land_bytes + 256), c->land_bytes);
         memcpy(c->out[1][e][r], hout + e * (c->out_bytes + 256), c->out_bytes);
@@ -332,6 +335,13 @@ static int first_diff(const void *a, const void *b, size_t n) {
 }
 
 static uint64_t batched_copies; /* over the matrix: batched copies of the last calls */
+static uint64_t rail_steps;     /* over the matrix: rail steps of the last calls */
+
+/* TIDE_CUDA_MP_RAILS=1: cross-node puts go through the rail steps (mp_rails.c). */
+static bool rails_on(void) {
+    const char *e = getenv("TIDE_CUDA_MP_RAILS");
+    return e != NULL && strcmp(e, "1") == 0;
+}
 
 static bool run_topology(int m, int l, int *configs, double budget_end) {
     static case_t cases[MAX_CONFIGS];
@@ -381,9 +391,20 @@ static bool run_topology(int m, int l, int *configs, double budget_end) {
                     ok = false;
                 }
             }
+        /* Every rank of a several-node topology has cross-node puts in both collectives: with
+         * rails each must have issued steps, without them none. */
+        for (int r = 0; r < n && ok; ++r)
+            if ((rails_on() && m > 1) != (c->rail_steps[r] > 0)) {
+                fprintf(stderr, "FAIL: %s: rank %d issued %llu rail steps (TIDE_CUDA_MP_RAILS %s)\n",
+                        c->what, r, (unsigned long long)c->rail_steps[r],
+                        rails_on() ? "1" : "unset");
+                ok = false;
+            }
         if (ok) ++*configs;
-        for (int r = 0; r < n; ++r)
+        for (int r = 0; r < n; ++r) {
             batched_copies += c->batched[r];
+            rail_steps += c->rail_steps[r];
+        }
     }
     printf("%s M=%d L=%d: %d configurations x %d AG + %d RS calls\n", ok ? "ok  " : "FAIL", m, l,
            num, CALLS, CALLS);
@@ -410,9 +431,10 @@ static int matrix(double seconds) {
         ok = false;
     }
     printf("%s: %d configurations on %d topologies bit for bit equal to the CPU fabric (%.1f s); "
-           "copies %s, %llu batched in the last calls\n",
+           "copies %s, %llu batched in the last calls; cross-node puts %s, %llu rail steps\n",
            ok ? "PASS" : "FAIL", configs, topos, now_s() - t0, per_op ? "per op" : "batched",
-           (unsigned long long)batched_copies);
+           (unsigned long long)batched_copies, rails_on() ? "as rail steps" : "as copies",
+           (unsigned long long)rail_steps);
     return ok ? 0 : 1;
 }
 

@@ -138,6 +138,88 @@ static void check_program(const tide_program_t *prog) {
     tide_cuda_schedule_free(&s);
 }
 
+/* The signalling op of each slot of s. */
+static int *slot_ops(const tide_cuda_schedule_t *s) {
+    int *op = calloc((size_t)s->num_slots + 1, sizeof(int));
+    assert_non_null(op);
+    for (int id = 0; id < s->num_ops; ++id)
+        if (s->op_slot[id] >= 0) op[s->op_slot[id]] = id;
+    return op;
+}
+
+/* Marks [thread * ops + op] of the waits of one form on signals of another node. */
+static bool *cross_waits(const tide_cuda_schedule_t *s, int form, int l) {
+    int *op = slot_ops(s);
+    bool *m = calloc((size_t)s->num_threads * (size_t)s->num_ops + 1, sizeof(bool));
+    assert_non_null(m);
+    for (int i = 0; i < s->num_cmds[form]; ++i) {
+        const tide_cuda_cmd_t *c = &s->cmds[form][i];
+        if (c->kind != TIDE_CUDA_CMD_WAIT && c->kind != TIDE_CUDA_CMD_WAIT_PREV) continue;
+        if ((c->thread / TIDE_CUDA_Q) / l == (s->slot_thread[c->arg] / TIDE_CUDA_Q) / l) continue;
+        m[(size_t)c->thread * (size_t)s->num_ops + (size_t)op[c->arg]] = true;
+    }
+    free(op);
+    return m;
+}
+
+/* The rail variant (schedule.h): a valid schedule; with one node exactly the plain one; with
+ * several, every cross-node wait the plain schedule keeps is kept, and more when the plain one
+ * dropped some as implied through the sender's stream order. */
+static void check_rails(const tide_program_t *prog, int l, int *dropped_somewhere) {
+    tide_cuda_schedule_t plain, rails;
+    assert_tide(TIDE_SUCCESS, tide_cuda_schedule_build(prog, &plain));
+    assert_tide(TIDE_SUCCESS, tide_cuda_schedule_build_rails(prog, l, &rails));
+    for (int f = 0; f < TIDE_CUDA_FORMS; ++f) {
+        check_form(prog, &rails, f);
+        if (prog->num_ranks == l) {
+            assert_int_equal(plain.num_cmds[f], rails.num_cmds[f]);
+            for (int i = 0; i < plain.num_cmds[f]; ++i) { /* fields: the struct has padding */
+                assert_int_equal(plain.cmds[f][i].kind, rails.cmds[f][i].kind);
+                assert_int_equal(plain.cmds[f][i].thread, rails.cmds[f][i].thread);
+                assert_int_equal(plain.cmds[f][i].arg, rails.cmds[f][i].arg);
+            }
+            continue;
+        }
+        bool *a = cross_waits(&plain, f, l), *b = cross_waits(&rails, f, l);
+        for (size_t k = 0; k < (size_t)plain.num_threads * (size_t)plain.num_ops; ++k) {
+            if (a[k]) assert_true(b[k]);
+            if (b[k] && !a[k]) ++*dropped_somewhere;
+        }
+        free(a);
+        free(b);
+    }
+    tide_cuda_schedule_free(&plain);
+    tide_cuda_schedule_free(&rails);
+}
+
+static void test_rails_variant(void **state) {
+    (void)state;
+    static const int topo[][2] = {{1, 4}, {2, 1}, {2, 2}, {3, 2}, {4, 2}, {8, 1}, {2, 4}};
+    int more = 0;
+    for (size_t k = 0; k < sizeof(topo) / sizeof(topo[0]); ++k)
+        for (int mode = 0; mode < TIDE_RS_MODE_COUNT; ++mode) {
+            tide_plan_t plan = plan_of(topo[k][0], topo[k][1], 1 + (int)(k % 2),
+                                       (tide_rs_mode_t)mode, (int)(k % 2));
+            tide_program_t ag, rs;
+            assert_tide(TIDE_SUCCESS, tide_program_compile_ag(plan, &ag));
+            assert_tide(TIDE_SUCCESS, tide_program_compile_rs(plan, (tide_rs_mode_t)mode, &rs));
+            check_rails(&ag, topo[k][1], &more);
+            check_rails(&rs, topo[k][1], &more);
+            tide_program_free(&ag);
+            tide_program_free(&rs);
+            tide_plan_destroy(plan);
+        }
+    /* Not vacuous: the plain schedules do drop cross-node waits that the rails must keep. */
+    assert_true(more > 0);
+    tide_cuda_schedule_t s;
+    tide_plan_t plan = plan_of(2, 2, 1, TIDE_RS_IN_PLACE, 0);
+    tide_program_t ag;
+    assert_tide(TIDE_SUCCESS, tide_program_compile_ag(plan, &ag));
+    assert_tide(TIDE_ERR_INTERNAL, tide_cuda_schedule_build_rails(&ag, 3, &s));
+    tide_program_free(&ag);
+    tide_plan_destroy(plan);
+}
+
 static void test_compiled_programs(void **state) {
     (void)state;
     static const int topo[][2] = {{1, 1}, {1, 2}, {2, 1}, {2, 2}, {3, 2}, {4, 2}, {8, 1}, {5, 3}};
@@ -263,6 +345,7 @@ static void test_machine_rules(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_compiled_programs),
+        cmocka_unit_test(test_rails_variant),
         cmocka_unit_test(test_mutations_rejected),
         cmocka_unit_test(test_machine_rules),
     };

@@ -253,6 +253,7 @@ typedef struct {
     uint64_t enqueue_ns;  /* host time of the last rank's execute (the whole enqueue) */
     uint64_t elided;      /* copies direct mode did not issue (direct.c) */
     uint64_t fused;       /* landings a fused sum stored (direct.c) */
+    uint64_t rail_steps;  /* rail steps issued (mp_rails.c), counted in descriptors */
 } tide_cuda_stats_t;
 
 /* The calls of one collective on one group: AG, or RS (both modes share the RS counters). */

@@ -92,8 +92,8 @@ typedef struct {
     uint64_t batch_max_bytes; /* TIDE_CUDA_BATCH_MAX_BYTES: larger copies stay per op */
     uint8_t uuid[16];         /* the device's, to tell which peers share it */
     /* Rail transport for the cross-node puts (mp_rails.c), or NULL: every op is issued as
-     * itself, which needs every peer mapped (one host).  With one, fences and poison cover
-     * this rank's node only. */
+     * itself, which needs every peer mapped (one host).  With one, fences cover this rank's
+     * node only. */
     const struct tide_mp_rails_ops *rails;
     cudaStream_t rail_stream;
 } tide_mp_world_t;
@@ -208,8 +208,9 @@ static inline CUdeviceptr tide_cuda_mp_rail_flag(const tide_mp_arena_t *a, int r
                                     (((size_t)fidx * TIDE_MP_RAIL_STEPS + (size_t)step) * 2u +
                                      (size_t)which) * 8u);
 }
-/* Whether this rank's fences and poison cover rank r: every rank, or with rails the ranks of
- * its node (the others' flags are not mapped, and the rails' credits order across nodes). */
+/* Whether this rank's fences cover rank r: every rank, or with rails the ranks of its node
+ * (the rails' credits order the buffers across nodes, and another node's flags need not be
+ * mapped).  The poison of a fail-stop covers every flag mapped here. */
 static inline bool tide_cuda_mp_fenced(const tide_mp_arena_t *a, int r) {
     const tide_mp_world_t *w = a->w;
     return w->rails == NULL ||
@@ -276,6 +277,10 @@ void tide_cuda_mp_family_free(tide_mp_family_t *fam);
 tide_result_t tide_cuda_mp_world_init(tide_mp_world_t *w);
 void tide_cuda_mp_world_release(tide_mp_world_t *w);
 tide_result_t tide_cuda_mp_families_create(tide_mp_arena_t *a);
+/* Carry this world's cross-node puts over `ops` (creates the rail stream, which release
+ * destroys). */
+struct tide_mp_rails_ops;
+tide_result_t tide_cuda_mp_world_set_rails(tide_mp_world_t *w, const struct tide_mp_rails_ops *ops);
 
 /* Fail-stop (mp_execute.c): name the missing rank (dead >= 0: that one; else from the control
  * block, for call `call` of fam), publish the abort, poison the flags, drain the streams. */

@@ -182,7 +182,9 @@ tide_result_t tide_cuda_mp_batch_plan(tide_mp_arena_t *a, tide_mp_prepared_t *pp
             const tide_op_t *op = cmd_op(pp, c);
             if (issues_nothing(op)) continue;
             const tide_cuda_bound_t *bd = &pp->bound[c->arg];
-            if (batchable(a, op, bd)) {
+            /* A put carried by a rail step is not a copy here: it ends the run. */
+            const bool put = pp->rails.on && pp->rails.op_kind[c->arg] != TIDE_MP_RAIL_OP;
+            if (!put && batchable(a, op, bd)) {
                 if (open[q] < 0) {
                     open[q] = runs++;
                     b->b_cmd[open[q]] = i;

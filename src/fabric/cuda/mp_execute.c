@@ -30,23 +30,10 @@ static tide_result_t cu_failed(CUresult e, const char *what) {
     return TIDE_ERR(TIDE_ERR_FABRIC, "cuda mp fabric: %s: %s", what, name ? name : "?");
 }
 
-static int prep_flags_index(const tide_mp_family_t *fam, int pi) {
-    return fam->coll == TIDE_COLL_ALL_GATHER ? 0 : 1 + pi;
-}
-
-static CUdeviceptr slot_flag(const tide_mp_arena_t *a, int rank, int fidx, int slot) {
-    return (CUdeviceptr)(uintptr_t)(a->flags[rank] + TIDE_MP_DONE_BYTES +
-                                    ((size_t)fidx * TIDE_MP_FLAG_SLOTS + (size_t)slot) * 8u);
-}
-
-static CUdeviceptr done_flag(const tide_mp_arena_t *a, int rank, const tide_mp_family_t *fam) {
-    return (CUdeviceptr)(uintptr_t)(a->flags[rank] +
-                                    (fam->coll == TIDE_COLL_ALL_GATHER ? 0u : 8u));
-}
-
 /* ------------------------------------------------------------------ prepare */
 
 static void prepared_free(tide_mp_prepared_t *pp) {
+    tide_cuda_mp_rails_release(&pp->rails);
     tide_cuda_mp_batch_free(pp);
     if (pp->table_mem != NULL) cudaFree(pp->table_mem);
     (void)cudaGetLastError();
@@ -158,7 +145,9 @@ static tide_result_t own_tables(tide_mp_family_t *fam, int params) {
 static tide_result_t prepare(tide_mp_arena_t *a, tide_mp_family_t *fam, tide_mp_prepared_t *pp,
                              const tide_program_t *prog) {
     const int me = a->w->base.rank;
-    TIDE_CHECK(tide_cuda_schedule_build(prog, &pp->sched));
+    /* With rails, cross-node waits keep their commands (schedule.h). */
+    TIDE_CHECK(tide_cuda_schedule_build_rails(prog, a->w->rails ? a->w->base.gpus_per_node : 0,
+                                              &pp->sched));
     tide_result_t res = TIDE_SUCCESS;
     if (pp->sched.num_slots > TIDE_MP_FLAG_SLOTS) {
         res = TIDE_ERR(TIDE_ERR_UNSUPPORTED,
@@ -181,6 +170,7 @@ static tide_result_t prepare(tide_mp_arena_t *a, tide_mp_family_t *fam, tide_mp_
         res = TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: %d ops", pp->sched.num_ops);
         goto fail;
     }
+    if (a->w->rails != NULL) TIDE_CHECK_GOTO(tide_cuda_mp_rails_prepare(a, pp, prog), res, fail);
     TIDE_CHECK_GOTO(tables_upload(a->w, pp, &prog->ranks[me]), res, fail);
     if (a->w->batch) TIDE_CHECK_GOTO(tide_cuda_mp_batch_prepare(pp), res, fail);
     if (pp->sched.has_sum && fam->own_dev[0] == NULL)
@@ -201,6 +191,8 @@ static tide_result_t bind_rank(tide_mp_family_t *fam, tide_mp_prepared_t *pp,
         for (int i = 0; i < qo->num_ops; ++i) {
             tide_cuda_bound_t *out = &pp->bound[base + i];
             const tide_op_t *op = &qo->ops[i];
+            /* A put's destination is on another node: its step resolves its own ends. */
+            if (pp->rails.on && pp->rails.op_kind[base + i] != TIDE_MP_RAIL_OP) continue;
             switch (op->kind) {
             case TIDE_OP_WAIT:
             case TIDE_OP_SIGNAL:
@@ -233,6 +225,7 @@ typedef struct {
     uint64_t epoch;
     cudaStream_t caller;
     tide_cuda_stats_t st;
+    tide_mp_rails_call_t rails; /* the call as its rail steps see it */
 } issue_t;
 
 static tide_result_t op_failed(cudaError_t err, int t, const tide_op_t *op, const char *call) {
@@ -358,13 +351,26 @@ static tide_result_t issue_cmd(issue_t *is, const tide_cuda_cmd_t *c) {
         TIDE_CUDA_CALL(cudaStreamWaitEvent(s, w->start, 0), "cudaStreamWaitEvent(start)");
         return TIDE_SUCCESS;
     case TIDE_CUDA_CMD_OP:
+        if (is->pp->rails.on && is->pp->rails.op_kind[c->arg] != TIDE_MP_RAIL_OP) {
+            if (is->pp->rails.op_kind[c->arg] != TIDE_MP_RAIL_STEP) return TIDE_SUCCESS;
+            ++is->st.descriptors;
+            ++is->st.rail_steps;
+            return tide_cuda_mp_rails_issue(is->a, &is->rails, is->pp->rails.op_step[c->arg], s);
+        }
         return issue_op(is, c->arg, t);
     case TIDE_CUDA_CMD_RECORD:
-        return write_value(is, s, slot_flag(is->a, me, is->fidx, c->arg), is->epoch + 1);
+        return write_value(is, s, tide_cuda_mp_slot_flag(is->a, me, is->fidx, c->arg), is->epoch + 1);
     case TIDE_CUDA_CMD_WAIT:
     case TIDE_CUDA_CMD_WAIT_PREV: {
-        const int owner = is->pp->sched.slot_thread[c->arg] / TIDE_CUDA_Q;
-        return wait_value(is, s, slot_flag(is->a, owner, is->fidx, c->arg),
+        int owner = is->pp->sched.slot_thread[c->arg] / TIDE_CUDA_Q;
+        if (is->pp->rails.on) {
+            /* mp.h: a put from another node is waited on in this rank's own flags, a credit of
+             * another node not at all (its receive waits for it). */
+            const uint8_t k = is->pp->rails.slot_kind[c->arg];
+            if (k == TIDE_MP_SLOT_SKIP) return TIDE_SUCCESS;
+            if (k == TIDE_MP_SLOT_OWN) owner = me;
+        }
+        return wait_value(is, s, tide_cuda_mp_slot_flag(is->a, owner, is->fidx, c->arg),
                           c->kind == TIDE_CUDA_CMD_WAIT ? is->epoch + 1 : is->epoch);
     }
     case TIDE_CUDA_CMD_UPLOAD:
@@ -385,22 +391,26 @@ static tide_result_t issue_cmd(issue_t *is, const tide_cuda_cmd_t *c) {
     }
 }
 
-/* The caller's stream waits until every rank's done flag reached `value`. */
+/* The caller's stream waits until the done flag of every rank it fences (tide_cuda_mp_fenced)
+ * reached `value`. */
 static tide_result_t fence_wait(issue_t *is, uint64_t value) {
     const int n = is->a->w->base.ranks;
     CUstreamBatchMemOpParams ops[MEMOP_BATCH];
-    for (int r0 = 0; r0 < n; r0 += MEMOP_BATCH) {
-        const int k = n - r0 < MEMOP_BATCH ? n - r0 : MEMOP_BATCH;
-        memset(ops, 0, (size_t)k * sizeof(ops[0]));
-        for (int i = 0; i < k; ++i) {
-            ops[i].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
-            ops[i].waitValue.address = done_flag(is->a, r0 + i, is->fam);
-            ops[i].waitValue.value64 = value;
-            ops[i].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+    int k = 0;
+    for (int r = 0; r <= n; ++r) {
+        if (k == MEMOP_BATCH || (r == n && k > 0)) {
+            is->st.waits += (uint64_t)k;
+            const CUresult e = cuStreamBatchMemOp((CUstream)is->caller, (unsigned)k, ops, 0);
+            if (e != CUDA_SUCCESS) return cu_failed(e, "cuStreamBatchMemOp(fence)");
+            k = 0;
         }
-        is->st.waits += (uint64_t)k;
-        const CUresult e = cuStreamBatchMemOp((CUstream)is->caller, (unsigned)k, ops, 0);
-        if (e != CUDA_SUCCESS) return cu_failed(e, "cuStreamBatchMemOp(fence)");
+        if (r == n || !tide_cuda_mp_fenced(is->a, r)) continue;
+        memset(&ops[k], 0, sizeof(ops[k]));
+        ops[k].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+        ops[k].waitValue.address = tide_cuda_mp_done_flag(is->a, r, is->fam->coll);
+        ops[k].waitValue.value64 = value;
+        ops[k].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+        ++k;
     }
     return TIDE_SUCCESS;
 }
@@ -425,7 +435,8 @@ static void poison_flags(tide_mp_arena_t *a) {
     const int n = a->w->base.ranks;
     /* The high half of every 8-byte flag: 0x40000000 << 32 = 2^62. */
     for (int r = 0; r < n; ++r)
-        cuMemsetD2D32Async((CUdeviceptr)(uintptr_t)(a->flags[r] + 4), 8, 0x40000000u, 1,
+        if (a->flags[r] != NULL) /* every flag mapped here: a rail transport may wait on any */
+            cuMemsetD2D32Async((CUdeviceptr)(uintptr_t)(a->flags[r] + 4), 8, 0x40000000u, 1,
                            TIDE_MP_FLAG_BYTES / 8, (CUstream)a->w->util);
     (void)cudaGetLastError();
 }
@@ -545,13 +556,15 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     is.a = a;
     is.fam = fam;
     is.pp = pp;
-    is.fidx = prep_flags_index(fam, pi);
+    is.fidx = tide_cuda_mp_flags_index(fam->coll, pi);
     is.epoch = e;
     is.caller = caller;
+    is.rails = (tide_mp_rails_call_t){pp->checked, b, pp, fam->coll, is.fidx, steady};
     is.st = fam->stats;
     is.st.form = form;
     is.st.descriptors = is.st.waits = is.st.records = is.st.uploads = 0;
     is.st.batches = is.st.batched = is.st.unbatched = is.st.over_threshold = 0;
+    is.st.rail_steps = 0;
     if (fence >= 0) TIDE_CHECK(fence_wait(&is, (uint64_t)fence + 1));
     /* The call's copy descriptors go up before the start record every thread forks from. */
     const bool batch = w->batch && pp->batch.cap > 0;
@@ -570,7 +583,7 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
         }
         TIDE_CHECK(issue_cmd(&is, &pp->cmds[form][i]));
     }
-    TIDE_CHECK(write_value(&is, caller, done_flag(a, w->base.rank, fam), e + 1));
+    TIDE_CHECK(write_value(&is, caller, tide_cuda_mp_done_flag(a, w->base.rank, fam->coll), e + 1));
     ++is.st.records;
     TIDE_CUDA_CALL(cudaEventRecord(fam->done_ev[par], caller), "cudaEventRecord(done)");
     fam->done_epoch[par] = (int64_t)e;

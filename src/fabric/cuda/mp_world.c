@@ -32,6 +32,9 @@ void tide_cuda_mp_world_release(tide_mp_world_t *w) {
         if (w->end[q] != NULL) cudaEventDestroy(w->end[q]);
     }
     if (w->util != NULL) cudaStreamDestroy(w->util);
+    if (w->rail_stream != NULL) cudaStreamDestroy(w->rail_stream);
+    w->rail_stream = NULL;
+    w->rails = NULL;
     if (w->start != NULL) cudaEventDestroy(w->start);
     (void)cudaGetLastError();
     tide_mp_boot_close(&w->boot);
@@ -81,6 +84,26 @@ tide_result_t tide_cuda_mp_world_init(tide_mp_world_t *w) {
     return TIDE_SUCCESS;
 }
 
+tide_result_t tide_cuda_mp_world_set_rails(tide_mp_world_t *w, const tide_mp_rails_ops_t *ops) {
+    if (w->rail_stream == NULL)
+        TIDE_CUDA_CALL(cudaStreamCreateWithFlags(&w->rail_stream, cudaStreamNonBlocking),
+                       "cudaStreamCreateWithFlags(rail)");
+    w->rails = ops;
+    return TIDE_SUCCESS;
+}
+
+/* TIDE_CUDA_MP_RAILS: unset, empty or 0 issues cross-node puts as copies; 1 carries them as
+ * rail steps over the emulated transport (mp.h), to run the rail machinery on one host. */
+static tide_result_t env_rails(int nodes, tide_mp_world_t *w) {
+    const char *e = getenv("TIDE_CUDA_MP_RAILS");
+    if (e == NULL || e[0] == '\0' || strcmp(e, "0") == 0) return TIDE_SUCCESS;
+    if (strcmp(e, "1") != 0)
+        return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
+                        "cuda mp fabric: TIDE_CUDA_MP_RAILS is \"%s\" (0 or 1)", e);
+    return nodes > 1 ? tide_cuda_mp_world_set_rails(w, &tide_cuda_mp_rails_emulated)
+                     : TIDE_SUCCESS;
+}
+
 tide_result_t tide_cuda_mp_world_create(int nodes, int gpus_per_node, int rank, const char *name,
                                         struct tide_fabric_world **out) {
     const int n = nodes * gpus_per_node;
@@ -93,6 +116,7 @@ tide_result_t tide_cuda_mp_world_create(int nodes, int gpus_per_node, int rank, 
     w->base.gpus_per_node = gpus_per_node;
     w->base.ranks = n;
     tide_result_t res = tide_cuda_mp_world_init(w);
+    if (res == TIDE_SUCCESS) res = env_rails(nodes, w);
     if (res == TIDE_SUCCESS)
         res = tide_mp_boot_open(name, rank, n, tide_fabric_timeout_ms(), &w->boot);
     if (res != TIDE_SUCCESS) {
