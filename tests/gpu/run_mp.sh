@@ -40,9 +40,11 @@ step mp-matrix $(( ${TIDE_MP_SECONDS:-60} + 90 )) "$t" --seconds "${TIDE_MP_SECO
 step mp-matrix-per-op $(( ${TIDE_MP_SECONDS:-60} + 90 )) env TIDE_CUDA_BATCH=0 "$t" --seconds "${TIDE_MP_SECONDS:-60}"
 step mp-enqueue 120 "$t" --enqueue
 step mp-enqueue-per-op 120 env TIDE_CUDA_BATCH=0 "$t" --enqueue
+step mp-matrix-ce $(( ${TIDE_MP_SECONDS:-60} + 90 )) env TIDE_CUDA_CE_BATCH=all "$t" --seconds "${TIDE_MP_SECONDS:-60}"
 step mp-matrix-rails $(( ${TIDE_MP_SECONDS:-60} + 90 )) env TIDE_CUDA_MP_RAILS=1 "$t" --seconds "${TIDE_MP_SECONDS:-60}"
 step mp-kill-rails 90 env TIDE_CUDA_MP_RAILS=1 "$t" --kill
 step mp-stop-rails 90 env TIDE_CUDA_MP_RAILS=1 "$t" --stop
+step mp-enqueue-rails 120 env TIDE_CUDA_MP_RAILS=1 "$t" --enqueue
 step mp-legacy-ipc 90 env TIDE_CUDA_IPC=legacy "$t" --seconds 5
 if command -v compute-sanitizer >/dev/null; then
     step mp-memcheck 180 compute-sanitizer --tool memcheck --target-processes all --error-exitcode 9 \

@@ -79,6 +79,7 @@ typedef struct {
     char *child_error; /* shared, [MAX_RANKS][256] */
     uint64_t *batched; /* shared, [MAX_RANKS]: copies the last AG and RS call ran in batches */
     uint64_t *rail_steps; /* shared, [MAX_RANKS]: rail steps of the last AG and RS call */
+    uint64_t *ce_batched; /* shared, [MAX_RANKS]: batched copies cudaMemcpyBatchAsync ran */
 } case_t;
 
 static bool case_init(case_t *c, int m, int l, int v) {
@@ -149,6 +150,7 @@ static bool case_init(case_t *c, int m, int l, int v) {
     c->child_error = shared_alloc(MAX_RANKS * 256);
     c->batched = shared_alloc(MAX_RANKS * sizeof(uint64_t));
     c->rail_steps = shared_alloc(MAX_RANKS * sizeof(uint64_t));
+    c->ce_batched = shared_alloc(MAX_RANKS * sizeof(uint64_t));
     snprintf(c->what, sizeof(c->what),
              "M=%d L=%d P=%d grads=%s cast=%d passes=%d stg=%d alpha=%g modes=%d%d%d%d", m, l, p,
              fp32_grads ? "fp32" : "bf16", cast, c->cfg.passes, c->cfg.staging_slots,
@@ -286,6 +288,7 @@ static bool child_case(tide_comm_t comm, case_t *c, int r, cudaStream_t s, char 
     CHILD_CK(tide_cuda_mp_stats(grp->arena, TIDE_COLL_REDUCE_SCATTER, &sr), "stats RS");
     c->batched[r] = sa.batched + sr.batched;
     c->rail_steps[r] = sa.rail_steps + sr.rail_steps;
+    c->ce_batched[r] = sa.ce_batched + sr.ce_batched;
     for (int e = 0; e < CALLS; ++e) {
         memcpy(c->land[1][e][r], hland + e * (c->land_bytes + 256), c->land_bytes);
         memcpy(c->out[1][e][r], hout + e * (c->out_bytes + 256), c->out_bytes);
@@ -336,6 +339,7 @@ static int first_diff(const void *a, const void *b, size_t n) {
 
 static uint64_t batched_copies; /* over the matrix: batched copies of the last calls */
 static uint64_t rail_steps;     /* over the matrix: rail steps of the last calls */
+static uint64_t ce_batched;     /* over the matrix: batched copies run by cudaMemcpyBatchAsync */
 
 /* TIDE_CUDA_MP_RAILS=1: cross-node puts go through the rail steps (mp_rails.c). */
 static bool rails_on(void) {
@@ -404,6 +408,7 @@ static bool run_topology(int m, int l, int *configs, double budget_end) {
         for (int r = 0; r < n; ++r) {
             batched_copies += c->batched[r];
             rail_steps += c->rail_steps[r];
+            ce_batched += c->ce_batched[r];
         }
     }
     printf("%s M=%d L=%d: %d configurations x %d AG + %d RS calls\n", ok ? "ok  " : "FAIL", m, l,
@@ -430,11 +435,23 @@ static int matrix(double seconds) {
                 (unsigned long long)batched_copies, env ? env : "(unset)");
         ok = false;
     }
+    /* Every process is on one GPU: copy-engine batches run only with TIDE_CUDA_CE_BATCH=all,
+     * and then every batch is one. */
+    const char *ce = getenv("TIDE_CUDA_CE_BATCH");
+    const bool ce_all = ce != NULL && strcmp(ce, "all") == 0;
+    if (ce_all ? ce_batched != batched_copies || (!per_op && ce_batched == 0) : ce_batched != 0) {
+        fprintf(stderr, "FAIL: %llu of %llu batched copies ran as cudaMemcpyBatchAsync with "
+                        "TIDE_CUDA_CE_BATCH=%s\n",
+                (unsigned long long)ce_batched, (unsigned long long)batched_copies,
+                ce ? ce : "(unset)");
+        ok = false;
+    }
     printf("%s: %d configurations on %d topologies bit for bit equal to the CPU fabric (%.1f s); "
-           "copies %s, %llu batched in the last calls; cross-node puts %s, %llu rail steps\n",
+           "copies %s, %llu batched in the last calls (%llu by cudaMemcpyBatchAsync); cross-node "
+           "puts %s, %llu rail steps\n",
            ok ? "PASS" : "FAIL", configs, topos, now_s() - t0, per_op ? "per op" : "batched",
-           (unsigned long long)batched_copies, rails_on() ? "as rail steps" : "as copies",
-           (unsigned long long)rail_steps);
+           (unsigned long long)batched_copies, (unsigned long long)ce_batched,
+           rails_on() ? "as rail steps" : "as copies", (unsigned long long)rail_steps);
     return ok ? 0 : 1;
 }
 

@@ -254,6 +254,7 @@ typedef struct {
     uint64_t elided;      /* copies direct mode did not issue (direct.c) */
     uint64_t fused;       /* landings a fused sum stored (direct.c) */
     uint64_t rail_steps;  /* rail steps issued (mp_rails.c), counted in descriptors */
+    uint64_t ce_batched;  /* copies of `batched` run by cudaMemcpyBatchAsync (mp_batch.c) */
 } tide_cuda_stats_t;
 
 /* The calls of one collective on one group: AG, or RS (both modes share the RS counters). */

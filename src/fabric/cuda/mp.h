@@ -90,6 +90,7 @@ typedef struct {
     uint64_t registrations;
     bool batch;               /* TIDE_CUDA_BATCH: runs of same-device copies as one kernel */
     uint64_t batch_max_bytes; /* TIDE_CUDA_BATCH_MAX_BYTES: larger copies stay per op */
+    int ce_batch;             /* TIDE_CUDA_CE_BATCH: TIDE_MP_CE_* */
     uint8_t uuid[16];         /* the device's, to tell which peers share it */
     /* Rail transport for the cross-node puts (mp_rails.c), or NULL: every op is issued as
      * itself, which needs every peer mapped (one host).  With one, fences cover this rank's
@@ -97,6 +98,17 @@ typedef struct {
     const struct tide_mp_rails_ops *rails;
     cudaStream_t rail_stream;
 } tide_mp_world_t;
+
+/* TIDE_CUDA_CE_BATCH (mp_batch.c): runs of copies that touch another device's memory (peer
+ * pointers) as one cudaMemcpyBatchAsync, the copy engines' batch. */
+enum {
+    TIDE_MP_CE_OFF = 0,   /* "0": such copies one cudaMemcpyAsync each */
+    TIDE_MP_CE_PEERS = 1, /* unset or "1" (default) */
+    TIDE_MP_CE_ALL = 2,   /* "all": same-device runs too, instead of the SM batch kernel (to
+                           * run this path on one GPU) */
+};
+/* TIDE_CUDA_CE_BATCH of the environment (TIDE_ERR_INVALID_ARGUMENT naming a bad value). */
+tide_result_t tide_cuda_mp_env_ce_batch(int *mode_out);
 
 /* Batched copies of one program on this rank (mp_batch.c), planned per call. */
 typedef struct {
@@ -106,6 +118,10 @@ typedef struct {
     int32_t *b_cmd, *b_count, *b_first, *b_fill, *b_ctas; /* [cap] per run */
     uint64_t *b_bytes;                     /* [cap] */
     uint8_t *b_ok;                         /* [cap]: issued as a batch */
+    uint8_t *b_ce;                         /* [cap]: a copy-engine run (cudaMemcpyBatchAsync) */
+    void **ce_dst;                         /* [cap]: one copy-engine run's arrays */
+    const void **ce_src;
+    size_t *ce_size;
     tide_cuda_copy_desc_t *desc_host[2];   /* [parity] pinned, cap */
     tide_cuda_copy_desc_t *desc_dev[2];    /* [parity] device, cap */
     void *scratch;                         /* 2 cap intervals (overlap check) */
@@ -289,9 +305,10 @@ tide_result_t tide_cuda_mp_fail_stop(tide_mp_arena_t *a, tide_mp_family_t *fam, 
 
 /* Batched copies (mp_batch.c).  prepare allocates for the program's command lists; plan
  * walks this call's form, groups each thread's runs of same-device copies (below the size
- * threshold, nothing else of that thread between them), fills their descriptors from the
- * bound ops, checks each run for overlaps (overlapping runs stay per op), and uploads the
- * descriptors on the caller's stream; issue launches run k. */
+ * threshold, nothing else of that thread between them) and of flat copies to or from peer
+ * pointers (TIDE_CUDA_CE_BATCH), fills their descriptors from the bound ops, checks each run
+ * for overlaps (overlapping runs stay per op), and uploads the descriptors on the caller's
+ * stream; issue launches run k: the batch kernel, or one cudaMemcpyBatchAsync. */
 tide_result_t tide_cuda_mp_batch_prepare(tide_mp_prepared_t *pp);
 void tide_cuda_mp_batch_free(tide_mp_prepared_t *pp);
 tide_result_t tide_cuda_mp_batch_plan(tide_mp_arena_t *a, tide_mp_prepared_t *pp, int form,

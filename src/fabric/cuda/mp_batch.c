@@ -25,6 +25,13 @@
  * e - 2 (mp_execute.c, enqueue), which ended every kernel reading that table and the upload
  * reading the pinned rows.
  *
+ * Copy-engine runs (TIDE_CUDA_CE_BATCH).  A thread's run of flat copies that touch a peer
+ * segment on another device (its own run: a copy of the other kind ends it) is one
+ * cudaMemcpyBatchAsync with stream-ordered source access, the copy engines' counterpart of
+ * the batch kernel (and what NCCL 2.28's own copy-engine collectives issue); 2D copies to
+ * peers stay one cudaMemcpy2DAsync each.  "all" sends same-device runs there too, so that one
+ * GPU runs this path; "0" keeps every peer copy one cudaMemcpyAsync.
+ *
  * Overlap.  A batch's copies run concurrently, the per-op path ran them in stream order: a
  * run in which some copy's destination meets another copy's source or destination (byte
  * ranges, a 2D copy taken as its whole span: conservative) is issued copy by copy, in order.
@@ -44,6 +51,7 @@ void tide_cuda_mp_batch_free(tide_mp_prepared_t *pp) {
     tide_mp_batch_t *b = &pp->batch;
     free(b->action), free(b->owner), free(b->b_cmd), free(b->b_count), free(b->b_first);
     free(b->b_fill), free(b->b_ctas), free(b->b_bytes), free(b->b_ok), free(b->scratch);
+    free(b->b_ce), free(b->ce_dst), free(b->ce_src), free(b->ce_size);
     for (int p = 0; p < 2; ++p) {
         if (b->desc_host[p] != NULL) cudaFreeHost(b->desc_host[p]);
         if (b->desc_dev[p] != NULL) cudaFree(b->desc_dev[p]);
@@ -69,8 +77,13 @@ tide_result_t tide_cuda_mp_batch_prepare(tide_mp_prepared_t *pp) {
     b->b_bytes = malloc(n * sizeof(uint64_t));
     b->b_ok = malloc(n);
     b->scratch = malloc(2 * n * sizeof(span_t));
+    b->b_ce = malloc(n);
+    b->ce_dst = malloc(n * sizeof(void *));
+    b->ce_src = malloc(n * sizeof(void *));
+    b->ce_size = malloc(n * sizeof(size_t));
     if (!b->action || !b->owner || !b->b_cmd || !b->b_count || !b->b_first || !b->b_fill ||
-        !b->b_ctas || !b->b_bytes || !b->b_ok || !b->scratch) {
+        !b->b_ctas || !b->b_bytes || !b->b_ok || !b->scratch || !b->b_ce || !b->ce_dst ||
+        !b->ce_src || !b->ce_size) {
         tide_cuda_mp_batch_free(pp);
         return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: batch plan of %d commands", cap);
     }
@@ -140,6 +153,28 @@ static bool batchable(const tide_mp_arena_t *a, const tide_op_t *op, const tide_
     return !remote_ptr(a, bd->op.dst) && !remote_ptr(a, bd->op.src);
 }
 
+/* The run a copy may join: 0 none, 1 the batch kernel's, 2 a copy-engine run. */
+static int run_kind(const tide_mp_arena_t *a, const tide_op_t *op, const tide_cuda_bound_t *bd) {
+    const int ce = a->w->ce_batch;
+    if (batchable(a, op, bd)) return ce == TIDE_MP_CE_ALL ? 2 : 1;
+    if (ce == TIDE_MP_CE_OFF || op->kind != TIDE_OP_COPY) return 0;
+    return remote_ptr(a, bd->op.dst) || remote_ptr(a, bd->op.src) ? 2 : 0;
+}
+
+tide_result_t tide_cuda_mp_env_ce_batch(int *mode_out) {
+    const char *e = getenv("TIDE_CUDA_CE_BATCH");
+    if (e == NULL || e[0] == '\0' || strcmp(e, "1") == 0)
+        *mode_out = TIDE_MP_CE_PEERS;
+    else if (strcmp(e, "0") == 0)
+        *mode_out = TIDE_MP_CE_OFF;
+    else if (strcmp(e, "all") == 0)
+        *mode_out = TIDE_MP_CE_ALL;
+    else
+        return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
+                        "cuda mp fabric: TIDE_CUDA_CE_BATCH is \"%s\" (0, 1 or all)", e);
+    return TIDE_SUCCESS;
+}
+
 static int by_lo(const void *x, const void *y) {
     const span_t *a = x, *b = y;
     return (a->lo > b->lo) - (a->lo < b->lo);
@@ -184,12 +219,15 @@ tide_result_t tide_cuda_mp_batch_plan(tide_mp_arena_t *a, tide_mp_prepared_t *pp
             const tide_cuda_bound_t *bd = &pp->bound[c->arg];
             /* A put carried by a rail step is not a copy here: it ends the run. */
             const bool put = pp->rails.on && pp->rails.op_kind[c->arg] != TIDE_MP_RAIL_OP;
-            if (!put && batchable(a, op, bd)) {
+            const int kind = put ? 0 : run_kind(a, op, bd);
+            if (kind != 0) {
+                if (open[q] >= 0 && b->b_ce[open[q]] != (kind == 2)) open[q] = -1;
                 if (open[q] < 0) {
                     open[q] = runs++;
                     b->b_cmd[open[q]] = i;
                     b->b_count[open[q]] = 0;
                     b->b_bytes[open[q]] = 0;
+                    b->b_ce[open[q]] = kind == 2;
                 }
                 b->owner[i] = open[q];
                 ++b->b_count[open[q]];
@@ -243,6 +281,25 @@ tide_result_t tide_cuda_mp_batch_plan(tide_mp_arena_t *a, tide_mp_prepared_t *pp
 tide_result_t tide_cuda_mp_batch_issue(tide_mp_arena_t *a, tide_mp_prepared_t *pp, int k,
                                        int parity, int thread) {
     tide_mp_batch_t *b = &pp->batch;
+    if (b->b_ce[k]) {
+        /* The host table of the call holds the run's descriptors (flat copies only). */
+        const tide_cuda_copy_desc_t *d = b->desc_host[parity] + b->b_first[k];
+        const int n = b->b_count[k];
+        for (int i = 0; i < n; ++i) {
+            b->ce_dst[i] = (void *)(uintptr_t)d[i].dst;
+            b->ce_src[i] = (const void *)(uintptr_t)d[i].src;
+            b->ce_size[i] = (size_t)d[i].bytes;
+        }
+        struct cudaMemcpyAttributes attr;
+        memset(&attr, 0, sizeof(attr));
+        attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+        attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+        size_t first = 0;
+        TIDE_CUDA_CALL(cudaMemcpyBatchAsync(b->ce_dst, b->ce_src, b->ce_size, (size_t)n, &attr,
+                                            &first, 1, a->w->stream[thread % TIDE_CUDA_Q]),
+                       "cudaMemcpyBatchAsync");
+        return TIDE_SUCCESS;
+    }
     TIDE_CUDA_CALL(tide_cuda_batch_copy(b->desc_dev[parity] + b->b_first[k], b->b_count[k],
                                         b->b_ctas[k], a->w->stream[thread % TIDE_CUDA_Q]),
                    "tide_cuda_batch_copy");

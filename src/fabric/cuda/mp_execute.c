@@ -564,7 +564,7 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     is.st.form = form;
     is.st.descriptors = is.st.waits = is.st.records = is.st.uploads = 0;
     is.st.batches = is.st.batched = is.st.unbatched = is.st.over_threshold = 0;
-    is.st.rail_steps = 0;
+    is.st.rail_steps = is.st.ce_batched = 0;
     if (fence >= 0) TIDE_CHECK(fence_wait(&is, (uint64_t)fence + 1));
     /* The call's copy descriptors go up before the start record every thread forks from. */
     const bool batch = w->batch && pp->batch.cap > 0;
@@ -578,6 +578,7 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
             ++is.st.descriptors;
             ++is.st.batches;
             is.st.batched += (uint64_t)pp->batch.b_count[k];
+            if (pp->batch.b_ce[k]) is.st.ce_batched += (uint64_t)pp->batch.b_count[k];
             TIDE_CHECK(tide_cuda_mp_batch_issue(a, pp, k, par, pp->cmds[form][i].thread));
             continue;
         }
