@@ -49,7 +49,7 @@ step mp-legacy-ipc 90 env TIDE_CUDA_IPC=legacy "$t" --seconds 5
 if command -v compute-sanitizer >/dev/null; then
     step mp-memcheck 180 compute-sanitizer --tool memcheck --target-processes all --error-exitcode 9 \
         "$t" --seconds 2
-    step mp-memcheck-rails 180 env TIDE_CUDA_MP_RAILS=1 compute-sanitizer --tool memcheck \
-        --target-processes all --error-exitcode 9 "$t" --seconds 2
+    step mp-memcheck-rails 240 env TIDE_CUDA_MP_RAILS=1 compute-sanitizer --tool memcheck \
+        --target-processes all --error-exitcode 9 "$t" --seconds 2 --topology 2 2
 fi
 exit $status

@@ -2,7 +2,9 @@
  * test_fabric_cuda_mp.c - the CUDA fabric with one process per rank (src/fabric/cuda/mp.h)
  * against the CPU fabric, bit for bit, with 1..8 processes on one GPU.
  *
- *   test_fabric_cuda_mp [--seconds S]   configuration matrix (default budget 60 s)
+ *   test_fabric_cuda_mp [--seconds S] [--topology M L]
+ *                                       configuration matrix (default budget 60 s), or the
+ *                                       configurations of one topology
  *   test_fabric_cuda_mp --kill          a rank killed mid-run: the others fail stop at once
  *   test_fabric_cuda_mp --stop          a rank hung mid-run: the others fail stop at the
  *                                       deadline, naming it; resumed, it fails too
@@ -417,13 +419,18 @@ static bool run_topology(int m, int l, int *configs, double budget_end) {
     return ok;
 }
 
-static int matrix(double seconds) {
-    static const int topo[][2] = {{1, 2}, {2, 1}, {2, 2}, {1, 4}, {4, 1}, {3, 2},
-                                  {2, 4}, {4, 2}, {8, 1}, {1, 8}, {1, 1}, {1, 3}};
+static int matrix(double seconds, int only_m, int only_l) {
+    static int topo[][2] = {{1, 2}, {2, 1}, {2, 2}, {1, 4}, {4, 1}, {3, 2},
+                            {2, 4}, {4, 2}, {8, 1}, {1, 8}, {1, 1}, {1, 3}};
+    if (only_m > 0) { /* --topology M L: that one only */
+        topo[0][0] = only_m;
+        topo[0][1] = only_l;
+    }
     const double t0 = now_s(), end = t0 + seconds;
     int configs = 0, topos = 0;
     bool ok = true;
-    for (size_t k = 0; k < sizeof(topo) / sizeof(topo[0]) && now_s() < end; ++k) {
+    const size_t count = only_m > 0 ? 1 : sizeof(topo) / sizeof(topo[0]);
+    for (size_t k = 0; k < count && now_s() < end; ++k) {
         ok = run_topology(topo[k][0], topo[k][1], &configs, end) && ok;
         ++topos;
     }
@@ -669,11 +676,20 @@ static int enqueue_test(void) {
 
 int main(int argc, char **argv) {
     double seconds = 60;
+    int only_m = 0, only_l = 0;
     for (int i = 1; i < argc; ++i) {
         if (strcmp(argv[i], "--kill") == 0) return kill_test(SIGKILL);
         if (strcmp(argv[i], "--stop") == 0) return kill_test(SIGSTOP);
         if (strcmp(argv[i], "--enqueue") == 0) return enqueue_test();
         if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) seconds = atof(argv[++i]);
+        if (strcmp(argv[i], "--topology") == 0 && i + 2 < argc) {
+            only_m = atoi(argv[++i]);
+            only_l = atoi(argv[++i]);
+            if (only_m < 1 || only_l < 1 || only_m * only_l > MAX_RANKS) {
+                fprintf(stderr, "--topology M L: 1 <= M L <= %d\n", MAX_RANKS);
+                return 2;
+            }
+        }
     }
-    return matrix(seconds);
+    return matrix(seconds, only_m, only_l);
 }

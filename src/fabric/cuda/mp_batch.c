@@ -29,8 +29,9 @@
  * segment on another device (its own run: a copy of the other kind ends it) is one
  * cudaMemcpyBatchAsync with stream-ordered source access, the copy engines' counterpart of
  * the batch kernel (and what NCCL 2.28's own copy-engine collectives issue); 2D copies to
- * peers stay one cudaMemcpy2DAsync each.  "all" sends same-device runs there too, so that one
- * GPU runs this path; "0" keeps every peer copy one cudaMemcpyAsync.
+ * peers stay one cudaMemcpy2DAsync each.  "all" sends same-device flat copies there too (and
+ * same-device 2D copies per op: no batch kernel at all), so that one GPU runs this path; "0"
+ * keeps every peer copy one cudaMemcpyAsync.
  *
  * Overlap.  A batch's copies run concurrently, the per-op path ran them in stream order: a
  * run in which some copy's destination meets another copy's source or destination (byte
@@ -156,7 +157,10 @@ static bool batchable(const tide_mp_arena_t *a, const tide_op_t *op, const tide_
 /* The run a copy may join: 0 none, 1 the batch kernel's, 2 a copy-engine run. */
 static int run_kind(const tide_mp_arena_t *a, const tide_op_t *op, const tide_cuda_bound_t *bd) {
     const int ce = a->w->ce_batch;
-    if (batchable(a, op, bd)) return ce == TIDE_MP_CE_ALL ? 2 : 1;
+    /* "all": no batch kernel; a same-device 2D copy stays one cudaMemcpy2DAsync, as a 2D copy
+     * to a peer does (the copy-engine batch is flat). */
+    if (batchable(a, op, bd))
+        return ce != TIDE_MP_CE_ALL ? 1 : op->kind == TIDE_OP_COPY ? 2 : 0;
     if (ce == TIDE_MP_CE_OFF || op->kind != TIDE_OP_COPY) return 0;
     return remote_ptr(a, bd->op.dst) || remote_ptr(a, bd->op.src) ? 2 : 0;
 }
