@@ -11,20 +11,21 @@
  *   communicators  a world communicator (ncclCommInitRankConfig from an ncclUniqueId, or the
  *                  caller's ncclComm_t, e.g. ProcessGroupNCCL's, never used by TIDE directly)
  *                  and a node communicator split from it (ncclCommSplit, color = node, config
- *                  CTAPolicy = NCCL_CTA_POLICY_ZERO) that carries every exchange and window
+ *                  CTAPolicy = NCCL_CTA_POLICY_ZERO) that carries the window (and on one node
+ *                  the exchanges)
  *   memory         each rank's arena + flag area in one ncclMemAlloc allocation registered as
  *                  a symmetric-memory window (ncclCommWindowRegister, NCCL_WIN_DEFAULT: see
  *                  arena.c for why not NCCL_WIN_COLL_SYMMETRIC); the peers' bases are the
  *                  window's LSA pointers (ncclGetLsaPointer, evaluated by a one-thread-per-peer
  *                  kernel, lsa.cu), checked at registration by reading a per-rank marker
  *                  through them
- *   bootstrap      small all-gathers on the node communicator (group signature, status,
- *                  barriers), waited on the host with TIDE_TIMEOUT_MS; a timeout aborts the
- *                  node communicator (ncclCommAbort) and fails with TIDE_ERR_TIMEOUT
+ *   bootstrap      small all-gathers over all N ranks (group signature, status, barriers) on
+ *                  the node communicator (M = 1) or the exchange communicator (M > 1), waited
+ *                  on the host with TIDE_TIMEOUT_MS; a timeout aborts that communicator
+ *                  (ncclCommAbort) and fails with TIDE_ERR_TIMEOUT
  *   transfers      same-node copies are cudaMemcpyAsync into peer pointers (copy engines),
  *                  signals and waits cuStreamWriteValue64 / cuStreamWaitValue64 on the flags,
  *                  as in mp_execute.c
- *
  *   rails          M > 1, opt-in (TIDE_NCCL_RAILS=1, experimental, never run): the cross-node
  *                  puts are rail steps (program/rails.h) issued by the execute (mp_rails.c)
  *                  over a transport of rails.h on a rail communicator (color = local rank);
