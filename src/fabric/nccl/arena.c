@@ -113,8 +113,8 @@ static tide_result_t check_window(tide_nccl_world_t *w, tide_nccl_arena_t *a) {
         return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
                         "nccl fabric: rank %d: the window NCCL returned is not a device "
                         "descriptor of device %d (memory type %d): the node communicator has "
-                        "no symmetric memory support (it needs P2P between all its ranks, "
-                        "NCCL_WIN_ENABLE=1 and NCCL_CUMEM_ENABLE=1)",
+                        "no symmetric memory support (it needs P2P between all ranks of the "
+                        "node, NCCL_WIN_ENABLE=1 and NCCL_CUMEM_ENABLE=1)",
                         w->mp.base.rank, w->mp.device, (int)attr.type);
     return TIDE_SUCCESS;
 }
@@ -273,7 +273,7 @@ static tide_result_t segment_create(tide_nccl_world_t *w, tide_nccl_arena_t *a, 
                 ? TIDE_ERR(TIDE_ERR_UNSUPPORTED,
                            "nccl fabric: ncclCommWindowRegister gave no window: NCCL has no "
                            "symmetric memory on this communicator (it needs CUDA VMM, "
-                           "NCCL_CUMEM_ENABLE, and P2P between all ranks)")
+                           "NCCL_CUMEM_ENABLE, and P2P between all ranks of the node)")
                 : TIDE_SUCCESS;
     if (local == TIDE_SUCCESS) local = check_window(w, a);
     TIDE_CHECK(agreed(w, local, "ncclCommWindowRegister"));
