@@ -252,14 +252,15 @@ static tide_result_t create_nodes(tide_nccl_world_t *w, ncclComm_t parent, const
     }
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.commName = "tide-xchg";
-    cfg.CTAPolicy = NCCL_CTA_POLICY_ZERO; /* few-byte all-gathers only */
+    /* No CTA policy: its all-gathers cross nodes, where NCCL's copy-engine collectives (what
+     * NCCL_CTA_POLICY_ZERO asks for) do not reach; they are a few bytes, off the calls. */
     const ncclResult_t sr = lib->CommSplit(parent, pre == TIDE_SUCCESS ? 0 : NCCL_SPLIT_NOCOLOR,
                                            rank, &w->xchg_comm, &cfg);
     if (pre != TIDE_SUCCESS) return pre;
     if (sr != ncclSuccess) {
         w->xchg_comm = NULL;
         return tide_nccl_error(lib, sr, __FILE__, __LINE__,
-                               "ncclCommSplit(exchange communicator, NCCL_CTA_POLICY_ZERO)");
+                               "ncclCommSplit(exchange communicator)");
     }
     if (w->xchg_comm == NULL)
         return TIDE_ERR(TIDE_ERR_INTERNAL, "nccl fabric: rank %d got no exchange communicator",
