@@ -15,7 +15,12 @@
  * landing must also equal the shard (N = 1: the landing slot is the shard).
  *
  * Then the refusals that need a loaded library: a topology that does not match the caller's
- * communicator (TIDE_ERR_INVALID_ARGUMENT) and M = 2 (TIDE_ERR_UNSUPPORTED).
+ * communicator (TIDE_ERR_INVALID_ARGUMENT), and M = 2: without TIDE_NCCL_RAILS=1
+ * TIDE_ERR_UNSUPPORTED naming the variable, on both paths before any NCCL call; with it, over
+ * the one-rank communicator, TIDE_ERR_INVALID_ARGUMENT from the rank-count check (the
+ * opt-in moved the refusal on, and one process cannot run M = 2: no collective is entered,
+ * so nothing waits).  The unique-id path is not tried with the opt-in: its
+ * ncclCommInitRankConfig would wait for a second rank that never comes.
  *
  * The multi-rank path (N > 1, one GPU per rank: NCCL refuses two ranks of a communicator on
  * one GPU) is not run here; docs/nccl-fabric.md says where it is covered.
@@ -358,6 +363,16 @@ static bool expect(tide_result_t got, tide_result_t want, const char *what) {
     return ok;
 }
 
+/* A refusal whose message must name `needle`. */
+static bool expect_msg(tide_result_t got, tide_result_t want, const char *needle,
+                       const char *what) {
+    if (!expect(got, want, what)) return false;
+    if (strstr(tide_get_last_error(), needle) != NULL) return true;
+    printf("FAIL refusal: %s: the message does not name \"%s\"\n", what, needle);
+    ++failures;
+    return false;
+}
+
 /* Path "comm": the caller's one-rank communicator, as ProcessGroupNCCL would hold it. */
 static bool path_comm(app_nccl_t *a, case_t *cases, int num) {
     ncclUniqueId id;
@@ -370,6 +385,19 @@ static bool path_comm(app_nccl_t *a, case_t *cases, int num) {
     step("comm: tide_comm_init_nccl_comm(1 x 2), expected refusal");
     expect(tide_comm_init_nccl_comm(nc, 1, 2, &other), TIDE_ERR_INVALID_ARGUMENT,
            "1 x 2 topology over a one-rank ncclComm_t");
+    step("comm: tide_comm_init_nccl_comm(2 x 1) without TIDE_NCCL_RAILS, expected refusal");
+    unsetenv("TIDE_NCCL_RAILS");
+    expect_msg(tide_comm_init_nccl_comm(nc, 2, 1, &other), TIDE_ERR_UNSUPPORTED,
+               "TIDE_NCCL_RAILS=1", "M = 2 without the rails opt-in");
+    step("comm: tide_comm_init_nccl_comm(2 x 1) with TIDE_NCCL_RAILS=1, expected refusal");
+    setenv("TIDE_NCCL_RAILS", "1", 1);
+    expect_msg(tide_comm_init_nccl_comm(nc, 2, 1, &other), TIDE_ERR_INVALID_ARGUMENT,
+               "the communicator has 1 ranks", "M = 2 with the opt-in over a one-rank ncclComm_t");
+    unsetenv("TIDE_NCCL_RAILS");
+    if (other != NULL) {
+        fprintf(stderr, "FAIL: a refused tide_comm_init_nccl_comm wrote its output\n");
+        ++failures;
+    }
     step("comm: tide_comm_init_nccl_comm(1 x 1)");
     TK(tide_comm_init_nccl_comm(nc, 1, 1, &comm));
     step("comm: tide_comm_rank");
@@ -393,9 +421,10 @@ static bool path_id(case_t *cases, int num) {
     step("id: tide_nccl_get_unique_id");
     TK(tide_nccl_get_unique_id(id));
     tide_comm_t comm = NULL, other = NULL;
-    step("id: tide_comm_init_nccl(M = 2), expected refusal");
-    expect(tide_comm_init_nccl(2, 1, 0, id, &other), TIDE_ERR_UNSUPPORTED,
-           "M = 2 (no rail transport)");
+    step("id: tide_comm_init_nccl(M = 2) without TIDE_NCCL_RAILS, expected refusal");
+    unsetenv("TIDE_NCCL_RAILS");
+    expect_msg(tide_comm_init_nccl(2, 1, 0, id, &other), TIDE_ERR_UNSUPPORTED,
+               "TIDE_NCCL_RAILS=1", "M = 2 without the rails opt-in");
     step("id: tide_comm_init_nccl(1 x 1)");
     TK(tide_comm_init_nccl(1, 1, 0, id, &comm));
     const bool ok = run_cases(comm, cases, num, "id");

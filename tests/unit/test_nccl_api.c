@@ -6,7 +6,9 @@
  *    are TIDE_ERR_INVALID_ARGUMENT; tide_comm_init_rank(TIDE_FABRIC_NCCL, ...) is refused;
  *  - the CPU build (no TIDE_HAVE_NCCL): the calls are TIDE_ERR_UNSUPPORTED saying the fabric
  *    is not built and how to build it;
- *  - an NCCL build: M = 2 is TIDE_ERR_UNSUPPORTED before any NCCL call; a missing library
+ *  - an NCCL build: M = 2 is TIDE_ERR_UNSUPPORTED before any NCCL call without the opt-in
+ *    TIDE_NCCL_RAILS=1 (the message names it), TIDE_ERR_INVALID_ARGUMENT for another value;
+ *    with it the call goes on to the library (the missing-library child below); a missing library
  *    (TIDE_NCCL_LIBRARY naming a file that does not exist, and no libnccl in the process) is
  *    TIDE_ERR_UNSUPPORTED naming both places tried, with NCCL_NVLS_ENABLE=0 left as it is.
  *    These run before any CUDA call, so they need no GPU.  The refusal of a nonzero
@@ -70,9 +72,24 @@ static void test_nodes(void **state) {
     uint8_t id[TIDE_NCCL_UNIQUE_ID_BYTES];
     memset(id, 0, sizeof(id));
     tide_comm_t comm = SENTINEL;
+    /* Unset and "0": refused, naming the opt-in. */
+    unsetenv("TIDE_NCCL_RAILS");
     assert_tide(TIDE_ERR_UNSUPPORTED, tide_comm_init_nccl(2, 1, 0, id, &comm));
     assert_non_null(strstr(tide_get_last_error(), "2 nodes"));
     assert_non_null(strstr(tide_get_last_error(), "ncclSend"));
+    assert_non_null(strstr(tide_get_last_error(), "TIDE_NCCL_RAILS=1"));
+    setenv("TIDE_NCCL_RAILS", "0", 1);
+    assert_tide(TIDE_ERR_UNSUPPORTED, tide_comm_init_nccl(3, 2, 5, id, &comm));
+    assert_non_null(strstr(tide_get_last_error(), "3 nodes"));
+    assert_non_null(strstr(tide_get_last_error(), "TIDE_NCCL_RAILS=1"));
+    assert_tide(TIDE_ERR_UNSUPPORTED, tide_comm_init_nccl_comm((void *)id, 2, 1, &comm));
+    assert_non_null(strstr(tide_get_last_error(), "TIDE_NCCL_RAILS=1"));
+    /* Any other value: an argument error, still before any NCCL call. */
+    setenv("TIDE_NCCL_RAILS", "yes", 1);
+    assert_tide(TIDE_ERR_INVALID_ARGUMENT, tide_comm_init_nccl(2, 1, 0, id, &comm));
+    assert_non_null(strstr(tide_get_last_error(), "TIDE_NCCL_RAILS=yes"));
+    unsetenv("TIDE_NCCL_RAILS");
+    /* No refusal wrote the output. */
     assert_ptr_equal(comm, SENTINEL);
 }
 
@@ -94,6 +111,13 @@ static int no_library_child(void) {
     if (nvls == NULL || strcmp(nvls, "0") != 0) bad |= 8;
     if (tide_comm_init_nccl(1, 1, 0, id, &comm) != TIDE_ERR_UNSUPPORTED) bad |= 16;
     if (comm != SENTINEL) bad |= 32;
+    /* With the opt-in, M = 2 passes the rails gate and fails at the library, the same way
+     * (no communicator is ever attempted without one). */
+    setenv("TIDE_NCCL_RAILS", "1", 1);
+    if (tide_comm_init_nccl(2, 1, 0, id, &comm) != TIDE_ERR_UNSUPPORTED) bad |= 64;
+    if (strstr(tide_get_last_error(), "/nonexistent/tide-test/libnccl.so.2") == NULL) bad |= 128;
+    if (comm != SENTINEL) bad |= 256;
+    unsetenv("TIDE_NCCL_RAILS");
     if (bad)
         fprintf(stderr, "no-library child: checks failed (mask %d), last error: %s\n", bad,
                 tide_get_last_error());

@@ -4,9 +4,23 @@
  * its LSA pointers.
  *
  * Every step that can fail on one rank only is followed by a collective verdict
- * (tide_nccl_agree), so that all ranks take the same path into the next collective call
- * (window registration and deregistration are collective) and none waits for a rank that
- * already gave up.
+ * (tide_nccl_agree, over all N ranks), so that all ranks take the same path into the next
+ * collective call (window registration and deregistration are collective) and none waits
+ * for a rank that already gave up.
+ *
+ * Several nodes (M > 1, the rails): the window is registered on the node communicator, so
+ * its LSA pointers reach the L ranks of this node only.  bases[] and flags[] hold those ranks
+ * (TIDE rank node * L + LSA rank) and NULL for every other node; every loop here over ranks
+ * skips the NULL ones (own_node below), and the execute reaches other nodes only through the
+ * rail transport (its fences and poison cover this node: tide_cuda_mp_fenced).  With the
+ * one-sided rails the same memory is also registered on the rail communicator.
+ *
+ * The control block (mp_ctl.h) stays closed: its memfd travels over the CUDA mp fabric's
+ * socket bootstrap, which this fabric does not have.  Were it opened, it could only be per
+ * node (host memory shared by processes of one host): tide_mp_ctl_open sizes its counters
+ * for boot->ranks and indexes them by boot->rank, so a node's block would need ranks = L and
+ * rank = local rank, and tide_mp_ctl_missing would then name local ranks, and an abort would
+ * reach the ranks of that node only (docs/nccl-fabric.md, "Rails").
  */
 #include "core/checks.h"
 #include "fabric/nccl/fabric_nccl.h"
@@ -25,6 +39,11 @@ typedef struct {
     uint64_t signature, bytes, seq, alloc_bytes; /* alloc_bytes 0: this rank failed */
 } seg_info_t;
 
+/* Whether rank r is on this rank's node: its segment is mapped here (LSA pointer). */
+static bool own_node(const tide_nccl_world_t *w, int r) {
+    return r / w->mp.base.gpus_per_node == w->mp.base.rank / w->mp.base.gpus_per_node;
+}
+
 static void arena_free(tide_nccl_arena_t *a) {
     for (int f = 0; f < 2; ++f)
         tide_cuda_mp_family_free(&a->mp.fam[f]);
@@ -34,12 +53,27 @@ static void arena_free(tide_nccl_arena_t *a) {
     free(a);
 }
 
-/* Window deregistration (collective) and the memory; only on paths every rank takes. */
+/* Window deregistrations (collective, the rail window first) and the memory; only on paths
+ * every rank takes. */
 static void segment_release(tide_nccl_world_t *w, tide_nccl_arena_t *a) {
+    if (a->rail_registered) (void)w->lib->CommWindowDeregister(w->rail_comm, a->rail_win);
+    a->rail_registered = false;
     if (a->registered) (void)w->lib->CommWindowDeregister(w->node_comm, a->win);
     a->registered = false;
     if (a->mem != NULL) (void)w->lib->MemFree(a->mem);
     a->mem = NULL;
+}
+
+/* After an exchange timed out.  On one node the aborted communicator was the node
+ * communicator, and its windows went with it: only the memory is left to free.  On several
+ * the node and rail communicators are alive and their windows registered, but a collective
+ * deregistration could wait for a peer that is gone: window and memory stay until those
+ * communicators are aborted at world destruction (leaked if NCCL does not release them). */
+static void segment_release_aborted(tide_nccl_world_t *w, tide_nccl_arena_t *a) {
+    if (w->node_comm != NULL) return;
+    a->registered = false;
+    a->rail_registered = false;
+    segment_release(w, a);
 }
 
 /* Signature, size and registration count of every rank equal this rank's. */
@@ -79,15 +113,18 @@ static tide_result_t check_window(tide_nccl_world_t *w, tide_nccl_arena_t *a) {
         return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
                         "nccl fabric: rank %d: the window NCCL returned is not a device "
                         "descriptor of device %d (memory type %d): the node communicator has "
-                        "no symmetric memory support (it needs P2P between all its ranks, "
-                        "NCCL_WIN_ENABLE=1 and NCCL_CUMEM_ENABLE=1)",
+                        "no symmetric memory support (it needs P2P between all ranks of the "
+                        "node, NCCL_WIN_ENABLE=1 and NCCL_CUMEM_ENABLE=1)",
                         w->mp.base.rank, w->mp.device, (int)attr.type);
     return TIDE_SUCCESS;
 }
 
-/* The peers' bases: LSA pointers of the window (LSA rank r = TIDE rank r, M = 1). */
+/* The bases of this node's ranks: LSA pointers of the window (LSA rank i = TIDE rank
+ * node * L + i; the node communicator's LSA team is the node, world.c).  Other nodes' bases
+ * stay NULL. */
 static tide_result_t lsa_bases(tide_nccl_world_t *w, tide_nccl_arena_t *a) {
-    const int n = w->mp.base.ranks;
+    const int n = w->mp.base.gpus_per_node;
+    const int first = (w->mp.base.rank / n) * n;
     void **dev = (void **)(void *)w->scratch_dev, **host = (void **)(void *)w->scratch_host;
     TIDE_CUDA_CALL(tide_nccl_lsa_pointers(a->win, n, dev, w->mp.util),
                    "tide_nccl_lsa_pointers (ncclGetLsaPointer kernel)");
@@ -98,7 +135,7 @@ static tide_result_t lsa_bases(tide_nccl_world_t *w, tide_nccl_arena_t *a) {
     for (int r = 0; r < n; ++r) {
         if (host[r] == NULL)
             return TIDE_ERR(TIDE_ERR_FABRIC, "nccl fabric: NCCL gave no LSA pointer for rank %d",
-                            r);
+                            first + r);
         /* Every later host-side use (the marker copies) must see device memory: a pointer
          * the driver does not know is taken for pageable host memory by a copy of kind
          * cudaMemcpyDefault and read by the CPU, which crashes the process (SIGSEGV) instead
@@ -114,9 +151,9 @@ static tide_result_t lsa_bases(tide_nccl_world_t *w, tide_nccl_arena_t *a) {
                             "memory (memory type %d, %s); a window descriptor of another layout "
                             "than the nccl_device headers TIDE was built with would give one "
                             "(NCCL %d headers, library %d)",
-                            w->mp.base.rank, host[r], r, (int)attr.type, cudaGetErrorString(e),
-                            NCCL_VERSION_CODE, w->lib->version);
-        a->mp.base.bases[r] = (uint8_t *)host[r];
+                            w->mp.base.rank, host[r], first + r, (int)attr.type,
+                            cudaGetErrorString(e), NCCL_VERSION_CODE, w->lib->version);
+        a->mp.base.bases[first + r] = (uint8_t *)host[r];
     }
     return TIDE_SUCCESS;
 }
@@ -131,19 +168,21 @@ static tide_result_t write_marker(tide_nccl_world_t *w, tide_nccl_arena_t *a) {
     return TIDE_SUCCESS;
 }
 
-/* Every rank's marker read through its LSA pointer: the pointers name the right memory. */
+/* The marker of every rank of this node read through its LSA pointer: the pointers name the
+ * right memory.  Other nodes' segments are not mapped here (NULL bases). */
 static tide_result_t check_markers(tide_nccl_world_t *w, tide_nccl_arena_t *a) {
     const int n = w->mp.base.ranks;
     uint64_t *host = (uint64_t *)(void *)w->scratch_host;
     for (int r = 0; r < n; ++r)
         /* DeviceToHost, not Default: an address the driver does not know fails the copy
          * instead of being read by the CPU as pageable host memory. */
-        TIDE_CUDA_CALL(cudaMemcpyAsync(&host[r], a->mp.base.bases[r] + a->mp.flags_off, 8,
-                                       cudaMemcpyDeviceToHost, w->mp.util),
-                       "cudaMemcpyAsync(marker through the LSA pointer)");
+        if (own_node(w, r))
+            TIDE_CUDA_CALL(cudaMemcpyAsync(&host[r], a->mp.base.bases[r] + a->mp.flags_off, 8,
+                                           cudaMemcpyDeviceToHost, w->mp.util),
+                           "cudaMemcpyAsync(marker through the LSA pointer)");
     TIDE_CUDA_CALL(cudaStreamSynchronize(w->mp.util), "cudaStreamSynchronize(markers)");
     for (int r = 0; r < n; ++r)
-        if (host[r] != MARKER(r))
+        if (own_node(w, r) && host[r] != MARKER(r))
             return TIDE_ERR(TIDE_ERR_FABRIC,
                             "nccl fabric: rank %d read %016llx through rank %d's LSA pointer %p, "
                             "expected its marker %016llx",
@@ -156,6 +195,30 @@ static tide_result_t zero_own(tide_nccl_world_t *w, tide_nccl_arena_t *a) {
     TIDE_CUDA_CALL(cudaMemsetAsync(a->mem, 0, a->mp.alloc_bytes, w->mp.util),
                    "cudaMemsetAsync(arena)");
     TIDE_CUDA_CALL(cudaStreamSynchronize(w->mp.util), "cudaStreamSynchronize(zero)");
+    return TIDE_SUCCESS;
+}
+
+/* The one-sided rails: the same memory as a window of the rail communicator, where the
+ * puts name their destinations (ncclPutSignal's peer window and offset) and find their
+ * sources.  NCCL_WIN_COLL_SYMMETRIC: ncclPutSignal refuses a source outside a window with
+ * that flag (NCCL 2.29's enqueue.cc).  The flag's symmetric kernels ask for NVLink multicast
+ * only on a communicator with NVLS support, which NCCL_NVLS_ENABLE=0 (lib.c) rules out and a
+ * rail communicator (one rank per node) would not have anyway. */
+static tide_result_t rail_window(tide_nccl_world_t *w, tide_nccl_arena_t *a) {
+    const ncclResult_t r = w->lib->CommWindowRegister(w->rail_comm, a->mem,
+                                                      (size_t)a->mp.alloc_bytes, &a->rail_win,
+                                                      NCCL_WIN_COLL_SYMMETRIC);
+    if (r != ncclSuccess)
+        return tide_nccl_error(w->lib, r, __FILE__, __LINE__,
+                               "ncclCommWindowRegister(rail communicator, "
+                               "NCCL_WIN_COLL_SYMMETRIC)");
+    if (a->rail_win == NULL)
+        return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
+                        "nccl fabric: rank %d: ncclCommWindowRegister gave no window on the "
+                        "rail communicator (ncclPutSignal needs one; TIDE_NCCL_RAILS_PUT=0 "
+                        "uses send/recv)",
+                        w->mp.base.rank);
+    a->rail_registered = true;
     return TIDE_SUCCESS;
 }
 
@@ -210,17 +273,18 @@ static tide_result_t segment_create(tide_nccl_world_t *w, tide_nccl_arena_t *a, 
                 ? TIDE_ERR(TIDE_ERR_UNSUPPORTED,
                            "nccl fabric: ncclCommWindowRegister gave no window: NCCL has no "
                            "symmetric memory on this communicator (it needs CUDA VMM, "
-                           "NCCL_CUMEM_ENABLE, and P2P between all ranks)")
+                           "NCCL_CUMEM_ENABLE, and P2P between all ranks of the node)")
                 : TIDE_SUCCESS;
     if (local == TIDE_SUCCESS) local = check_window(w, a);
     TIDE_CHECK(agreed(w, local, "ncclCommWindowRegister"));
+    if (w->rails_put) TIDE_CHECK(agreed(w, rail_window(w, a), "the rail window"));
     TIDE_CHECK(agreed(w, lsa_bases(w, a), "the LSA pointers"));
     TIDE_CHECK(agreed(w, write_marker(w, a), "writing its marker"));
     TIDE_CHECK(agreed(w, check_markers(w, a), "reading the markers"));
     /* Nobody reads a marker any more: zero the own segment, then all start from zeros. */
     TIDE_CHECK(agreed(w, zero_own(w, a), "zeroing its arena"));
     for (int r = 0; r < n; ++r)
-        a->mp.flags[r] = a->mp.base.bases[r] + a->mp.flags_off;
+        a->mp.flags[r] = own_node(w, r) ? a->mp.base.bases[r] + a->mp.flags_off : NULL;
     return TIDE_SUCCESS;
 }
 
@@ -244,7 +308,8 @@ tide_result_t tide_nccl_arena_create(struct tide_fabric_world *world, uint64_t b
     /* NCCL puts every rank of a communicator on a device of its own (it refuses two on one),
      * so every peer's segment is on another device: copies to or from it stay one
      * cudaMemcpyAsync each (copy engines), never the SM batch kernel (mp_batch.c), exactly
-     * as on the CUDA mp fabric with ranks on several devices. */
+     * as on the CUDA mp fabric with ranks on several devices.  Ranks of other nodes are
+     * remote too (and not mapped at all: their bases stay NULL). */
     if (res == TIDE_SUCCESS)
         for (int r = 0; r < n; ++r) {
             a->mp.remote[r] = r != w->mp.base.rank;
@@ -258,10 +323,11 @@ tide_result_t tide_nccl_arena_create(struct tide_fabric_world *world, uint64_t b
     if (res == TIDE_SUCCESS) res = tide_cuda_mp_families_create(&a->mp);
     res = segment_create(w, a, bytes, signature, res);
     if (res != TIDE_SUCCESS) {
-        /* Every rank fails at the same step (the verdicts); after a timeout the node
-         * communicator is gone and the window with it. */
-        if (w->aborted) a->registered = false;
-        segment_release(w, a);
+        /* Every rank fails at the same step (the verdicts). */
+        if (w->aborted)
+            segment_release_aborted(w, a);
+        else
+            segment_release(w, a);
         arena_free(a);
         return res;
     }
@@ -292,13 +358,12 @@ tide_result_t tide_nccl_arena_destroy(struct tide_fabric_arena *arena) {
         if (r == TIDE_SUCCESS) {
             segment_release(w, a);
         } else if (w->aborted) {
-            a->registered = false;
-            segment_release(w, a);
+            segment_release_aborted(w, a);
         }
     }
     /* After a fail-stop the peers may be gone and a collective deregistration could hang:
-     * the window and its memory stay until the node communicator is destroyed (leaked
-     * otherwise; docs/nccl-fabric.md). */
+     * the windows and the memory stay until the node (and rail) communicators are aborted at
+     * world destruction (leaked otherwise; docs/nccl-fabric.md). */
     arena_free(a);
     return res;
 }

@@ -11,26 +11,29 @@
  *   communicators  a world communicator (ncclCommInitRankConfig from an ncclUniqueId, or the
  *                  caller's ncclComm_t, e.g. ProcessGroupNCCL's, never used by TIDE directly)
  *                  and a node communicator split from it (ncclCommSplit, color = node, config
- *                  CTAPolicy = NCCL_CTA_POLICY_ZERO) that carries every exchange and window
+ *                  CTAPolicy = NCCL_CTA_POLICY_ZERO) that carries the window (and on one node
+ *                  the exchanges)
  *   memory         each rank's arena + flag area in one ncclMemAlloc allocation registered as
  *                  a symmetric-memory window (ncclCommWindowRegister, NCCL_WIN_DEFAULT: see
  *                  arena.c for why not NCCL_WIN_COLL_SYMMETRIC); the peers' bases are the
  *                  window's LSA pointers (ncclGetLsaPointer, evaluated by a one-thread-per-peer
  *                  kernel, lsa.cu), checked at registration by reading a per-rank marker
  *                  through them
- *   bootstrap      small all-gathers on the node communicator (group signature, status,
- *                  barriers), waited on the host with TIDE_TIMEOUT_MS; a timeout aborts the
- *                  node communicator (ncclCommAbort) and fails with TIDE_ERR_TIMEOUT
+ *   bootstrap      small all-gathers over all N ranks (group signature, status, barriers) on
+ *                  the node communicator (M = 1) or the exchange communicator (M > 1), waited
+ *                  on the host with TIDE_TIMEOUT_MS; a timeout aborts that communicator
+ *                  (ncclCommAbort) and fails with TIDE_ERR_TIMEOUT
  *   transfers      same-node copies are cudaMemcpyAsync into peer pointers (copy engines),
  *                  signals and waits cuStreamWriteValue64 / cuStreamWaitValue64 on the flags,
  *                  as in mp_execute.c
+ *   rails          M > 1, opt-in (TIDE_NCCL_RAILS=1, experimental, never run): the cross-node
+ *                  puts are rail steps (program/rails.h) issued by the execute (mp_rails.c)
+ *                  over a transport of rails.h on a rail communicator (color = local rank);
+ *                  the arena maps only this node's ranks (bases and flags of other nodes are
+ *                  NULL) and exchanges run on an all-rank communicator of TIDE's own
  *
- * Not done: ranks on several nodes (M > 1).  The rail schedule (program/rails.h, CPU-tested)
- * and the rail transport (rails.c: rail communicator, grouped ncclSend / ncclRecv per step)
- * are written and compiled but never run and not wired into calls (docs/nccl-fabric.md,
- * "Rails"); tide_comm_init_nccl* refuses M > 1 with TIDE_ERR_UNSUPPORTED before any NCCL call, so no
- * rank can hang in a collective the others skip.  Batched copies (cudaMemcpyBatchAsync) are
- * not used either: every copy is one cudaMemcpyAsync, as in the CUDA mp fabric.
+ * Batched copies (cudaMemcpyBatchAsync) are not used: every copy to or from a peer is one
+ * cudaMemcpyAsync, as in the CUDA mp fabric.
  */
 #ifndef TIDE_FABRIC_NCCL_FABRIC_NCCL_H_
 #define TIDE_FABRIC_NCCL_FABRIC_NCCL_H_
@@ -48,11 +51,15 @@ typedef struct {
     tide_mp_world_t mp; /* first: its base is the fabric world */
     const tide_nccl_lib_t *lib;
     ncclComm_t world_comm; /* created from the unique id (owned), or NULL: the caller's */
-    ncclComm_t node_comm;  /* split from the world communicator (owned) */
-    ncclComm_t rail_comm;  /* same local rank on every node (rails.c; owned); never created
-                              yet: M > 1 is refused until the rails are wired in */
-    cudaStream_t rail_stream; /* the rail steps' stream (rails.c) */
-    bool aborted;          /* an exchange timed out: node_comm was aborted and is gone */
+    /* M > 1: all N ranks, split from the world (or the caller's) communicator (owned): every
+     * exchange and verdict, so that a failure on any node reaches every rank.  M = 1: NULL,
+     * the exchanges run on node_comm (which then has all N ranks). */
+    ncclComm_t xchg_comm;
+    ncclComm_t node_comm;  /* the node's L ranks, split by node (owned): the windows */
+    ncclComm_t rail_comm;  /* M > 1: same local rank on every node, rail rank = node (owned) */
+    ncclComm_t rail_ready_comm; /* M > 1, one-sided rails: the ready signals (owned) */
+    bool rails_put;        /* M > 1: the one-sided rails (NCCL >= 2.29), else send/recv */
+    bool aborted;          /* an exchange timed out: its communicator was aborted and is gone */
     bool calls_failed;     /* a group failed stop: peers may be gone, so abort, not destroy */
     uint8_t *scratch_dev;  /* exchanges and LSA pointers: TIDE_NCCL_SCRATCH per rank */
     uint8_t *scratch_host; /* pinned, same size */
@@ -61,15 +68,24 @@ typedef struct {
 typedef struct {
     tide_mp_arena_t mp; /* first: its base is the fabric arena */
     void *mem;          /* ncclMemAlloc: this rank's arena and flags */
-    ncclWindow_t win;
+    ncclWindow_t win;   /* on node_comm: the LSA pointers of this node's ranks */
     bool registered;
+    /* One-sided rails: the same memory registered on rail_comm (NCCL_WIN_COLL_SYMMETRIC, which
+     * ncclPutSignal requires of its source), the window the puts name on the receiver. */
+    ncclWindow_t rail_win;
+    bool rail_registered;
 } tide_nccl_arena_t;
+
+/* The exchanges' communicator: all N ranks. */
+static inline ncclComm_t tide_nccl_xchg_comm(const tide_nccl_world_t *w) {
+    return w->xchg_comm != NULL ? w->xchg_comm : w->node_comm;
+}
 
 /* Bytes of scratch per rank: the largest exchange blob, and room for one pointer. */
 #define TIDE_NCCL_SCRATCH 64
 
-/* All-gather of `bytes` (<= TIDE_NCCL_SCRATCH) per rank over the node communicator, waited on
- * the host with the deadline. */
+/* All-gather of `bytes` (<= TIDE_NCCL_SCRATCH) per rank over all N ranks (the exchange
+ * communicator), waited on the host with the deadline. */
 tide_result_t tide_nccl_allgather(tide_nccl_world_t *w, const void *blob, size_t bytes,
                                   void *all_out);
 /* Every rank's `ok`, and'ed: *all_ok_out false when some rank failed (a collective verdict,
@@ -77,7 +93,7 @@ tide_result_t tide_nccl_allgather(tide_nccl_world_t *w, const void *blob, size_t
 tide_result_t tide_nccl_agree(tide_nccl_world_t *w, bool ok, bool *all_ok_out);
 
 /* The LSA pointer of window `win` at offset 0 for LSA ranks [0, n), into dev_out[0..n) on
- * `stream` (lsa.cu). */
+ * `stream` (lsa.cu).  LSA rank i of the node communicator is TIDE rank node * L + i. */
 cudaError_t tide_nccl_lsa_pointers(ncclWindow_t win, int n, void **dev_out, cudaStream_t stream);
 
 /* Arenas (arena.c). */

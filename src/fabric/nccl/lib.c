@@ -101,6 +101,21 @@ static tide_result_t resolve(tide_nccl_lib_t *t) {
     SYM(GroupEnd, "ncclGroupEnd");
     SYM(TeamLsa, "ncclTeamLsa");
 #undef SYM
+    t->has_rma = false;
+#if TIDE_NCCL_HAVE_RMA
+    /* Optional: a library older than the headers (2.28 under 2.29+ headers) lacks them, and
+     * the fabric then uses the two-sided rails. */
+#define OPT_SYM(field, name)                                                                       \
+    do {                                                                                           \
+        void *tide_sym_ = dlsym(t->handle, name);                                                  \
+        memcpy(&t->field, &tide_sym_, sizeof(tide_sym_));                                          \
+    } while (0)
+    OPT_SYM(PutSignal, "ncclPutSignal");
+    OPT_SYM(Signal, "ncclSignal");
+    OPT_SYM(WaitSignal, "ncclWaitSignal");
+#undef OPT_SYM
+    t->has_rma = t->PutSignal != NULL && t->Signal != NULL && t->WaitSignal != NULL;
+#endif
     const ncclResult_t r = t->GetVersion(&t->version);
     if (r != ncclSuccess)
         return TIDE_ERR(TIDE_ERR_FABRIC, "nccl fabric: ncclGetVersion of %s failed (%d)", t->path,
@@ -133,7 +148,8 @@ tide_result_t tide_nccl_lib_get(const tide_nccl_lib_t **lib_out) {
         if (res == TIDE_SUCCESS) {
             lib_table = t;
             lib_loaded = 1;
-            TIDE_INFO("nccl fabric: %s, NCCL version %d", t.path, t.version);
+            TIDE_INFO("nccl fabric: %s, NCCL version %d%s", t.path, t.version,
+                      t.has_rma ? " (ncclPutSignal / ncclWaitSignal present)" : "");
         } else if (t.handle != NULL) {
             dlclose(t.handle);
         }

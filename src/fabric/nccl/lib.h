@@ -21,9 +21,19 @@
 #include "tide.h"
 
 #include <nccl.h>
+#include <stdbool.h>
 
 /* The oldest library the fabric runs on: symmetric windows, ncclTeamLsa, CTA policy ZERO. */
 #define TIDE_NCCL_MIN_VERSION 22800
+
+/* One-sided transfers (ncclPutSignal, ncclSignal, ncclWaitSignal: NCCL >= 2.29) exist in this
+ * build only when its headers declare them; the loaded library must also have the symbols
+ * (tide_nccl_lib_t.has_rma).  The 2.28 build contains none of it. */
+#if defined(NCCL_VERSION_CODE) && defined(NCCL_VERSION) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 29, 0)
+#define TIDE_NCCL_HAVE_RMA 1
+#else
+#define TIDE_NCCL_HAVE_RMA 0
+#endif
 
 /* nccl_device/core.h's ncclTeam_t (a C++ header); the layout of NCCL 2.28's struct ncclTeam. */
 typedef struct {
@@ -57,6 +67,14 @@ typedef struct {
     __typeof__(ncclGroupStart) *GroupStart;
     __typeof__(ncclGroupEnd) *GroupEnd;
     tide_nccl_team_t (*TeamLsa)(ncclComm_t comm);
+#if TIDE_NCCL_HAVE_RMA
+    /* Optional (the one-sided rails, fabric/nccl/rails_put.c): NULL when the loaded library
+     * lacks one of them; has_rma says all three resolved. */
+    __typeof__(ncclPutSignal) *PutSignal;
+    __typeof__(ncclSignal) *Signal;
+    __typeof__(ncclWaitSignal) *WaitSignal;
+#endif
+    bool has_rma;
 } tide_nccl_lib_t;
 
 /* Check NCCL_NVLS_ENABLE (set it to 0 when unset), load the library once per process and

@@ -1,6 +1,16 @@
 /*
  * world.c - the NCCL fabric's worlds (fabric_nccl.h): the communicators, the streams of the
- * CUDA mp fabric, and the small host-waited exchanges of the node communicator.
+ * CUDA mp fabric, and the small host-waited exchanges over all ranks.
+ *
+ * Communicators, M = 1:  world (from the unique id, or the caller's)
+ *                          -> node (all N ranks): windows and exchanges
+ *                M > 1:  world (from the unique id, or the caller's)
+ *                          -> xchg (all N ranks, TIDE's own): exchanges and verdicts
+ *                               -> node (color = rank / L): windows, LSA pointers
+ *                               -> rail (color = rank % L, key = rank / L): rail steps
+ *                               -> rail ready (the same split; one-sided rails only)
+ * M > 1 is created only with TIDE_NCCL_RAILS=1 (experimental, never run), decided before any
+ * NCCL call from the environment, which must be the same on every rank.
  */
 #include "core/checks.h"
 #include "fabric/nccl/fabric_nccl.h"
@@ -28,28 +38,36 @@ tide_result_t tide_nccl_get_unique_id_bytes(void *id_out) {
 
 /* ------------------------------------------------------------------ exchanges */
 
-/* Wait for the util stream: the deadline, then the node communicator is aborted (a peer that
- * never joins would otherwise keep NCCL's kernel, and us, waiting forever). */
+/* Abort the exchange communicator after a timeout: it is gone, and so are the exchanges. */
+static void abort_xchg(tide_nccl_world_t *w) {
+    ncclComm_t *c = w->xchg_comm != NULL ? &w->xchg_comm : &w->node_comm;
+    if (*c != NULL) (void)w->lib->CommAbort(*c);
+    *c = NULL;
+    w->aborted = true;
+}
+
+/* Wait for the util stream: the deadline, then the exchange communicator is aborted (a peer
+ * that never joins would otherwise keep NCCL's kernel, and us, waiting forever). */
 static tide_result_t util_wait(tide_nccl_world_t *w, const char *what) {
+    const ncclComm_t comm = tide_nccl_xchg_comm(w);
     const uint64_t t0 = now_ns(), limit = (uint64_t)tide_fabric_timeout_ms() * 1000000u;
     for (unsigned spin = 0;; ++spin) {
         const cudaError_t e = cudaStreamQuery(w->mp.util);
         if (e == cudaSuccess) return TIDE_SUCCESS;
         if (e != cudaErrorNotReady) return tide_cuda_error(e, __FILE__, __LINE__, what);
         ncclResult_t async = ncclSuccess;
-        const ncclResult_t r = w->lib->CommGetAsyncError(w->node_comm, &async);
+        const ncclResult_t r = w->lib->CommGetAsyncError(comm, &async);
         if (r != ncclSuccess) return tide_nccl_error(w->lib, r, __FILE__, __LINE__, what);
         if (async != ncclSuccess && async != ncclInProgress)
             return tide_nccl_error(w->lib, async, __FILE__, __LINE__, what);
         if (now_ns() - t0 > limit) {
-            (void)w->lib->CommAbort(w->node_comm);
-            w->node_comm = NULL;
-            w->aborted = true;
+            const bool node = w->xchg_comm == NULL;
+            abort_xchg(w);
             return TIDE_ERR(TIDE_ERR_TIMEOUT,
                             "nccl fabric: rank %d waited %lld ms (TIDE_TIMEOUT_MS) for %s over "
-                            "the node communicator: some rank did not join; the node "
-                            "communicator was aborted",
-                            w->mp.base.rank, (long long)tide_fabric_timeout_ms(), what);
+                            "the %s communicator: some rank did not join; it was aborted",
+                            w->mp.base.rank, (long long)tide_fabric_timeout_ms(), what,
+                            node ? "node" : "exchange");
         }
         if (spin > 64) {
             struct timespec ts = {0, 50000};
@@ -65,7 +83,7 @@ tide_result_t tide_nccl_allgather(tide_nccl_world_t *w, const void *blob, size_t
         return TIDE_ERR(TIDE_ERR_INTERNAL, "nccl fabric: exchange of %zu bytes", bytes);
     if (w->aborted)
         return TIDE_ERR(TIDE_ERR_FABRIC,
-                        "nccl fabric: rank %d: the node communicator was aborted after a "
+                        "nccl fabric: rank %d: the exchange communicator was aborted after a "
                         "timeout; destroy the communicator",
                         me);
     memcpy(w->scratch_host + (size_t)me * bytes, blob, bytes);
@@ -74,9 +92,10 @@ tide_result_t tide_nccl_allgather(tide_nccl_world_t *w, const void *blob, size_t
                                    cudaMemcpyHostToDevice, w->mp.util),
                    "cudaMemcpyAsync(exchange in)");
     /* In place: rank r's contribution already sits at r * bytes. */
-    TIDE_NCCL_CALL(
-        w->lib, w->lib->AllGather(mine, w->scratch_dev, bytes, ncclUint8, w->node_comm, w->mp.util),
-        "ncclAllGather(exchange)");
+    TIDE_NCCL_CALL(w->lib,
+                   w->lib->AllGather(mine, w->scratch_dev, bytes, ncclUint8,
+                                     tide_nccl_xchg_comm(w), w->mp.util),
+                   "ncclAllGather(exchange)");
     TIDE_CUDA_CALL(cudaMemcpyAsync(w->scratch_host, w->scratch_dev, (size_t)n * bytes,
                                    cudaMemcpyDeviceToHost, w->mp.util),
                    "cudaMemcpyAsync(exchange out)");
@@ -103,13 +122,15 @@ tide_result_t tide_nccl_agree(tide_nccl_world_t *w, bool ok, bool *all_ok_out) {
 
 static void world_free(tide_nccl_world_t *w) {
     (void)cudaSetDevice(w->mp.device);
-    /* The calls run no NCCL work (copies and stream memory operations only), so nothing of
-     * theirs keeps a communicator busy; an aborted node communicator is already gone.  After a
-     * fail-stop a peer may have died, and destruction may wait for it: abort instead. */
+    /* On one node the calls run no NCCL work (copies and stream memory operations only); on
+     * several the rail steps' NCCL work ended with the calls (arena destruction synced them).
+     * An aborted exchange communicator is already gone.  After a fail-stop or a timeout a
+     * peer may have died, and destruction may wait for it: abort instead. */
     __typeof__(w->lib->CommDestroy) release =
-        w->calls_failed ? w->lib->CommAbort : w->lib->CommDestroy;
+        w->calls_failed || w->aborted ? w->lib->CommAbort : w->lib->CommDestroy;
     tide_nccl_rails_destroy(w);
     if (w->node_comm != NULL) (void)release(w->node_comm);
+    if (w->xchg_comm != NULL) (void)release(w->xchg_comm);
     if (w->world_comm != NULL) (void)release(w->world_comm);
     if (w->scratch_dev != NULL) cudaFree(w->scratch_dev);
     if (w->scratch_host != NULL) cudaFreeHost(w->scratch_host);
@@ -149,17 +170,150 @@ static tide_result_t split_node(tide_nccl_world_t *w, ncclComm_t parent) {
     return TIDE_SUCCESS;
 }
 
+/* M > 1 only with TIDE_NCCL_RAILS=1.  Read before any NCCL call: every rank must see the same
+ * value (a rank that refuses while the others go on would leave them in their first
+ * collective call), as with any setting of the job. */
+static tide_result_t rails_opt_in(int nodes) {
+    const char *v = getenv("TIDE_NCCL_RAILS");
+    if (v == NULL || v[0] == '\0' || strcmp(v, "0") == 0)
+        return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
+                        "nccl fabric: %d nodes: ranks on several nodes need the rail transport "
+                        "(cross-node puts as grouped ncclSend / ncclRecv, or ncclPutSignal with "
+                        "NCCL >= 2.29, on a rail communicator), which is experimental and has "
+                        "never run on real nodes; set TIDE_NCCL_RAILS=1 on every rank to use it "
+                        "(docs/nccl-fabric.md, \"Rails\")",
+                        nodes);
+    if (strcmp(v, "1") != 0)
+        return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
+                        "nccl fabric: TIDE_NCCL_RAILS=%s: expected 1 (rails on) or 0 / unset", v);
+    return TIDE_SUCCESS;
+}
+
+/* The one-sided rails where this build saw the NCCL >= 2.29 headers and the loaded library
+ * has their symbols, unless TIDE_NCCL_RAILS_PUT=0 asks for send/recv. */
+static bool rails_put_wanted(const tide_nccl_world_t *w) {
+#if TIDE_NCCL_HAVE_RMA
+    const char *v = getenv("TIDE_NCCL_RAILS_PUT");
+    if (v != NULL && strcmp(v, "0") == 0) return false;
+    return w->lib->has_rma;
+#else
+    (void)w;
+    return false;
+#endif
+}
+
+/* A local step's result, then every rank's verdict (over the exchange communicator): the
+ * local error, TIDE_ERR_FABRIC when another rank failed, or the exchange's own error. */
+static tide_result_t agreed(tide_nccl_world_t *w, tide_result_t local, const char *step) {
+    bool all_ok = false;
+    TIDE_CHECK(tide_nccl_agree(w, local == TIDE_SUCCESS, &all_ok));
+    if (local != TIDE_SUCCESS) return local;
+    if (!all_ok)
+        return TIDE_ERR(TIDE_ERR_FABRIC, "nccl fabric: rank %d: another rank failed at %s",
+                        w->mp.base.rank, step);
+    return TIDE_SUCCESS;
+}
+
+static tide_result_t scratch_alloc(tide_nccl_world_t *w) {
+    const size_t scratch = (size_t)w->mp.base.ranks * TIDE_NCCL_SCRATCH;
+    TIDE_CUDA_CALL(cudaMalloc((void **)&w->scratch_dev, scratch), "cudaMalloc(scratch)");
+    TIDE_CUDA_CALL(cudaMallocHost((void **)&w->scratch_host, scratch), "cudaMallocHost(scratch)");
+    return TIDE_SUCCESS;
+}
+
+/* The world communicator from the unique id (collective over all N ranks). */
+static tide_result_t init_world(tide_nccl_world_t *w, const void *unique_id) {
+    ncclUniqueId id;
+    memcpy(&id, unique_id, sizeof(id));
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.commName = "tide-world";
+    const ncclResult_t r =
+        w->lib->CommInitRankConfig(&w->world_comm, w->mp.base.ranks, id, w->mp.base.rank, &cfg);
+    if (r != ncclSuccess) {
+        w->world_comm = NULL;
+        return tide_nccl_error(w->lib, r, __FILE__, __LINE__, "ncclCommInitRankConfig(world)");
+    }
+    return TIDE_SUCCESS;
+}
+
+/* M > 1, after the local steps (result `pre`).  Every rank takes the same path through the
+ * collective calls: the first one after the world communicator, the split of the exchange
+ * communicator, is joined by a rank whose local steps failed too (NCCL_SPLIT_NOCOLOR), so
+ * every other rank's exchange communicator lacks it and all fail at the rank-count check;
+ * from then on each step that can fail on one rank is followed by a verdict over it. */
+static tide_result_t create_nodes(tide_nccl_world_t *w, ncclComm_t parent, const void *unique_id,
+                                  tide_result_t pre) {
+    const tide_nccl_lib_t *lib = w->lib;
+    const int n = w->mp.base.ranks, rank = w->mp.base.rank;
+    if (parent == NULL) {
+        /* A rank that failed locally still joins: its peers would wait in the init. */
+        TIDE_CHECK(init_world(w, unique_id));
+        parent = w->world_comm;
+    }
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.commName = "tide-xchg";
+    /* No CTA policy: its all-gathers cross nodes, where NCCL's copy-engine collectives (what
+     * NCCL_CTA_POLICY_ZERO asks for) do not reach; they are a few bytes, off the calls. */
+    const ncclResult_t sr = lib->CommSplit(parent, pre == TIDE_SUCCESS ? 0 : NCCL_SPLIT_NOCOLOR,
+                                           rank, &w->xchg_comm, &cfg);
+    if (pre != TIDE_SUCCESS) return pre;
+    if (sr != ncclSuccess) {
+        w->xchg_comm = NULL;
+        return tide_nccl_error(lib, sr, __FILE__, __LINE__,
+                               "ncclCommSplit(exchange communicator)");
+    }
+    if (w->xchg_comm == NULL)
+        return TIDE_ERR(TIDE_ERR_INTERNAL, "nccl fabric: rank %d got no exchange communicator",
+                        rank);
+    int count = 0, xrank = -1;
+    TIDE_NCCL_CALL(lib, lib->CommCount(w->xchg_comm, &count), "ncclCommCount(exchange)");
+    TIDE_NCCL_CALL(lib, lib->CommUserRank(w->xchg_comm, &xrank), "ncclCommUserRank(exchange)");
+    /* Every rank that got here sees the same count: the same verdict everywhere. */
+    if (count != n)
+        return TIDE_ERR(TIDE_ERR_FABRIC,
+                        "nccl fabric: rank %d: %d of %d ranks joined the exchange communicator: "
+                        "the others failed before it (their own messages say why)",
+                        rank, count, n);
+    if (xrank != rank)
+        return TIDE_ERR(TIDE_ERR_INTERNAL, "nccl fabric: rank %d is rank %d of the exchange "
+                        "communicator", rank, xrank);
+    /* The transport decides which communicators and windows exist: every rank must choose the
+     * same (the library and TIDE_NCCL_RAILS_PUT could differ between hosts). */
+    int32_t mine = rails_put_wanted(w) ? 1 : 0;
+    int32_t *all = calloc((size_t)n, sizeof(*all));
+    if (all == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "nccl fabric: %d ranks", n);
+    tide_result_t res = tide_nccl_allgather(w, &mine, sizeof(mine), all);
+    int differs = -1;
+    for (int r = 0; r < n && res == TIDE_SUCCESS && differs < 0; ++r)
+        if (all[r] != all[0]) differs = r;
+    free(all);
+    TIDE_CHECK(res);
+    if (differs >= 0)
+        return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
+                        "nccl fabric: rank %d and rank 0 chose different rail transports "
+                        "(ncclPutSignal needs NCCL >= 2.29 on every rank, and "
+                        "TIDE_NCCL_RAILS_PUT the same everywhere)",
+                        differs);
+    w->rails_put = mine != 0;
+    /* Both splits are joined by every rank; the rail split gets the node split's result, so
+     * a rank that failed there joins it without a color. */
+    const tide_result_t node = split_node(w, w->xchg_comm);
+    TIDE_CHECK(agreed(w, tide_nccl_rails_split(w, w->xchg_comm, node),
+                      "the node and rail communicators"));
+#if TIDE_NCCL_HAVE_RMA
+    w->mp.rails = w->rails_put ? &tide_nccl_rails_put_ops : &tide_nccl_rails_ops;
+#else
+    w->mp.rails = &tide_nccl_rails_ops;
+#endif
+    return TIDE_SUCCESS;
+}
+
 tide_result_t tide_nccl_world_create(int nodes, int gpus_per_node, int rank, const void *unique_id,
                                      void *user_comm, struct tide_fabric_world **world_out) {
     const int n = nodes * gpus_per_node;
     /* Decided before any NCCL call, the same on every rank: nobody enters a collective the
      * others skip. */
-    if (nodes > 1)
-        return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
-                        "nccl fabric: %d nodes: ranks on several nodes need the rail transport "
-                        "(grouped ncclSend / ncclRecv), which is written but neither wired into "
-                        "calls nor ever run; run M = 1 (docs/nccl-fabric.md, \"Rails\")",
-                        nodes);
+    if (nodes > 1) TIDE_CHECK(rails_opt_in(nodes));
     const tide_nccl_lib_t *lib = NULL;
     TIDE_CHECK(tide_nccl_lib_get(&lib));
     ncclComm_t parent = (ncclComm_t)user_comm;
@@ -185,27 +339,21 @@ tide_result_t tide_nccl_world_create(int nodes, int gpus_per_node, int rank, con
     w->mp.base.gpus_per_node = gpus_per_node;
     w->mp.base.ranks = n;
     tide_result_t res = tide_cuda_mp_world_init(&w->mp);
-    if (res != TIDE_SUCCESS) goto fail;
-    if (parent == NULL) {
-        ncclUniqueId id;
-        memcpy(&id, unique_id, sizeof(id));
-        ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-        cfg.commName = "tide-world";
-        const ncclResult_t r = lib->CommInitRankConfig(&w->world_comm, n, id, rank, &cfg);
-        if (r != ncclSuccess) {
-            w->world_comm = NULL;
-            res = tide_nccl_error(lib, r, __FILE__, __LINE__, "ncclCommInitRankConfig(world)");
-            goto fail;
+    if (nodes > 1) {
+        if (res == TIDE_SUCCESS) res = scratch_alloc(w);
+        TIDE_CHECK_GOTO(create_nodes(w, parent, unique_id, res), res, fail);
+    } else {
+        if (res != TIDE_SUCCESS) goto fail;
+        if (parent == NULL) {
+            TIDE_CHECK_GOTO(init_world(w, unique_id), res, fail);
+            parent = w->world_comm;
         }
-        parent = w->world_comm;
+        TIDE_CHECK_GOTO(split_node(w, parent), res, fail);
+        TIDE_CHECK_GOTO(scratch_alloc(w), res, fail);
     }
-    TIDE_CHECK_GOTO(split_node(w, parent), res, fail);
-    const size_t scratch = (size_t)n * TIDE_NCCL_SCRATCH;
-    TIDE_CUDA_CALL_GOTO(cudaMalloc((void **)&w->scratch_dev, scratch), "cudaMalloc(scratch)", res,
-                        fail);
-    TIDE_CUDA_CALL_GOTO(cudaMallocHost((void **)&w->scratch_host, scratch),
-                        "cudaMallocHost(scratch)", res, fail);
-    TIDE_INFO("nccl fabric: rank %d of %d on device %d (%s)", rank, n, w->mp.device, lib->path);
+    TIDE_INFO("nccl fabric: rank %d of %d on device %d (%s)%s%s", rank, n, w->mp.device, lib->path,
+              w->mp.rails != NULL ? ", rails: " : "",
+              w->mp.rails != NULL ? w->mp.rails->name : "");
     *world_out = &w->mp.base;
     return TIDE_SUCCESS;
 fail:
