@@ -103,8 +103,9 @@ tide_result_t tide_cuda_mp_batch_prepare(tide_mp_prepared_t *pp) {
 static bool remote_ptr(const tide_mp_arena_t *a, const void *p) {
     if (!a->any_remote) return false;
     const uint8_t *x = p;
-    for (int r = 0; r < a->w->base.ranks; ++r)
-        if (a->remote[r] && x >= a->base.bases[r] && x < a->base.bases[r] + a->alloc_bytes)
+    for (int r = 0; r < a->w->base.ranks; ++r) /* another node's base is NULL (NCCL rails) */
+        if (a->remote[r] && a->base.bases[r] != NULL && x >= a->base.bases[r] &&
+            x < a->base.bases[r] + a->alloc_bytes)
             return true;
     return false;
 }
