@@ -16,6 +16,13 @@
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export CUDA_DEVICE_MAX_CONNECTIONS=32 PYTHONUNBUFFERED=1
+# The NCCL fabric loads the libnccl.so.2 that torch loads (docs/nccl-fabric.md): a system
+# libnccl found first on the loader's path may be another 2.28 release (2.28.3 there gives no
+# symmetric windows on a one-rank communicator: TIDE_ERR_UNSUPPORTED).
+if [ -z "${TIDE_NCCL_LIBRARY:-}" ]; then
+    lib=$(python3 -c 'import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)
+    [ -n "$lib" ] && [ -e "$lib" ] && export TIDE_NCCL_LIBRARY=$lib
+fi
 out=${1:?usage: tests/gpu/run.sh OUTDIR}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 mkdir -p "$out"
