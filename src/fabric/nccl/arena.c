@@ -222,17 +222,6 @@ static tide_result_t rail_window(tide_nccl_world_t *w, tide_nccl_arena_t *a) {
     return TIDE_SUCCESS;
 }
 
-/* One local step, then the collective verdict: returns the local error, or TIDE_ERR_FABRIC
- * when a peer failed, or the exchange's own error. */
-static tide_result_t agreed(tide_nccl_world_t *w, tide_result_t local, const char *step) {
-    bool all_ok = false;
-    TIDE_CHECK(tide_nccl_agree(w, local == TIDE_SUCCESS, &all_ok));
-    if (local != TIDE_SUCCESS) return local;
-    if (!all_ok)
-        return TIDE_ERR(TIDE_ERR_FABRIC, "nccl fabric: rank %d: another rank failed at %s",
-                        w->mp.base.rank, step);
-    return TIDE_SUCCESS;
-}
 
 /* `pre`: a local failure before this step; the rank still joins the first exchange (as a
  * rank without memory), so that its peers fail with it instead of waiting. */
@@ -276,13 +265,13 @@ static tide_result_t segment_create(tide_nccl_world_t *w, tide_nccl_arena_t *a, 
                            "NCCL_CUMEM_ENABLE, and P2P between all ranks of the node)")
                 : TIDE_SUCCESS;
     if (local == TIDE_SUCCESS) local = check_window(w, a);
-    TIDE_CHECK(agreed(w, local, "ncclCommWindowRegister"));
-    if (w->rails_put) TIDE_CHECK(agreed(w, rail_window(w, a), "the rail window"));
-    TIDE_CHECK(agreed(w, lsa_bases(w, a), "the LSA pointers"));
-    TIDE_CHECK(agreed(w, write_marker(w, a), "writing its marker"));
-    TIDE_CHECK(agreed(w, check_markers(w, a), "reading the markers"));
+    TIDE_CHECK(tide_nccl_agreed(w, local, "ncclCommWindowRegister"));
+    if (w->rails_put) TIDE_CHECK(tide_nccl_agreed(w, rail_window(w, a), "the rail window"));
+    TIDE_CHECK(tide_nccl_agreed(w, lsa_bases(w, a), "the LSA pointers"));
+    TIDE_CHECK(tide_nccl_agreed(w, write_marker(w, a), "writing its marker"));
+    TIDE_CHECK(tide_nccl_agreed(w, check_markers(w, a), "reading the markers"));
     /* Nobody reads a marker any more: zero the own segment, then all start from zeros. */
-    TIDE_CHECK(agreed(w, zero_own(w, a), "zeroing its arena"));
+    TIDE_CHECK(tide_nccl_agreed(w, zero_own(w, a), "zeroing its arena"));
     for (int r = 0; r < n; ++r)
         a->mp.flags[r] = own_node(w, r) ? a->mp.base.bases[r] + a->mp.flags_off : NULL;
     return TIDE_SUCCESS;

@@ -91,6 +91,9 @@ tide_result_t tide_nccl_allgather(tide_nccl_world_t *w, const void *blob, size_t
 /* Every rank's `ok`, and'ed: *all_ok_out false when some rank failed (a collective verdict,
  * so that every rank takes the same path through the next collective call). */
 tide_result_t tide_nccl_agree(tide_nccl_world_t *w, bool ok, bool *all_ok_out);
+/* A local step's result, then every rank's verdict (tide_nccl_agree): the local error,
+ * TIDE_ERR_FABRIC naming `step` when another rank failed, or the exchange's own error. */
+tide_result_t tide_nccl_agreed(tide_nccl_world_t *w, tide_result_t local, const char *step);
 
 /* The LSA pointer of window `win` at offset 0 for LSA ranks [0, n), into dev_out[0..n) on
  * `stream` (lsa.cu).  LSA rank i of the node communicator is TIDE rank node * L + i. */

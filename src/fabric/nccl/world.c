@@ -202,9 +202,7 @@ static bool rails_put_wanted(const tide_nccl_world_t *w) {
 #endif
 }
 
-/* A local step's result, then every rank's verdict (over the exchange communicator): the
- * local error, TIDE_ERR_FABRIC when another rank failed, or the exchange's own error. */
-static tide_result_t agreed(tide_nccl_world_t *w, tide_result_t local, const char *step) {
+tide_result_t tide_nccl_agreed(tide_nccl_world_t *w, tide_result_t local, const char *step) {
     bool all_ok = false;
     TIDE_CHECK(tide_nccl_agree(w, local == TIDE_SUCCESS, &all_ok));
     if (local != TIDE_SUCCESS) return local;
@@ -298,7 +296,7 @@ static tide_result_t create_nodes(tide_nccl_world_t *w, ncclComm_t parent, const
     /* Both splits are joined by every rank; the rail split gets the node split's result, so
      * a rank that failed there joins it without a color. */
     const tide_result_t node = split_node(w, w->xchg_comm);
-    TIDE_CHECK(agreed(w, tide_nccl_rails_split(w, w->xchg_comm, node),
+    TIDE_CHECK(tide_nccl_agreed(w, tide_nccl_rails_split(w, w->xchg_comm, node),
                       "the node and rail communicators"));
 #if TIDE_NCCL_HAVE_RMA
     w->mp.rails = w->rails_put ? &tide_nccl_rails_put_ops : &tide_nccl_rails_ops;
