@@ -159,8 +159,13 @@ def test_parity_with_stock_fsdp2(world, tmp_path):
                 assert stock["losses"] == tide["losses"], where
             else:
                 # fp32 or bf16 gradients summed over 4 ranks in another order than gloo's.
+                # The spread is one sample of stock's rounding deviation and TIDE's another
+                # (another order of the same adds), so neither bounds the other: the loss,
+                # a few ulps off either way, may exceed the sample by an ulp.  A factor of 2
+                # keeps the criterion at rounding scale; a wrong sum (a missing rank, a wrong
+                # divisor) moves the losses by orders of magnitude more.
                 assert _max_param_diff(stock, tide) <= fp32_spread_p, where
-                assert _max_loss_diff(stock, tide) <= fp32_spread_l, where
+                assert _max_loss_diff(stock, tide) <= 2 * fp32_spread_l, where
         # bf16 with reduce_dtype=None: TIDE reduces into fp32.
         tide_b = spread["bf16_tide"]
         assert tide_b["groups"] and tide_b["fallbacks"] == []
