@@ -104,6 +104,16 @@ __device__ __forceinline__ uint64_t first_chunk(uint64_t base, unsigned cta, uns
     return (uint64_t)((cta + grid - (unsigned)(base % grid)) % grid);
 }
 
+/* The CTA index and grid size that deal the chunks: launch `slice` of `slices` (slices <= 1:
+ * the launch itself) plays CTAs [slice * gridDim.x, (slice + 1) * gridDim.x) of a grid of
+ * slices * gridDim.x CTAs (tide_sum_args_t.slice). */
+__device__ __forceinline__ unsigned deal_grid(int slices) {
+    return slices > 1 ? gridDim.x * (unsigned)slices : gridDim.x;
+}
+__device__ __forceinline__ unsigned deal_cta(int slice, int slices) {
+    return slices > 1 ? blockIdx.x + (unsigned)slice * gridDim.x : blockIdx.x;
+}
+
 } // namespace tide_dev
 
 #endif /* TIDE_KERNELS_DEVICE_CUH_ */

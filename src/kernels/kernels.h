@@ -73,6 +73,14 @@ typedef struct {
      * fused[s].dst[i] = overwrite ? alpha * v : dst[i] + alpha * v, NaN canonical, the same
      * bits as the sum followed by that landing. */
     const tide_sum_fused_t *fused;
+    /* Optional (slices 0 or 1: the whole sum).  Launch `slice` of `slices`: the CTAs act as
+     * CTAs [slice * grid, (slice + 1) * grid) of a grid of slices * grid CTAs, so each launch
+     * does about 1/slices of the work and the slices together give the bits of one launch
+     * (any grid gives the same bits).  Short launches let waiting kernels of other streams
+     * take the SMs between two of them (docs/interference.md, "Sliced launches").  The C
+     * reference ignores both and computes the whole sum. */
+    int slice;
+    int slices;
 } tide_sum_args_t;
 
 /* One contiguous run of a landing: `len` elements. */
@@ -96,6 +104,8 @@ typedef struct {
      * in_table[s * num_in + k] (the segment's first element); a NULL entry is an input known
      * to hold +0.0f, which is added as +0.0f without being read, so the bits do not change. */
     const float *const *in_table;
+    int slice; /* launch `slice` of `slices`, as tide_sum_args_t.slice */
+    int slices;
 } tide_land_args_t;
 
 /* C references (always available). */

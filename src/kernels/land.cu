@@ -107,7 +107,8 @@ __device__ __forceinline__ void land_group(const land_view &v, uint64_t g, float
 }
 
 template <int L> __global__ void __launch_bounds__(1024) land_kernel(const tide_land_args_t a) {
-    const unsigned grid = gridDim.x, nthr = blockDim.x, tid = threadIdx.x;
+    const unsigned grid = deal_grid(a.slices), cta = deal_cta(a.slice, a.slices);
+    const unsigned nthr = blockDim.x, tid = threadIdx.x;
     const bool overwrite = a.init && !a.accumulate;
     const float alpha = a.alpha;
     uint64_t base = 0;
@@ -116,7 +117,7 @@ template <int L> __global__ void __launch_bounds__(1024) land_kernel(const tide_
         const land_view v = load_land_seg<L>(a, s);
         uint64_t chunks = (v.groups + nthr - 1) / nthr;
         if (chunks == 0) chunks = 1;
-        for (uint64_t c = first_chunk(base, blockIdx.x, grid); c < chunks; c += grid) {
+        for (uint64_t c = first_chunk(base, cta, grid); c < chunks; c += grid) {
             if (c == 0 && tid < v.head) land_element<L>(v, tid, alpha, overwrite);
             const uint64_t g = c * nthr + tid;
             if (g < v.groups) land_group<L>(v, g, alpha, overwrite);
@@ -131,7 +132,8 @@ extern "C" cudaError_t tide_cuda_land(const tide_land_args_t *args, int ctas, in
                                       cudaStream_t stream) {
     if (args == NULL || ctas < 1 || threads < 0 || threads > 1024 || threads % 32 != 0 ||
         (threads > 0 && threads < 64) || args->num_segs < 0 || args->num_in < 1 ||
-        args->num_in > TIDE_MAX_GPUS_PER_NODE)
+        args->num_in > TIDE_MAX_GPUS_PER_NODE || args->slices < 0 || args->slice < 0 ||
+        (args->slice > 0 && args->slice >= args->slices))
         return cudaErrorInvalidValue;
     if (args->num_segs == 0) return cudaSuccess;
     if (args->segs == NULL || args->out == NULL) return cudaErrorInvalidValue;
@@ -166,4 +168,17 @@ extern "C" cudaError_t tide_cuda_land(const tide_land_args_t *args, int ctas, in
         break;
     }
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t tide_cuda_land_sliced(const tide_land_args_t *args, int ctas, int threads,
+                                             int slices, cudaStream_t stream) {
+    if (args == NULL || slices < 0) return cudaErrorInvalidValue;
+    tide_land_args_t a = *args;
+    a.slices = slices > 1 ? slices : 0;
+    for (int i = 0; i < (slices > 1 ? slices : 1); ++i) {
+        a.slice = i;
+        const cudaError_t e = tide_cuda_land(&a, ctas, threads, stream);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
 }

@@ -90,6 +90,19 @@ cudaError_t tide_cuda_sum_launch(const tide_sum_args_t *args, const tide_sum_lau
 cudaError_t tide_cuda_land(const tide_land_args_t *args, int ctas, int threads,
                            cudaStream_t stream);
 
+/*
+ * The sum or the landing as `slices` launches of `ctas` CTAs each, one after the other on
+ * `stream` (slices <= 1: one launch); the bits are those of one launch.  args->slice and
+ * args->slices are ignored (each launch sets its own).  A slice ends in about 1/slices of
+ * the whole launch's time, and between two slices a kernel of another stream that waits for
+ * SMs gets them first: the cost of a long sum beside a one-wave GEMM drops from a second
+ * wave to the rest of one slice (docs/interference.md, "Sliced launches").
+ */
+cudaError_t tide_cuda_sum_sliced(const tide_sum_args_t *args, int ctas, int threads, int slices,
+                                 cudaStream_t stream);
+cudaError_t tide_cuda_land_sliced(const tide_land_args_t *args, int ctas, int threads,
+                                  int slices, cudaStream_t stream);
+
 /* out[i] = bf16(in[i]) for i < n, round to nearest even. */
 cudaError_t tide_cuda_cast_bf16(const float *in, uint16_t *out, uint64_t n, int ctas, int threads,
                                 cudaStream_t stream);

@@ -113,7 +113,8 @@ extern "C" cudaError_t tide_cuda_sum_launch(const tide_sum_args_t *args,
     if (args == NULL || cfg == NULL || cfg->ctas < 1 || cfg->threads < 0 || cfg->threads > 1024 ||
         cfg->threads % 32 != 0 || (cfg->threads > 0 && cfg->threads < 64) || cfg->smem_bytes < 0 ||
         cfg->stage_bytes < 0 || cfg->producers < 0 || cfg->groups < 0 || cfg->bulk_sources < 0 ||
-        args->num_segs < 0 || args->num_staged < 0 ||
+        args->num_segs < 0 || args->num_staged < 0 || args->slices < 0 || args->slice < 0 ||
+        (args->slice > 0 && args->slice >= args->slices) ||
         args->num_staged > TIDE_MAX_GPUS_PER_NODE - 1 || (int)cfg->variant < 0 ||
         cfg->variant >= TIDE_SUM_VARIANT_COUNT)
         return cudaErrorInvalidValue;
@@ -149,4 +150,17 @@ extern "C" cudaError_t tide_cuda_sum(const tide_sum_args_t *args, int ctas, int 
                                      cudaStream_t stream) {
     const tide_sum_launch_t cfg = {TIDE_SUM_AUTO, ctas, threads, 0, 0, 0, 0, 0};
     return tide_cuda_sum_launch(args, &cfg, stream);
+}
+
+extern "C" cudaError_t tide_cuda_sum_sliced(const tide_sum_args_t *args, int ctas, int threads,
+                                            int slices, cudaStream_t stream) {
+    if (args == NULL || slices < 0) return cudaErrorInvalidValue;
+    tide_sum_args_t a = *args;
+    a.slices = slices > 1 ? slices : 0;
+    for (int i = 0; i < (slices > 1 ? slices : 1); ++i) {
+        a.slice = i;
+        const cudaError_t e = tide_cuda_sum(&a, ctas, threads, stream);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
 }

@@ -305,7 +305,7 @@ __device__ __forceinline__ void cursor_seek(chunk_cursor<T, NS> &k, const tide_s
         if (__ldg(&a.segs[k.s].len) == 0) continue;
         k.v = load_seg<T, NS>(a, k.s);
         k.chunks = chunk_count(k.v, per_chunk);
-        k.c = first_chunk(k.base, blockIdx.x, gridDim.x);
+        k.c = first_chunk(k.base, deal_cta(a.slice, a.slices), deal_grid(a.slices));
         if (k.c < k.chunks) return;
     }
 }
@@ -324,7 +324,7 @@ __device__ __forceinline__ void cursor_start(chunk_cursor<T, NS> &k, const tide_
 template <typename T, int NS>
 __device__ __forceinline__ void cursor_next(chunk_cursor<T, NS> &k, const tide_sum_args_t &a,
                                             uint32_t per_chunk) {
-    k.c += gridDim.x;
+    k.c += deal_grid(a.slices);
     if (k.c >= k.chunks) cursor_seek(k, a, per_chunk);
 }
 

@@ -320,11 +320,13 @@ static std::string duty_note(const tide_bg_t &bg, const std::vector<double> &t, 
 
 /* Rows measured with the victim on a stream of the highest priority (gemm_row_tide_gemm_hi). */
 static bool g_gemm_high = false;
+/* Appended to the CTA column of rows whose kernels run as sliced launches ("/8us"). */
+static char g_slice_label[16] = "";
 
 static void gemm_row_tide(gemm_t *g, comm_t *c, int reps, int sum_ctas, int land_ctas,
                           tide_form_t form, int prio, double comm_ms, double t_sum, double t_land) {
     char ctas[32];
-    snprintf(ctas, sizeof ctas, "%d+%d", sum_ctas, land_ctas);
+    snprintf(ctas, sizeof ctas, "%d+%d%s", sum_ctas, land_ctas, g_slice_label);
     const char *name = form_name(form);
     const char *prio_s = g_gemm_high ? "gemm-hi" : prio ? "high" : "normal";
     if (form == TIDE_DUTY) {
@@ -968,6 +970,92 @@ int main(int argc, char **argv) {
     /* Timing the transient CTAs: the GEMM's CTAs first whenever both wait for SMs. */
     gemm_row_tide_gemm_hi(&g, &c, reps, 16, 4, least, greatest, comm_ms, t_sum[0], t_land);
     gemm_row_tide_gemm_hi(&g, &c, reps, 4, 4, least, greatest, comm_ms, t_sum[1], t_land);
+    /* Timing them by slicing: every sum and landing of the 16 + 4 duty cycle as launches of
+     * about `us` each (tide_cuda_sum_sliced), so a GEMM that waits for SMs gets them when the
+     * running slice ends instead of when the whole kernel does.  The sliced kernels' own time
+     * alone is printed against one launch's (what slicing costs the collective). */
+    {
+        cudaStream_t cs;
+        CK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+        for (int us : {16, 8, 4}) {
+            g_sum_slices = std::max(1, (int)std::lround(t_sum[0] * 1e3 / us));
+            g_land_slices = std::max(1, (int)std::lround(t_land * 1e3 / us));
+            const double ts = time_alone_ms([&] { sum_launch(&c, 16, cs); }, cs);
+            const double tl = time_alone_ms([&] { land_launch(&c, 4, cs); }, cs);
+            printf("tide sliced ~%d us: sum 16 CTAs in %d launches %.3f ms (one launch %.3f), "
+                   "landing 4 CTAs in %d launches %.3f ms (one launch %.3f)\n",
+                   us, g_sum_slices, ts, t_sum[0], g_land_slices, tl, t_land);
+            snprintf(g_slice_label, sizeof g_slice_label, "/%dus", us);
+            gemm_row_tide(&g, &c, reps, 16, 4, TIDE_DUTY, least, comm_ms, ts, tl);
+            gemm_row_tide_gemm_hi(&g, &c, reps, 16, 4, least, greatest, comm_ms, ts, tl);
+        }
+        g_sum_slices = g_land_slices = 1;
+        g_slice_label[0] = '\0';
+        /* What a slice costs beyond its share of the work, against the segment count of the
+         * table (the same 16 Mi elements as 4, 16 or 64 segments): every launch's CTAs walk
+         * the whole segment table. */
+        tide_sum_seg_t *saved = c.sum_segs;
+        const int saved_n = c.num_sum_segs;
+        for (int nseg : {4, 16, 64}) {
+            const uint64_t len = c.sum_elems / (uint64_t)nseg, per_own = c.sum_elems / 4;
+            std::vector<tide_sum_seg_t> hs(nseg);
+            for (int i = 0; i < nseg; ++i) {
+                const uint64_t e = (uint64_t)i * len;
+                hs[i] = {e, e, e % per_own, (uint32_t)len, (uint32_t)len, (int32_t)(e / per_own), 0};
+            }
+            tide_sum_seg_t *d = nullptr;
+            CK(cudaMalloc(&d, hs.size() * sizeof hs[0]));
+            CK(cudaMemcpy(d, hs.data(), hs.size() * sizeof hs[0], cudaMemcpyHostToDevice));
+            c.sum_segs = d, c.num_sum_segs = nseg;
+            double t[2];
+            const int ks[2] = {1, 27};
+            for (int j = 0; j < 2; ++j) {
+                g_sum_slices = ks[j];
+                t[j] = time_alone_ms([&] { sum_launch(&c, 16, cs); }, cs);
+            }
+            printf("tide sliced sum, %d segments of %llu Ki elements, 16 CTAs: one launch %.3f ms, "
+                   "27 launches %.3f ms: %.1f us per extra launch\n",
+                   nseg, (unsigned long long)(len >> 10), t[0], t[1], (t[1] - t[0]) * 1e3 / 26);
+            CK(cudaFree(d));
+        }
+        /* The same 27 launches, each over a contiguous 1/27 of the elements (its own segment
+         * table) instead of every 27th round of chunks: locality against interleaving. */
+        {
+            const int K = 27;
+            const uint64_t per_own = c.sum_elems / 4;
+            std::vector<tide_sum_seg_t> hs;
+            std::vector<int> first(K + 1);
+            for (int i = 0; i < K; ++i) {
+                first[i] = (int)hs.size();
+                uint64_t a = c.sum_elems * i / K / 16 * 16, b = c.sum_elems * (i + 1) / K / 16 * 16;
+                if (i == K - 1) b = c.sum_elems;
+                while (a < b) {
+                    const uint64_t end = std::min(b, (a / per_own + 1) * per_own);
+                    hs.push_back({a, a, a % per_own, (uint32_t)(end - a), (uint32_t)(end - a),
+                                  (int32_t)(a / per_own), 0});
+                    a = end;
+                }
+            }
+            first[K] = (int)hs.size();
+            tide_sum_seg_t *d = nullptr;
+            CK(cudaMalloc(&d, hs.size() * sizeof hs[0]));
+            CK(cudaMemcpy(d, hs.data(), hs.size() * sizeof hs[0], cudaMemcpyHostToDevice));
+            g_sum_slices = 1;
+            const double t = time_alone_ms(
+                [&] {
+                    for (int i = 0; i < K; ++i) {
+                        c.sum_segs = d + first[i], c.num_sum_segs = first[i + 1] - first[i];
+                        sum_launch(&c, 16, cs);
+                    }
+                },
+                cs);
+            printf("tide sum as 27 launches over contiguous ranges, 16 CTAs: %.3f ms\n", t);
+            CK(cudaFree(d));
+        }
+        c.sum_segs = saved, c.num_sum_segs = saved_n;
+        g_sum_slices = 1;
+        CK(cudaStreamDestroy(cs));
+    }
 
     /* The whole TIDE-RS through the CUDA fabric, copies included. */
     if (devices != 1) {

@@ -189,7 +189,8 @@ int main(int argc, char **argv) {
     const double sum_bytes = (double)E * ((NS + 1) * 2 + 4);
     auto sum_args = [&](int set, tide_sum_seg_t *segs, int n) {
         tide_sum_args_t a = {segs,         n,           staged[set],     E, NS,
-                             d_table[set], TIDE_DTYPE_BF16, out[set], nullptr, 0, nullptr};
+                             d_table[set], TIDE_DTYPE_BF16, out[set], nullptr, 0, nullptr,
+                             0,            0};
         return a;
     };
 

@@ -116,10 +116,15 @@ static void comm_free(comm_t *c) {
     CK(cudaFree(c->land_segs));
 }
 
+/* Sliced launches (tide_cuda_sum_sliced): each sum / landing of the loops below runs as
+ * this many launches; 1: one launch.  Set per row, with the loop drained. */
+static int g_sum_slices = 1, g_land_slices = 1;
+
 static void sum_launch(comm_t *c, int ctas, cudaStream_t st) {
-    tide_sum_args_t a = {c->sum_segs, c->num_sum_segs, c->staged, c->sum_elems, 7,
-                         c->own_table, TIDE_DTYPE_BF16, c->sum_out, nullptr, 0, nullptr};
-    CK(tide_cuda_sum(&a, ctas, 0, st));
+    tide_sum_args_t a = {c->sum_segs,     c->num_sum_segs, c->staged, c->sum_elems, 7,
+                         c->own_table,    TIDE_DTYPE_BF16, c->sum_out, nullptr,     0,
+                         nullptr,         0,               0};
+    CK(tide_cuda_sum_sliced(&a, ctas, 0, g_sum_slices, st));
 }
 
 static void land_launch(comm_t *c, int ctas, cudaStream_t st) {
@@ -133,7 +138,7 @@ static void land_launch(comm_t *c, int ctas, cudaStream_t st) {
     a.alpha = 0.125f;
     a.init = false;
     a.accumulate = true;
-    CK(tide_cuda_land(&a, ctas, 0, st));
+    CK(tide_cuda_land_sliced(&a, ctas, 0, g_land_slices, st));
 }
 
 /* Median ms of one launch alone, on `st`. */

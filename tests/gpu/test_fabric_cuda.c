@@ -81,6 +81,8 @@ static const char *batch_name(int mode) {
 }
 /* Batched copy kernels and copies of the batched runs so far (batched mode, all cases). */
 static uint64_t batch_kernels_seen, batch_copies_seen;
+/* Sum and landing launches past one per op (TIDE_CUDA_SLICES / TIDE_CUDA_SLICE_US). */
+static uint64_t sliced_seen;
 /* Threshold mode, all cases: copies per op over the threshold, copies batched, and calls
  * that did both. */
 static uint64_t split_over_seen, split_batched_seen, split_both_calls;
@@ -542,6 +544,7 @@ static bool run_gpu(case_t *c, char *err, size_t err_size) {
                      (unsigned long long)st.over_threshold);
             ok = false;
         }
+        sliced_seen += st.sliced;
         if (batch_mode == MODE_BATCHED) {
             batch_kernels_seen += st.batches;
             batch_copies_seen += st.batched;
@@ -1207,6 +1210,15 @@ int main(int argc, char **argv) {
     }
     printf("batched copy kernels: %llu, running %llu copies (all cases, last calls)\n",
            (unsigned long long)batch_kernels_seen, (unsigned long long)batch_copies_seen);
+    /* With TIDE_CUDA_SLICES set the sums and landings must really have run sliced. */
+    const char *slices_env = getenv("TIDE_CUDA_SLICES");
+    if (slices_env != NULL && atoi(slices_env) > 1 && sliced_seen == 0) {
+        printf("FAIL: TIDE_CUDA_SLICES=%s, yet no sum or landing ran as several launches\n",
+               slices_env);
+        ++failed;
+    }
+    printf("sliced launches past one per op: %llu (all cases, last calls)\n",
+           (unsigned long long)sliced_seen);
     if (!small) {
         failed += !split_seen("cases");
         const int modes[3] = {MODE_BATCHED, MODE_THRESHOLD, MODE_PER_OP};

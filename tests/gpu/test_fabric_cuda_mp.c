@@ -82,6 +82,7 @@ typedef struct {
     uint64_t *batched; /* shared, [MAX_RANKS]: copies the last AG and RS call ran in batches */
     uint64_t *rail_steps; /* shared, [MAX_RANKS]: rail steps of the last AG and RS call */
     uint64_t *ce_batched; /* shared, [MAX_RANKS]: batched copies cudaMemcpyBatchAsync ran */
+    uint64_t *sliced;     /* shared, [MAX_RANKS]: sum / landing launches past one per op */
 } case_t;
 
 static bool case_init(case_t *c, int m, int l, int v) {
@@ -153,6 +154,7 @@ static bool case_init(case_t *c, int m, int l, int v) {
     c->batched = shared_alloc(MAX_RANKS * sizeof(uint64_t));
     c->rail_steps = shared_alloc(MAX_RANKS * sizeof(uint64_t));
     c->ce_batched = shared_alloc(MAX_RANKS * sizeof(uint64_t));
+    c->sliced = shared_alloc(MAX_RANKS * sizeof(uint64_t));
     snprintf(c->what, sizeof(c->what),
              "M=%d L=%d P=%d grads=%s cast=%d passes=%d stg=%d alpha=%g modes=%d%d%d%d", m, l, p,
              fp32_grads ? "fp32" : "bf16", cast, c->cfg.passes, c->cfg.staging_slots,
@@ -291,6 +293,7 @@ static bool child_case(tide_comm_t comm, case_t *c, int r, cudaStream_t s, char 
     c->batched[r] = sa.batched + sr.batched;
     c->rail_steps[r] = sa.rail_steps + sr.rail_steps;
     c->ce_batched[r] = sa.ce_batched + sr.ce_batched;
+    c->sliced[r] = sa.sliced + sr.sliced;
     for (int e = 0; e < CALLS; ++e) {
         memcpy(c->land[1][e][r], hland + e * (c->land_bytes + 256), c->land_bytes);
         memcpy(c->out[1][e][r], hout + e * (c->out_bytes + 256), c->out_bytes);
@@ -342,6 +345,7 @@ static int first_diff(const void *a, const void *b, size_t n) {
 static uint64_t batched_copies; /* over the matrix: batched copies of the last calls */
 static uint64_t rail_steps;     /* over the matrix: rail steps of the last calls */
 static uint64_t ce_batched;     /* over the matrix: batched copies run by cudaMemcpyBatchAsync */
+static uint64_t sliced;         /* over the matrix: sum / landing launches past one per op */
 
 /* TIDE_CUDA_MP_RAILS=1: cross-node puts go through the rail steps (mp_rails.c). */
 static bool rails_on(void) {
@@ -411,6 +415,7 @@ static bool run_topology(int m, int l, int *configs, double budget_end) {
             batched_copies += c->batched[r];
             rail_steps += c->rail_steps[r];
             ce_batched += c->ce_batched[r];
+            sliced += c->sliced[r];
         }
     }
     printf("%s M=%d L=%d: %d configurations x %d AG + %d RS calls\n", ok ? "ok  " : "FAIL", m, l,
@@ -453,12 +458,19 @@ static int matrix(double seconds, int only_m, int only_l) {
                 ce ? ce : "(unset)");
         ok = false;
     }
+    /* TIDE_CUDA_SLICES=K > 1: the sums and landings ran as several launches. */
+    const char *sl = getenv("TIDE_CUDA_SLICES");
+    if (sl != NULL && atoi(sl) > 1 && sliced == 0) {
+        fprintf(stderr, "FAIL: TIDE_CUDA_SLICES=%s, yet no sum or landing ran sliced\n", sl);
+        ok = false;
+    }
     printf("%s: %d configurations on %d topologies bit for bit equal to the CPU fabric (%.1f s); "
            "copies %s, %llu batched in the last calls (%llu by cudaMemcpyBatchAsync); cross-node "
-           "puts %s, %llu rail steps\n",
+           "puts %s, %llu rail steps; %llu sliced launches\n",
            ok ? "PASS" : "FAIL", configs, topos, now_s() - t0, per_op ? "per op" : "batched",
            (unsigned long long)batched_copies, (unsigned long long)ce_batched,
-           rails_on() ? "as rail steps" : "as copies", (unsigned long long)rail_steps);
+           rails_on() ? "as rail steps" : "as copies", (unsigned long long)rail_steps,
+           (unsigned long long)sliced);
     return ok ? 0 : 1;
 }
 

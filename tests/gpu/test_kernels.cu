@@ -219,12 +219,13 @@ static void run_sum_case(const sum_case &c) {
     /* Reference on a poisoned buffer. */
     const uint32_t poison = 0xff800000u | (uint32_t)rnd_below(1u << 22) | 1u;
     std::vector<float> want(out_n, f_from(poison)), got(out_n);
-    tide_sum_args_t ha = {segs.data(), nsegs,   h_st.data(), stride,
-                          c.ns,        h_table, c.dtype,     want.data(), nullptr, 0, nullptr};
+    tide_sum_args_t ha = {segs.data(), nsegs,   h_st.data(), stride,  c.ns, h_table,
+                          c.dtype,     want.data(), nullptr, 0,       nullptr, 0, 0};
     tide_ref_sum(&ha);
     tide_sum_args_t da = {(const tide_sum_seg_t *)d_segs, nsegs,   d_st,          stride, c.ns,
                           (const void *const *)d_table,   c.dtype, (float *)d_out,
-                          nullptr,                        0,       nullptr};
+                          nullptr,                        0,       nullptr,
+                          0,                              0};
 
     /* variant, ctas (set below), threads, smem_bytes, stage_bytes, producers, groups,
      * bulk_sources.  HYBRID's R follows L as the benchmark's L = 8 sweep does (L/2, L-3, L-2,
@@ -342,6 +343,41 @@ static void run_sum_case(const sum_case &c) {
                               nc, o.threads, o.producers, o.stage_bytes, o.consume, o.raw_nan, m2);
         }
     }
+    /* Sliced launches (tide_sum_args_t.slice): K launches of `nc` CTAs, one after the other,
+     * give the bits of one; K = 40 leaves some slices without a chunk in the small cases. */
+    const tide_sum_launch_t sliced_cfgs[] = {{TIDE_SUM_AUTO, 0, 0, 0, 0, 0, 0, 0},
+                                             {TIDE_SUM_PLAIN, 0, 256, 0, 0, 0, 0, 0},
+                                             {TIDE_SUM_HYBRID, 0, 0, 0, 0, 0, 0, 0},
+                                             {TIDE_SUM_ASYNC, 0, 0, 0, 0, 0, 0, 0}};
+    for (tide_sum_launch_t f : sliced_cfgs)
+        for (int nc : {1, 3})
+            for (int k : {2, 7, 40}) {
+                if (g_racecheck && (f.variant == TIDE_SUM_PLAIN || k == 40)) continue;
+                f.ctas = nc;
+                CUDA_OK(cudaMemcpy(d_out, pz.data(), out_n * 4, cudaMemcpyHostToDevice));
+                cudaError_t e = cudaSuccess;
+                if (f.variant == TIDE_SUM_AUTO) {
+                    e = tide_cuda_sum_sliced(&da, nc, 0, k, 0);
+                } else {
+                    tide_sum_args_t s = da;
+                    s.slices = k;
+                    for (int i = 0; i < k && e == cudaSuccess; ++i) {
+                        s.slice = i;
+                        e = tide_cuda_sum_launch(&s, &f, 0);
+                    }
+                }
+                if (e == cudaSuccess) e = cudaDeviceSynchronize();
+                ++runs;
+                char m2[120] = "";
+                if (e == cudaSuccess)
+                    CUDA_OK(cudaMemcpy(got.data(), d_out, out_n * 4, cudaMemcpyDeviceToHost));
+                if ((e != cudaSuccess ||
+                     !same(got.data(), want.data(), out_n * 4, 4, m2, sizeof m2)) &&
+                    fails++ == 0)
+                    std::snprintf(msg, sizeof msg, "variant %d ctas %d in %d slices: %s",
+                                  (int)f.variant, nc, k,
+                                  e != cudaSuccess ? cudaGetErrorString(e) : m2);
+            }
     g_runs += runs;
     g_failures += fails;
     std::printf("%s sum dtype=%s L=%d values=%-7s layout=%d segs=%-5d elems=%-8llu runs=%d %s\n",
@@ -424,6 +460,18 @@ static void run_land_case(int L, int mode, value_mode vm, bool aligned) {
             if (!same(got.data(), want.data(), out_n * 4, 4, m2, sizeof m2) && fails++ == 0)
                 std::snprintf(msg, sizeof msg, "ctas %d threads %d: %s", nc, nt, m2);
         }
+    /* Sliced launches: the bits of one launch. */
+    for (int nc : {1, 3})
+        for (int k : {2, 7, 40}) {
+            CUDA_OK(cudaMemcpy(d_out, old.data(), out_n * 4, cudaMemcpyHostToDevice));
+            CUDA_OK(tide_cuda_land_sliced(&da, nc, 256, k, 0));
+            CUDA_OK(cudaDeviceSynchronize());
+            CUDA_OK(cudaMemcpy(got.data(), d_out, out_n * 4, cudaMemcpyDeviceToHost));
+            ++runs;
+            char m2[120];
+            if (!same(got.data(), want.data(), out_n * 4, 4, m2, sizeof m2) && fails++ == 0)
+                std::snprintf(msg, sizeof msg, "ctas %d in %d slices: %s", nc, k, m2);
+        }
     g_runs += runs;
     g_failures += fails;
     std::printf(
@@ -483,7 +531,8 @@ static void run_arg_checks() {
     CUDA_OK(cudaMalloc(&d_out, 64));
     const float marker = 42.0f;
     CUDA_OK(cudaMemcpy(d_out, &marker, 4, cudaMemcpyHostToDevice));
-    tide_sum_args_t a = {nullptr, 0, nullptr, 0, 1, nullptr, TIDE_DTYPE_BF16, d_out, nullptr, 0, nullptr};
+    tide_sum_args_t a = {nullptr, 0,       nullptr, 0, 1, nullptr, TIDE_DTYPE_BF16,
+                         d_out,   nullptr, 0,       nullptr, 0, 0};
     int bad = 0;
     bad += tide_cuda_sum(&a, 4, 0, 0) != cudaSuccess; /* no segments: nothing to do */
     bad += tide_cuda_sum(&a, 0, 0, 0) != cudaErrorInvalidValue;
@@ -558,6 +607,16 @@ static void run_arg_checks() {
     bad += tide_cuda_land(&l, 4, 0, 0) != cudaErrorInvalidValue;
     l.num_in = 1;
     bad += tide_cuda_land(&l, 4, 0, 0) != cudaSuccess;
+    /* Slices: a negative count, a slice past the count; a rejected launch enqueues nothing. */
+    bad += tide_cuda_land_sliced(&l, 4, 0, -1, 0) != cudaErrorInvalidValue;
+    l.slices = 2, l.slice = 2;
+    bad += tide_cuda_land(&l, 4, 0, 0) != cudaErrorInvalidValue;
+    tide_sum_args_t as = a1;
+    as.slices = 3, as.slice = 3;
+    bad += tide_cuda_sum(&as, 4, 0, 0) != cudaErrorInvalidValue;
+    as.slices = -2, as.slice = 0;
+    bad += tide_cuda_sum(&as, 4, 0, 0) != cudaErrorInvalidValue;
+    bad += tide_cuda_sum_sliced(&a1, 4, 0, -1, 0) != cudaErrorInvalidValue;
     bad += tide_cuda_cast_bf16(nullptr, nullptr, 0, 1, 0, 0) != cudaSuccess;
     bad += tide_cuda_cast_bf16(nullptr, nullptr, 5, 1, 0, 0) != cudaErrorInvalidValue;
     CUDA_OK(cudaDeviceSynchronize());

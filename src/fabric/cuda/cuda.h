@@ -35,6 +35,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* TIDE_CUDA_SLICE_US / TIDE_CUDA_SLICES (slices.c): each sum and landing as launches of about
+ * `us` microseconds, or as `count` launches; both 0: one launch. */
+typedef struct {
+    int us, count;
+} tide_cuda_slicing_t;
+
 /* Streams per device unless TIDE_CUDA_STREAMS says otherwise: (rank, queue) pairs beyond it
  * share streams round-robin (correct, see the deadlock argument; only less concurrent). */
 #define TIDE_CUDA_STREAMS_DEFAULT 64
@@ -61,6 +67,7 @@ typedef struct {
     bool batch;         /* TIDE_CUDA_BATCH (default 1): runs of same-device copies batched */
     int direct;         /* TIDE_CUDA_DIRECT (default 7): single-device shortcuts (direct.c) */
     uint64_t batch_max_bytes; /* TIDE_CUDA_BATCH_MAX_BYTES: larger copies stay per op; 0: none */
+    tide_cuda_slicing_t slicing; /* sums and landings as sliced launches (slices.c) */
     int *sm_count;      /* [num_devices] */
     size_t *max_pitch;  /* [num_devices] */
     cudaStream_t *pool; /* every stream created, pool_size entries */
@@ -194,6 +201,16 @@ typedef struct {
 bool tide_cuda_env_batch(void);
 tide_result_t tide_cuda_env_batch_max_bytes(uint64_t *out);
 
+/* Sliced launches (slices.c): TIDE_CUDA_SLICE_US and TIDE_CUDA_SLICES, and the SUM / LAND
+ * of table `tb` issued as launches of about `us` each (or `count` launches); *sliced counts
+ * the launches past the first. */
+tide_result_t tide_cuda_env_slicing(tide_cuda_slicing_t *out);
+cudaError_t tide_cuda_issue_sum(const tide_table_t *tb, const tide_sum_args_t *a, int ctas,
+                                const tide_cuda_slicing_t *sl, cudaStream_t s, uint64_t *sliced);
+cudaError_t tide_cuda_issue_land(const tide_table_t *tb, const tide_land_args_t *a, int ctas,
+                                 const tide_cuda_slicing_t *sl, cudaStream_t s,
+                                 uint64_t *sliced);
+
 /* Batched copies (batch.c).  prepare: find the runs of the schedule's command lists (a copy
  * of sh->batch_max_bytes or more ends a run and stays per op), number their descriptors,
  * allocate the tables (nothing when no run has two copies).  fill: the
@@ -255,6 +272,7 @@ typedef struct {
     uint64_t fused;       /* landings a fused sum stored (direct.c) */
     uint64_t rail_steps;  /* rail steps issued (mp_rails.c), counted in descriptors */
     uint64_t ce_batched;  /* copies of `batched` run by cudaMemcpyBatchAsync (mp_batch.c) */
+    uint64_t sliced;      /* sum and landing launches past one per op (slices.c) */
 } tide_cuda_stats_t;
 
 /* The calls of one collective on one group: AG, or RS (both modes share the RS counters). */

@@ -166,12 +166,15 @@ static tide_result_t issue_op(issue_t *is, int id, int t) {
     case TIDE_OP_SUM:
         ++is->st.descriptors;
         call = "tide_cuda_sum";
-        e = tide_cuda_sum(&b->sum, is->fam->sum_ctas, 0, s);
+        e = tide_cuda_issue_sum(&is->pp->checked[rank]->ranks[rank].tables[op->table], &b->sum,
+                                is->fam->sum_ctas, &is->sh->slicing, s, &is->st.sliced);
         break;
     case TIDE_OP_LAND:
         ++is->st.descriptors;
         call = "tide_cuda_land";
-        e = tide_cuda_land(&b->land, is->fam->landing_ctas, 0, s);
+        e = tide_cuda_issue_land(&is->pp->checked[rank]->ranks[rank].tables[op->table],
+                                 &b->land, is->fam->landing_ctas, &is->sh->slicing, s,
+                                 &is->st.sliced);
         break;
     case TIDE_OP_EVENT:
         /* Direct mode: the node's sums read this rank's gradients until the node's call
@@ -373,6 +376,7 @@ tide_result_t tide_cuda_enqueue(tide_cuda_group_t *g, tide_cuda_family_t *fam) {
     is.st.form = form;
     is.st.descriptors = is.st.waits = is.st.records = is.st.uploads = 0;
     is.st.batches = is.st.batched = is.st.unbatched = is.st.elided = is.st.fused = 0;
+    is.st.sliced = 0;
     /* The threshold's copies are plain OP commands of the lists; their count is the
      * program's (batch.c). */
     is.st.over_threshold = (uint64_t)is.pp->over_threshold[form];

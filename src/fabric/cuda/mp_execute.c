@@ -288,12 +288,14 @@ static tide_result_t issue_op(issue_t *is, int id, int t) {
     case TIDE_OP_SUM:
         ++is->st.descriptors;
         call = "tide_cuda_sum";
-        e = tide_cuda_sum(&b->sum, is->fam->sum_ctas, 0, s);
+        e = tide_cuda_issue_sum(&is->pp->checked->ranks[rank].tables[op->table], &b->sum,
+                                is->fam->sum_ctas, &w->slicing, s, &is->st.sliced);
         break;
     case TIDE_OP_LAND:
         ++is->st.descriptors;
         call = "tide_cuda_land";
-        e = tide_cuda_land(&b->land, is->fam->landing_ctas, 0, s);
+        e = tide_cuda_issue_land(&is->pp->checked->ranks[rank].tables[op->table], &b->land,
+                                 is->fam->landing_ctas, &w->slicing, s, &is->st.sliced);
         break;
     case TIDE_OP_EVENT:
         ++is->st.records;
@@ -564,7 +566,7 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     is.st.form = form;
     is.st.descriptors = is.st.waits = is.st.records = is.st.uploads = 0;
     is.st.batches = is.st.batched = is.st.unbatched = is.st.over_threshold = 0;
-    is.st.rail_steps = is.st.ce_batched = 0;
+    is.st.rail_steps = is.st.ce_batched = is.st.sliced = 0;
     if (fence >= 0) TIDE_CHECK(fence_wait(&is, (uint64_t)fence + 1));
     /* The call's copy descriptors go up before the start record every thread forks from. */
     const bool batch = w->batch && pp->batch.cap > 0;

@@ -200,7 +200,9 @@ static tide_result_t streams_init(tide_cuda_shared_t *sh) {
 
 static tide_result_t shared_create(int n, tide_cuda_shared_t **out) {
     uint64_t max_bytes = 0;
+    tide_cuda_slicing_t slicing;
     TIDE_CHECK(tide_cuda_env_batch_max_bytes(&max_bytes));
+    TIDE_CHECK(tide_cuda_env_slicing(&slicing));
     int visible = 0;
     cudaError_t e = cudaGetDeviceCount(&visible);
     if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ||
@@ -226,6 +228,7 @@ static tide_result_t shared_create(int n, tide_cuda_shared_t **out) {
     sh->batch = tide_cuda_env_batch();
     sh->direct = direct_enabled();
     sh->batch_max_bytes = max_bytes;
+    sh->slicing = slicing;
     sh->num_devices = visible < n ? visible : n;
     sh->sm_count = calloc((size_t)sh->num_devices, sizeof(*sh->sm_count));
     sh->max_pitch = calloc((size_t)sh->num_devices, sizeof(*sh->max_pitch));
