@@ -169,16 +169,3 @@ extern "C" cudaError_t tide_cuda_land(const tide_land_args_t *args, int ctas, in
     }
     return cudaGetLastError();
 }
-
-extern "C" cudaError_t tide_cuda_land_sliced(const tide_land_args_t *args, int ctas, int threads,
-                                             int slices, cudaStream_t stream) {
-    if (args == NULL || slices < 0) return cudaErrorInvalidValue;
-    tide_land_args_t a = *args;
-    a.slices = slices > 1 ? slices : 0;
-    for (int i = 0; i < (slices > 1 ? slices : 1); ++i) {
-        a.slice = i;
-        const cudaError_t e = tide_cuda_land(&a, ctas, threads, stream);
-        if (e != cudaSuccess) return e;
-    }
-    return cudaSuccess;
-}

@@ -91,17 +91,22 @@ cudaError_t tide_cuda_land(const tide_land_args_t *args, int ctas, int threads,
                            cudaStream_t stream);
 
 /*
- * The sum or the landing as `slices` launches of `ctas` CTAs each, one after the other on
- * `stream` (slices <= 1: one launch); the bits are those of one launch.  args->slice and
- * args->slices are ignored (each launch sets its own).  A slice ends in about 1/slices of
- * the whole launch's time, and between two slices a kernel of another stream that waits for
- * SMs gets them first: the cost of a long sum beside a one-wave GEMM drops from a second
- * wave to the rest of one slice (docs/interference.md, "Sliced launches").
+ * The sum or the landing as launches of about `slice_bytes` logical bytes each (what their
+ * elements read and write), one after the other on `stream`; 0: one launch.  Consecutive
+ * segments are grouped up to that size, and each launch walks only its own group (a CTA
+ * walks the whole table it is given: sliced over the whole table, every launch would pay
+ * that walk); a segment larger than that is cut further into virtual-grid slices
+ * (tide_sum_args_t.slice).  `host_segs`: a host copy of args->segs.  The bits are those of
+ * one launch.  Between two launches a kernel of another stream that waits for SMs gets them,
+ * so a long sum beside a one-wave GEMM costs it the rest of one slice instead of a second
+ * wave (docs/interference.md, "Sliced launches").  *launches_out (may be NULL): launches.
  */
-cudaError_t tide_cuda_sum_sliced(const tide_sum_args_t *args, int ctas, int threads, int slices,
-                                 cudaStream_t stream);
-cudaError_t tide_cuda_land_sliced(const tide_land_args_t *args, int ctas, int threads,
-                                  int slices, cudaStream_t stream);
+cudaError_t tide_cuda_sum_sliced(const tide_sum_args_t *args, const tide_sum_seg_t *host_segs,
+                                 int ctas, int threads, uint64_t slice_bytes, cudaStream_t stream,
+                                 int *launches_out);
+cudaError_t tide_cuda_land_sliced(const tide_land_args_t *args, const tide_land_seg_t *host_segs,
+                                  int ctas, int threads, uint64_t slice_bytes,
+                                  cudaStream_t stream, int *launches_out);
 
 /* out[i] = bf16(in[i]) for i < n, round to nearest even. */
 cudaError_t tide_cuda_cast_bf16(const float *in, uint16_t *out, uint64_t n, int ctas, int threads,

@@ -151,16 +151,3 @@ extern "C" cudaError_t tide_cuda_sum(const tide_sum_args_t *args, int ctas, int 
     const tide_sum_launch_t cfg = {TIDE_SUM_AUTO, ctas, threads, 0, 0, 0, 0, 0};
     return tide_cuda_sum_launch(args, &cfg, stream);
 }
-
-extern "C" cudaError_t tide_cuda_sum_sliced(const tide_sum_args_t *args, int ctas, int threads,
-                                            int slices, cudaStream_t stream) {
-    if (args == NULL || slices < 0) return cudaErrorInvalidValue;
-    tide_sum_args_t a = *args;
-    a.slices = slices > 1 ? slices : 0;
-    for (int i = 0; i < (slices > 1 ? slices : 1); ++i) {
-        a.slice = i;
-        const cudaError_t e = tide_cuda_sum(&a, ctas, threads, stream);
-        if (e != cudaSuccess) return e;
-    }
-    return cudaSuccess;
-}

@@ -983,8 +983,8 @@ int main(int argc, char **argv) {
             const double ts = time_alone_ms([&] { sum_launch(&c, 16, cs); }, cs);
             const double tl = time_alone_ms([&] { land_launch(&c, 4, cs); }, cs);
             printf("tide sliced ~%d us: sum 16 CTAs in %d launches %.3f ms (one launch %.3f), "
-                   "landing 4 CTAs in %d launches %.3f ms (one launch %.3f)\n",
-                   us, g_sum_slices, ts, t_sum[0], g_land_slices, tl, t_land);
+                   "landing 4 CTAs in about %d launches %.3f ms (one launch %.3f)\n",
+                   us, g_sum_launches, ts, t_sum[0], g_land_slices, tl, t_land);
             snprintf(g_slice_label, sizeof g_slice_label, "/%dus", us);
             gemm_row_tide(&g, &c, reps, 16, 4, TIDE_DUTY, least, comm_ms, ts, tl);
             gemm_row_tide_gemm_hi(&g, &c, reps, 16, 4, least, greatest, comm_ms, ts, tl);
@@ -996,6 +996,7 @@ int main(int argc, char **argv) {
          * the whole segment table. */
         tide_sum_seg_t *saved = c.sum_segs;
         const int saved_n = c.num_sum_segs;
+        const tide_sum_seg_t *saved_host = c.sum_segs_host;
         for (int nseg : {4, 16, 64}) {
             const uint64_t len = c.sum_elems / (uint64_t)nseg, per_own = c.sum_elems / 4;
             std::vector<tide_sum_seg_t> hs(nseg);
@@ -1006,16 +1007,19 @@ int main(int argc, char **argv) {
             tide_sum_seg_t *d = nullptr;
             CK(cudaMalloc(&d, hs.size() * sizeof hs[0]));
             CK(cudaMemcpy(d, hs.data(), hs.size() * sizeof hs[0], cudaMemcpyHostToDevice));
-            c.sum_segs = d, c.num_sum_segs = nseg;
+            c.sum_segs = d, c.num_sum_segs = nseg, c.sum_segs_host = hs.data();
             double t[2];
+            int launches[2];
             const int ks[2] = {1, 27};
             for (int j = 0; j < 2; ++j) {
                 g_sum_slices = ks[j];
                 t[j] = time_alone_ms([&] { sum_launch(&c, 16, cs); }, cs);
+                launches[j] = g_sum_launches;
             }
             printf("tide sliced sum, %d segments of %llu Ki elements, 16 CTAs: one launch %.3f ms, "
-                   "27 launches %.3f ms: %.1f us per extra launch\n",
-                   nseg, (unsigned long long)(len >> 10), t[0], t[1], (t[1] - t[0]) * 1e3 / 26);
+                   "%d launches at 1/27 of the bytes each %.3f ms: %.1f us per extra launch\n",
+                   nseg, (unsigned long long)(len >> 10), t[0], launches[1], t[1],
+                   launches[1] > 1 ? (t[1] - t[0]) * 1e3 / (launches[1] - 1) : 0.0);
             CK(cudaFree(d));
         }
         /* The same 27 launches, each over a contiguous 1/27 of the elements (its own segment
@@ -1045,6 +1049,7 @@ int main(int argc, char **argv) {
                 [&] {
                     for (int i = 0; i < K; ++i) {
                         c.sum_segs = d + first[i], c.num_sum_segs = first[i + 1] - first[i];
+                        c.sum_segs_host = hs.data() + first[i];
                         sum_launch(&c, 16, cs);
                     }
                 },
@@ -1052,7 +1057,7 @@ int main(int argc, char **argv) {
             printf("tide sum as 27 launches over contiguous ranges, 16 CTAs: %.3f ms\n", t);
             CK(cudaFree(d));
         }
-        c.sum_segs = saved, c.num_sum_segs = saved_n;
+        c.sum_segs = saved, c.num_sum_segs = saved_n, c.sum_segs_host = saved_host;
         g_sum_slices = 1;
         CK(cudaStreamDestroy(cs));
     }

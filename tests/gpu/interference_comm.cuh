@@ -54,12 +54,15 @@ struct comm_t {
     const void **own_table;
     tide_sum_seg_t *sum_segs;
     int num_sum_segs;
+    const tide_sum_seg_t *sum_segs_host; /* host copy of sum_segs (sliced launches) */
     float *sum_out;
     /* Landing: L = 8 fp32 inbox blocks into an fp32 shard, accumulate. */
     uint64_t land_elems;
     float *inbox[8], *land_out;
     tide_land_seg_t *land_segs;
     int num_land_segs;
+    std::vector<tide_sum_seg_t> hsum;
+    std::vector<tide_land_seg_t> hland;
 };
 
 static void comm_init(comm_t *c, int sms) {
@@ -86,6 +89,8 @@ static void comm_init(comm_t *c, int sms) {
                  (uint32_t)seg, (int32_t)(i % 4), 0};
     CK(cudaMalloc(&c->sum_segs, hs.size() * sizeof hs[0]));
     CK(cudaMemcpy(c->sum_segs, hs.data(), hs.size() * sizeof hs[0], cudaMemcpyHostToDevice));
+    c->hsum = hs;
+    c->sum_segs_host = c->hsum.data();
 
     c->land_elems = 4ull << 20; /* 160 MB of logical traffic: ~0.3 ms at 4 CTAs */
     for (int k = 0; k < 8; ++k) {
@@ -102,6 +107,7 @@ static void comm_init(comm_t *c, int sms) {
         hl[i] = {(uint64_t)i * seg, (uint64_t)i * seg, (uint32_t)seg, 0};
     CK(cudaMalloc(&c->land_segs, hl.size() * sizeof hl[0]));
     CK(cudaMemcpy(c->land_segs, hl.data(), hl.size() * sizeof hl[0], cudaMemcpyHostToDevice));
+    c->hland = hl;
     CK(cudaDeviceSynchronize());
 }
 
@@ -116,15 +122,21 @@ static void comm_free(comm_t *c) {
     CK(cudaFree(c->land_segs));
 }
 
-/* Sliced launches (tide_cuda_sum_sliced): each sum / landing of the loops below runs as
- * this many launches; 1: one launch.  Set per row, with the loop drained. */
+/* Sliced launches (tide_cuda_sum_sliced): each sum / landing of the loops below runs in about
+ * this many launches (1/count of its logical bytes a slice); 1: one launch.  Set per row,
+ * with the loop drained. */
 static int g_sum_slices = 1, g_land_slices = 1;
+static int g_sum_launches = 0; /* launches of the last sum_launch */
 
 static void sum_launch(comm_t *c, int ctas, cudaStream_t st) {
     tide_sum_args_t a = {c->sum_segs,     c->num_sum_segs, c->staged, c->sum_elems, 7,
                          c->own_table,    TIDE_DTYPE_BF16, c->sum_out, nullptr,     0,
                          nullptr,         0,               0};
-    CK(tide_cuda_sum_sliced(&a, ctas, 0, g_sum_slices, st));
+    uint64_t bytes = 0;
+    for (int i = 0; i < c->num_sum_segs; ++i) bytes += (uint64_t)c->sum_segs_host[i].len * 20u;
+    CK(tide_cuda_sum_sliced(&a, c->sum_segs_host, ctas, 0,
+                            g_sum_slices > 1 ? bytes / g_sum_slices + 1 : 0, st,
+                            &g_sum_launches));
 }
 
 static void land_launch(comm_t *c, int ctas, cudaStream_t st) {
@@ -138,7 +150,9 @@ static void land_launch(comm_t *c, int ctas, cudaStream_t st) {
     a.alpha = 0.125f;
     a.init = false;
     a.accumulate = true;
-    CK(tide_cuda_land_sliced(&a, ctas, 0, g_land_slices, st));
+    const uint64_t bytes = c->land_elems * 4u * 9u;
+    CK(tide_cuda_land_sliced(&a, c->hland.data(), ctas, 0,
+                             g_land_slices > 1 ? bytes / g_land_slices + 1 : 0, st, nullptr));
 }
 
 /* Median ms of one launch alone, on `st`. */

@@ -343,8 +343,13 @@ static void run_sum_case(const sum_case &c) {
                               nc, o.threads, o.producers, o.stage_bytes, o.consume, o.raw_nan, m2);
         }
     }
-    /* Sliced launches (tide_sum_args_t.slice): K launches of `nc` CTAs, one after the other,
-     * give the bits of one; K = 40 leaves some slices without a chunk in the small cases. */
+    /* Sliced launches give the bits of one: K virtual-grid slices of the whole table
+     * (tide_sum_args_t.slice, every variant; K = 40 leaves some slices without a chunk in the
+     * small cases), and AUTO through tide_cuda_sum_sliced at 1/K of the logical bytes a
+     * slice (groups of segments, large segments cut into virtual-grid slices). */
+    uint64_t sum_bytes = 0;
+    for (const tide_sum_seg_t &g : segs)
+        sum_bytes += (uint64_t)g.len * (4u + (uint64_t)(c.ns + 1) * (c.dtype == TIDE_DTYPE_BF16 ? 2u : 4u));
     const tide_sum_launch_t sliced_cfgs[] = {{TIDE_SUM_AUTO, 0, 0, 0, 0, 0, 0, 0},
                                              {TIDE_SUM_PLAIN, 0, 256, 0, 0, 0, 0, 0},
                                              {TIDE_SUM_HYBRID, 0, 0, 0, 0, 0, 0, 0},
@@ -357,7 +362,14 @@ static void run_sum_case(const sum_case &c) {
                 CUDA_OK(cudaMemcpy(d_out, pz.data(), out_n * 4, cudaMemcpyHostToDevice));
                 cudaError_t e = cudaSuccess;
                 if (f.variant == TIDE_SUM_AUTO) {
-                    e = tide_cuda_sum_sliced(&da, nc, 0, k, 0);
+                    int launches = 0;
+                    e = tide_cuda_sum_sliced(&da, segs.data(), nc, 0, sum_bytes / k + 1, 0,
+                                             &launches);
+                    if (e == cudaSuccess && sum_bytes > 0 && launches < 2) {
+                        std::snprintf(msg, sizeof msg, "sliced sum at 1/%d: %d launch(es)", k,
+                                      launches);
+                        ++fails;
+                    }
                 } else {
                     tide_sum_args_t s = da;
                     s.slices = k;
@@ -460,11 +472,14 @@ static void run_land_case(int L, int mode, value_mode vm, bool aligned) {
             if (!same(got.data(), want.data(), out_n * 4, 4, m2, sizeof m2) && fails++ == 0)
                 std::snprintf(msg, sizeof msg, "ctas %d threads %d: %s", nc, nt, m2);
         }
-    /* Sliced launches: the bits of one launch. */
+    /* Sliced launches at 1/K of the logical bytes a slice: the bits of one launch. */
+    uint64_t land_bytes = 0;
+    for (const tide_land_seg_t &g : segs) land_bytes += (uint64_t)g.len * 4u * (uint64_t)(L + 1);
     for (int nc : {1, 3})
         for (int k : {2, 7, 40}) {
             CUDA_OK(cudaMemcpy(d_out, old.data(), out_n * 4, cudaMemcpyHostToDevice));
-            CUDA_OK(tide_cuda_land_sliced(&da, nc, 256, k, 0));
+            CUDA_OK(tide_cuda_land_sliced(&da, segs.data(), nc, 256, land_bytes / k + 1, 0,
+                                          nullptr));
             CUDA_OK(cudaDeviceSynchronize());
             CUDA_OK(cudaMemcpy(got.data(), d_out, out_n * 4, cudaMemcpyDeviceToHost));
             ++runs;
@@ -608,7 +623,7 @@ static void run_arg_checks() {
     l.num_in = 1;
     bad += tide_cuda_land(&l, 4, 0, 0) != cudaSuccess;
     /* Slices: a negative count, a slice past the count; a rejected launch enqueues nothing. */
-    bad += tide_cuda_land_sliced(&l, 4, 0, -1, 0) != cudaErrorInvalidValue;
+    bad += tide_cuda_land_sliced(nullptr, nullptr, 4, 0, 0, 0, nullptr) != cudaErrorInvalidValue;
     l.slices = 2, l.slice = 2;
     bad += tide_cuda_land(&l, 4, 0, 0) != cudaErrorInvalidValue;
     tide_sum_args_t as = a1;
@@ -616,7 +631,7 @@ static void run_arg_checks() {
     bad += tide_cuda_sum(&as, 4, 0, 0) != cudaErrorInvalidValue;
     as.slices = -2, as.slice = 0;
     bad += tide_cuda_sum(&as, 4, 0, 0) != cudaErrorInvalidValue;
-    bad += tide_cuda_sum_sliced(&a1, 4, 0, -1, 0) != cudaErrorInvalidValue;
+    bad += tide_cuda_sum_sliced(&a1, nullptr, 4, 0, 1, 0, nullptr) != cudaErrorInvalidValue;
     bad += tide_cuda_cast_bf16(nullptr, nullptr, 0, 1, 0, 0) != cudaSuccess;
     bad += tide_cuda_cast_bf16(nullptr, nullptr, 5, 1, 0, 0) != cudaErrorInvalidValue;
     CUDA_OK(cudaDeviceSynchronize());

@@ -5,16 +5,16 @@
  * A sum CTA lives as long as its kernel: a long sum beside a GEMM that needs every SM for one
  * wave holds SMs for the whole sum, and the GEMM's displaced CTAs wait for it (a second wave,
  * about +100% for that GEMM).  Cut into launches of about TIDE_CUDA_SLICE_US each, one after
- * the other on the op's stream, a waiting GEMM gets the SMs when the running slice ends.  The
- * slices play consecutive parts of one large virtual grid (tide_sum_args_t.slice), so the
- * bits do not change.  Unset or 0: one launch per op, as before.
+ * the other on the op's stream (tide_cuda_sum_sliced: groups of whole segments, a larger
+ * segment cut into virtual-grid slices), a waiting GEMM gets the SMs when the running slice
+ * ends.  The bits do not change.  Unset or 0: one launch per op, as before.
  *
- * The slice count comes from the op's logical bytes (what its segments read and write) and
- * a fixed rate per CTA, TIDE_CUDA_SLICE_RATE: the measured Level-1 sum and landing rates on
- * an H200 are 100-125 GB/s per CTA (bench/results/h200-2026-12-03d, bench_kernels), so a
- * slice lasts about the target there, shorter on a faster part.  TIDE_CUDA_SLICES=K instead
- * cuts every sum and landing into K launches whatever its size (the tests use it: their ops
- * are too small for a time target to cut them).
+ * The slice size is the op's logical bytes (what its elements read and write) at a fixed
+ * rate per CTA, TIDE_CUDA_SLICE_RATE: the measured Level-1 sum and landing rates on an H200
+ * are 100-125 GB/s per CTA (bench/results/h200-2026-12-03d, bench_kernels), so a slice lasts
+ * about the target there, shorter on a faster part.  TIDE_CUDA_SLICES=K instead cuts every
+ * sum and landing into about K launches whatever its size (the tests use it: their ops are
+ * too small for a time target to cut them).
  */
 #include "core/checks.h"
 #include "fabric/cuda/cuda.h"
@@ -47,36 +47,38 @@ tide_result_t tide_cuda_env_slicing(tide_cuda_slicing_t *out) {
     return env_int("TIDE_CUDA_SLICES", TIDE_CUDA_SLICES_MAX, "a slice count", &out->count);
 }
 
-static int slice_count(double bytes, int ctas, const tide_cuda_slicing_t *sl) {
-    if (sl->count > 0) return sl->count;
-    if (sl->us <= 0 || ctas < 1) return 1;
-    const double per_slice = TIDE_CUDA_SLICE_RATE * (double)ctas * (double)sl->us;
-    const double n = bytes / per_slice;
-    if (n <= 1.0) return 1;
-    return n >= TIDE_CUDA_SLICES_MAX ? TIDE_CUDA_SLICES_MAX : (int)n + 1;
+/* Logical bytes per slice: the time target at the assumed rate, or 1/count of the op. */
+static uint64_t slice_bytes(double total, int ctas, const tide_cuda_slicing_t *sl) {
+    double b = 0;
+    if (sl->count > 1)
+        b = total / (double)sl->count;
+    else if (sl->count == 0 && sl->us > 0)
+        b = TIDE_CUDA_SLICE_RATE * (double)(ctas > 0 ? ctas : 1) * (double)sl->us;
+    return b <= 0 ? 0 : b < 1 ? 1 : (uint64_t)b;
 }
 
 cudaError_t tide_cuda_issue_sum(const tide_table_t *tb, const tide_sum_args_t *a, int ctas,
                                 const tide_cuda_slicing_t *sl, cudaStream_t s, uint64_t *sliced) {
-    double bytes = 0;
-    if (sl->us > 0 && sl->count == 0) {
-        const double per_elem =
-            4.0 + (double)(tb->num_staged + 1) * (a->dtype == TIDE_DTYPE_BF16 ? 2.0 : 4.0);
-        for (int g = 0; g < tb->num_segs; ++g)
-            bytes += (double)tb->sum_segs[g].len * per_elem;
-    }
-    const int n = slice_count(bytes, ctas, sl);
-    *sliced += (uint64_t)(n - 1);
-    return tide_cuda_sum_sliced(a, ctas, 0, n, s);
+    double total = 0;
+    const double per_elem =
+        4.0 + (double)(tb->num_staged + 1) * (a->dtype == TIDE_DTYPE_BF16 ? 2.0 : 4.0);
+    for (int g = 0; g < tb->num_segs; ++g)
+        total += (double)tb->sum_segs[g].len * per_elem;
+    int launches = 0;
+    const cudaError_t e = tide_cuda_sum_sliced(a, tb->sum_segs, ctas, 0,
+                                               slice_bytes(total, ctas, sl), s, &launches);
+    if (launches > 1) *sliced += (uint64_t)(launches - 1);
+    return e;
 }
 
 cudaError_t tide_cuda_issue_land(const tide_table_t *tb, const tide_land_args_t *a, int ctas,
                                  const tide_cuda_slicing_t *sl, cudaStream_t s, uint64_t *sliced) {
-    double bytes = 0;
-    if (sl->us > 0 && sl->count == 0)
-        for (int g = 0; g < tb->num_segs; ++g)
-            bytes += (double)tb->land_segs[g].len * 4.0 * (double)(tb->num_in + 1);
-    const int n = slice_count(bytes, ctas, sl);
-    *sliced += (uint64_t)(n - 1);
-    return tide_cuda_land_sliced(a, ctas, 0, n, s);
+    double total = 0;
+    for (int g = 0; g < tb->num_segs; ++g)
+        total += (double)tb->land_segs[g].len * 4.0 * (double)(tb->num_in + 1);
+    int launches = 0;
+    const cudaError_t e = tide_cuda_land_sliced(a, tb->land_segs, ctas, 0,
+                                                slice_bytes(total, ctas, sl), s, &launches);
+    if (launches > 1) *sliced += (uint64_t)(launches - 1);
+    return e;
 }
