@@ -201,8 +201,9 @@ int main(int argc, char **argv) {
          * starts, rather than as N failed inits. */
         const int visible = bench_cuda_visible_devices();
         if (visible < o.procs) {
-            fprintf(stderr, "tide-bench: %d ranks need %d GPUs for the NCCL fabric, %d visible; "
-                            "use --fabric cuda --procs %d to run several ranks on one GPU\n",
+            fprintf(stderr, "tide-bench: --procs %d needs %d GPUs for the NCCL fabric (one per "
+                            "rank), %d visible; use --fabric cuda --procs %d to run several "
+                            "ranks on one GPU\n",
                     o.procs, o.procs, visible < 0 ? 0 : visible, o.procs);
             return 2;
         }
