@@ -24,7 +24,7 @@ typedef struct {
     int num_divisors;
     int iters, warmup;
     uint64_t seed;
-    int procs;                /* --procs N: one process per rank (CUDA fabric); 0: one process */
+    int procs;                /* --procs N: one process per rank (CUDA, NCCL); 0: one process */
     bool json, quiet;
 } bench_opts_t;
 
@@ -64,10 +64,15 @@ tide_result_t bench_run_cpu(const bench_opts_t *opts, const tide_param_shape_t *
 tide_result_t bench_run_cuda(const bench_opts_t *opts, const tide_param_shape_t *shapes,
                              int num_shapes, bench_row_t *rows_out, int *num_rows_out);
 
-/* One process per rank (opts->procs = N ranks, tide_comm_init_rank; cuda_procs.c): forks the
- * N ranks, rank r on visible device r mod D; rows_out receives rank 0's table. */
+/* One process per rank (opts->procs = N ranks; cuda_procs.c): forks the N ranks, rank r on
+ * visible device r mod D, joined by tide_comm_init_rank (opts->fabric TIDE_FABRIC_CUDA) or
+ * tide_comm_init_nccl (TIDE_FABRIC_NCCL); rows_out receives rank 0's table. */
 tide_result_t bench_run_cuda_procs(const bench_opts_t *opts, const tide_param_shape_t *shapes,
                                    int num_shapes, bench_row_t *rows_out, int *num_rows_out);
+
+/* The number of visible CUDA devices, counted in a child process so that the caller stays
+ * free to fork ranks that use CUDA; -1 when the child could not run. */
+int bench_cuda_visible_devices(void);
 #endif
 
 #endif /* TIDE_BENCH_BENCH_H_ */

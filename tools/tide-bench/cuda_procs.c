@@ -1,7 +1,9 @@
 /*
- * cuda_procs.c - tide-bench on the one-process-per-rank CUDA fabric (--fabric cuda --procs
- * N): the parent forks the N ranks before touching CUDA; rank r runs on visible device
- * r mod D (several ranks share a GPU when D < N) and joins with tide_comm_init_rank.  The
+ * cuda_procs.c - tide-bench with one process per rank: the CUDA mp fabric (--fabric cuda
+ * --procs N) or the NCCL fabric (--fabric nccl --procs N).  The parent forks the N ranks
+ * before touching CUDA; rank r runs on visible device r mod D (on the CUDA fabric several
+ * ranks share a GPU when D < N; NCCL refuses that, so main.c asks for N GPUs first) and joins
+ * with tide_comm_init_rank or tide_comm_init_nccl; only that step differs.  The
  * stock path needs the peers' shards and packs: each rank exports them with legacy CUDA IPC
  * handles over a socket mesh of its own (the fabric's bootstrap, mp_boot.h, under another
  * name).  A time is rank 0's host wall time between two barriers of every rank, each rank
@@ -157,6 +159,34 @@ out:
     return res;
 }
 
+/* The rank's communicator on the fabric of --fabric.  The NCCL unique id is made here, after
+ * the fork, by rank 0 (ncclGetUniqueId starts a bootstrap thread that a fork would not carry
+ * into the children) and reaches the others over the boot mesh with rank 0's verdict, so that
+ * no rank enters NCCL's collective init when rank 0 has no id to give. */
+static tide_result_t rank_comm_init(const bench_opts_t *o, tide_mp_boot_t *boot, int rank,
+                                    const char *name, tide_comm_t *comm) {
+    if (o->fabric != TIDE_FABRIC_NCCL)
+        return tide_comm_init_rank(TIDE_FABRIC_CUDA, o->nodes, o->gpus_per_node, rank, name,
+                                   comm);
+    struct {
+        int32_t result;
+        uint8_t id[TIDE_NCCL_UNIQUE_ID_BYTES];
+    } mine, *all = calloc((size_t)boot->ranks, sizeof(*all));
+    if (all == NULL) return TIDE_ERR_NO_MEMORY;
+    memset(&mine, 0, sizeof(mine));
+    if (rank == 0) mine.result = (int32_t)tide_nccl_get_unique_id(mine.id);
+    tide_result_t res = tide_mp_boot_allgather(boot, &mine, sizeof(mine), -1, all, NULL,
+                                               tide_fabric_timeout_ms());
+    if (res == TIDE_SUCCESS && all[0].result != TIDE_SUCCESS) {
+        res = (tide_result_t)all[0].result;
+        if (rank != 0) res = TIDE_ERR(res, "rank 0 could not create the NCCL unique id");
+    }
+    if (res == TIDE_SUCCESS)
+        res = tide_comm_init_nccl(o->nodes, o->gpus_per_node, rank, all[0].id, comm);
+    free(all);
+    return res;
+}
+
 static int rank_main(const bench_opts_t *o, const tide_param_shape_t *shapes, int P, int rank,
                      const char *name, procs_report_t *rep) {
     int visible = 0;
@@ -166,21 +196,22 @@ static int rank_main(const bench_opts_t *o, const tide_param_shape_t *shapes, in
     }
     const int N = o->nodes * o->gpus_per_node, dev = rank % visible;
     if (cudaSetDevice(dev) != cudaSuccess) return 1;
-    tide_comm_t comm = NULL;
-    tide_result_t res = tide_comm_init_rank(TIDE_FABRIC_CUDA, o->nodes, o->gpus_per_node, rank,
-                                            name, &comm);
-    if (res != TIDE_SUCCESS) {
-        fprintf(stderr, "tide-bench: rank %d: tide_comm_init_rank: %s\n", rank,
-                tide_get_last_error());
-        return 1;
-    }
+    /* The boot mesh first: the NCCL fabric's unique id travels on it. */
     char bname[80];
     snprintf(bname, sizeof(bname), "%sb", name);
     tide_mp_boot_t boot;
-    res = tide_mp_boot_open(bname, rank, N, tide_fabric_timeout_ms(), &boot);
+    tide_result_t res = tide_mp_boot_open(bname, rank, N, tide_fabric_timeout_ms(), &boot);
     if (res != TIDE_SUCCESS) {
         fprintf(stderr, "tide-bench: rank %d: %s\n", rank, tide_get_last_error());
-        tide_comm_destroy(comm);
+        return 1;
+    }
+    tide_comm_t comm = NULL;
+    res = rank_comm_init(o, &boot, rank, name, &comm);
+    if (res != TIDE_SUCCESS) {
+        fprintf(stderr, "tide-bench: rank %d: %s: %s\n", rank,
+                o->fabric == TIDE_FABRIC_NCCL ? "tide_comm_init_nccl" : "tide_comm_init_rank",
+                tide_get_last_error());
+        tide_mp_boot_close(&boot);
         return 1;
     }
     tide_param_shape_t *scaled = calloc((size_t)P, sizeof(*scaled));
@@ -204,11 +235,26 @@ static int rank_main(const bench_opts_t *o, const tide_param_shape_t *shapes, in
     if (scaled == NULL) res = TIDE_ERR_NO_MEMORY;
     free(scaled);
     if (rank == 0) rep->result = (int)res;
-    tide_mp_boot_close(&boot);
     tide_comm_destroy(comm);
+    tide_mp_boot_close(&boot);
     fflush(stdout);
     fflush(stderr);
     return res == TIDE_SUCCESS ? 0 : 1;
+}
+
+int bench_cuda_visible_devices(void) {
+    fflush(stdout);
+    fflush(stderr);
+    /* A child asks: the parent must stay off CUDA until it has forked the ranks. */
+    pid_t pid = fork();
+    if (pid == 0) {
+        int n = 0;
+        if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+        _exit(n > 254 ? 254 : n);
+    }
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st)) return -1;
+    return WEXITSTATUS(st);
 }
 
 tide_result_t bench_run_cuda_procs(const bench_opts_t *o, const tide_param_shape_t *shapes,

@@ -1,15 +1,18 @@
 /*
  * tide-bench - time TIDE-AG and TIDE-RS against the stock FSDP2 layout path.
  *
- *   tide-bench [--fabric cpu|cuda] [--procs N] [--topology MxL] [--preset NAME | --shapes LIST]
+ *   tide-bench [--fabric cpu|cuda|nccl] [--procs N] [--topology MxL] [--preset NAME | --shapes LIST]
  *              [--divisors 1024,256,64] [--iters N] [--warmup N] [--mode in-place|slot-reuse]
  *              [--grad-dtype bf16|fp32] [--seed S] [--json] [--quiet]
  *
  * Each size divides every parameter's dim 0 by a divisor (the preset's real shapes are too
  * large for a CPU run; --divisors 1 runs them on a GPU).  --fabric cuda (a CUDA build) runs
  * the job on the GPUs: one process drives every rank, or with --procs N (N = M L) one process
- * per rank on the one-process-per-rank fabric.  Exit status: 0 all data correct, 1 a wrong element or a library
- * error, 2 a usage error.
+ * per rank on the one-process-per-rank fabric.  --fabric nccl (a CUDA build with the NCCL
+ * fabric) needs --procs N and N visible GPUs: one process per rank, one GPU each, on the NCCL
+ * fabric (M > 1 only with TIDE_NCCL_RAILS=1, docs/nccl-fabric.md).  Exit status: 0 all data
+ * correct, 1 a wrong element or a library error, 2 a usage error, a fabric this build lacks
+ * or too few GPUs for --fabric nccl.
  */
 #include "bench.h"
 
@@ -22,11 +25,13 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: tide-bench [--fabric cpu|cuda] [--procs N] [--topology MxL]\n"
+            "usage: tide-bench [--fabric cpu|cuda|nccl] [--procs N] [--topology MxL]\n"
             "                  [--preset NAME | --shapes LIST]\n"
             "                  [--divisors D1,D2,...] [--iters N] [--warmup N]\n"
             "                  [--mode in-place|slot-reuse] [--grad-dtype bf16|fp32]\n"
             "                  [--seed S] [--json] [--quiet]\n"
+            "fabrics: cpu (threads); cuda (CUDA build; one process, or --procs N = M L\n"
+            "         processes); nccl (CUDA build with NCCL; --procs N = M L, N GPUs)\n"
             "presets: %s\n",
             tide_preset_names());
 }
@@ -58,18 +63,22 @@ static int bad_usage(const char *msg) {
     return 2;
 }
 
+static const char *fabric_name(tide_fabric_kind_t f) {
+    return f == TIDE_FABRIC_CPU ? "cpu" : f == TIDE_FABRIC_CUDA ? "cuda" : "nccl";
+}
+
 static void print_table(const bench_opts_t *o, const bench_row_t *rows, int n) {
     printf("# tide-bench: fabric %s%s, topology %dx%d (N = %d), %s, mode %s\n",
-           o->fabric == TIDE_FABRIC_CPU ? "cpu" : "cuda",
-           o->procs > 0 ? " (one process per rank)" : "", o->nodes, o->gpus_per_node,
+           fabric_name(o->fabric), o->procs > 0 ? " (one process per rank)" : "", o->nodes, o->gpus_per_node,
            o->nodes * o->gpus_per_node, o->preset ? o->preset : "custom shapes",
            o->mode == TIDE_RS_IN_PLACE ? "in-place" : "slot-reuse");
     printf("# times are medians of %d iterations; the stock path is FSDP2's layout path on the\n"
            "# same buffers (AG: rank-major gather + copy-out; RS: _chunk_cat fp32 pack + reduce)\n",
            o->iters);
-    if (o->fabric == TIDE_FABRIC_CUDA)
-        printf("# cuda: device buffers; a time runs from the first enqueue to the end of every rank's\n"
-               "# work (host clock, devices synchronised before and after)\n");
+    if (o->fabric != TIDE_FABRIC_CPU)
+        printf("# %s: device buffers; a time runs from the first enqueue to the end of every rank's\n"
+               "# work (host clock, devices synchronised before and after)\n",
+               fabric_name(o->fabric));
     printf("%-15s %7s %4s %12s %11s %9s %9s %11s %9s %8s %7s\n", "collective", "dim0/", "P",
            "size(B)", "tide(us)", "algbw", "busbw", "stock(us)", "busbw", "speedup", "#wrong");
     for (int i = 0; i < n; ++i) {
@@ -87,7 +96,7 @@ static void print_json(const bench_opts_t *o, const bench_row_t *rows, int n) {
     printf("{\n  \"fabric\": \"%s\",\n  \"procs\": %d,\n  \"nodes\": %d,\n"
            "  \"gpus_per_node\": %d,\n  \"preset\": \"%s\",\n  \"mode\": \"%s\",\n"
            "  \"iters\": %d,\n  \"rows\": [",
-           o->fabric == TIDE_FABRIC_CPU ? "cpu" : "cuda", o->procs, o->nodes, o->gpus_per_node,
+           fabric_name(o->fabric), o->procs, o->nodes, o->gpus_per_node,
            o->preset ? o->preset : "", o->mode == TIDE_RS_IN_PLACE ? "in-place" : "slot-reuse",
            o->iters);
     for (int i = 0; i < n; ++i) {
@@ -123,7 +132,8 @@ int main(int argc, char **argv) {
         case 'f':
             if (strcmp(optarg, "cpu") == 0) o.fabric = TIDE_FABRIC_CPU;
             else if (strcmp(optarg, "cuda") == 0) o.fabric = TIDE_FABRIC_CUDA;
-            else return bad_usage("--fabric must be cpu or cuda");
+            else if (strcmp(optarg, "nccl") == 0) o.fabric = TIDE_FABRIC_NCCL;
+            else return bad_usage("--fabric must be cpu, cuda or nccl");
             break;
         case 't':
             if (sscanf(optarg, "%dx%d", &o.nodes, &o.gpus_per_node) != 2 || o.nodes < 1 ||
@@ -163,6 +173,14 @@ int main(int argc, char **argv) {
         }
     }
     if (optind < argc) return bad_usage("unexpected argument");
+    /* Usage first, in every build, so that a CPU build checks the same command lines. */
+    if (o.procs > 0 && o.fabric == TIDE_FABRIC_CPU)
+        return bad_usage("--procs runs one process per rank on a GPU fabric: add --fabric cuda "
+                         "or --fabric nccl");
+    if (o.fabric == TIDE_FABRIC_NCCL && o.procs == 0)
+        return bad_usage("--fabric nccl runs one process per rank: add --procs N (N = M L)");
+    if (o.procs > 0 && o.procs != o.nodes * o.gpus_per_node)
+        return bad_usage("--procs N needs N = M L ranks of --topology MxL");
 #if !TIDE_HAVE_CUDA
     if (o.fabric == TIDE_FABRIC_CUDA) {
         fprintf(stderr, "tide-bench: --fabric cuda needs a CUDA build of TIDE (cmake "
@@ -170,10 +188,27 @@ int main(int argc, char **argv) {
         return 2;
     }
 #endif
-    if (o.procs > 0 && o.fabric != TIDE_FABRIC_CUDA)
-        return bad_usage("--procs runs one process per rank on the CUDA fabric: add --fabric cuda");
-    if (o.procs > 0 && o.procs != o.nodes * o.gpus_per_node)
-        return bad_usage("--procs N needs N = M L ranks of --topology MxL");
+#if !TIDE_HAVE_NCCL
+    if (o.fabric == TIDE_FABRIC_NCCL) {
+        fprintf(stderr, "tide-bench: --fabric nccl needs a CUDA build of TIDE with the NCCL "
+                        "fabric (cmake -DTIDE_WITH_CUDA=ON -DTIDE_WITH_NCCL=ON, NCCL >= 2.28 "
+                        "headers); this build has no NCCL fabric\n");
+        return 2;
+    }
+#else
+    if (o.fabric == TIDE_FABRIC_NCCL) {
+        /* NCCL refuses two ranks of one communicator on one GPU: say so before any rank
+         * starts, rather than as N failed inits. */
+        const int visible = bench_cuda_visible_devices();
+        if (visible < o.procs) {
+            fprintf(stderr, "tide-bench: --procs %d needs %d GPUs for the NCCL fabric (one per "
+                            "rank), %d visible; use --fabric cuda --procs %d to run several "
+                            "ranks on one GPU\n",
+                    o.procs, o.procs, visible < 0 ? 0 : visible, o.procs);
+            return 2;
+        }
+    }
+#endif
     if (o.grad_dtype != TIDE_DTYPE_BF16)
         return bad_usage("the stock baseline here packs bf16 gradients: --grad-dtype bf16");
 
@@ -193,7 +228,7 @@ int main(int argc, char **argv) {
     int n = 0;
     tide_result_t r;
 #if TIDE_HAVE_CUDA
-    if (o.fabric == TIDE_FABRIC_CUDA)
+    if (o.fabric != TIDE_FABRIC_CPU)
         r = o.procs > 0 ? bench_run_cuda_procs(&o, shapes, P, rows, &n)
                         : bench_run_cuda(&o, shapes, P, rows, &n);
     else
