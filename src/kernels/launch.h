@@ -101,6 +101,10 @@ cudaError_t tide_cuda_land(const tide_land_args_t *args, int ctas, int threads,
  * so a long sum beside a one-wave GEMM costs it the rest of one slice instead of a second
  * wave (docs/interference.md, "Sliced launches").  *launches_out (may be NULL): launches.
  */
+/* Logical bytes of a sum or landing (what its elements read and write): the size
+ * tide_cuda_sum_sliced slices.  host_segs: a host copy of args->segs. */
+uint64_t tide_cuda_sum_bytes(const tide_sum_args_t *args, const tide_sum_seg_t *host_segs);
+uint64_t tide_cuda_land_bytes(const tide_land_args_t *args, const tide_land_seg_t *host_segs);
 cudaError_t tide_cuda_sum_sliced(const tide_sum_args_t *args, const tide_sum_seg_t *host_segs,
                                  int ctas, int threads, uint64_t slice_bytes, cudaStream_t stream,
                                  int *launches_out);

@@ -16,6 +16,11 @@ namespace {
 
 constexpr int kMaxSlicesPerSegment = 4096;
 
+double sum_elem_bytes(const tide_sum_args_t *a) {
+    return 4.0 + (double)(a->num_staged + 1) * (a->dtype == TIDE_DTYPE_BF16 ? 2.0 : 4.0);
+}
+double land_elem_bytes(const tide_land_args_t *a) { return 4.0 * (double)(a->num_in + 1); }
+
 /* launch(first, count, slices, slice) for every launch of the plan over n segments. */
 template <class Len, class Launch>
 cudaError_t run_slices(int n, Len len, double per_elem, uint64_t slice_bytes, Launch launch,
@@ -53,15 +58,28 @@ cudaError_t run_slices(int n, Len len, double per_elem, uint64_t slice_bytes, La
 
 } // namespace
 
+extern "C" uint64_t tide_cuda_sum_bytes(const tide_sum_args_t *args,
+                                        const tide_sum_seg_t *host_segs) {
+    double b = 0;
+    for (int i = 0; i < args->num_segs; ++i) b += (double)host_segs[i].len * sum_elem_bytes(args);
+    return (uint64_t)b;
+}
+
+extern "C" uint64_t tide_cuda_land_bytes(const tide_land_args_t *args,
+                                         const tide_land_seg_t *host_segs) {
+    double b = 0;
+    for (int i = 0; i < args->num_segs; ++i)
+        b += (double)host_segs[i].len * land_elem_bytes(args);
+    return (uint64_t)b;
+}
+
 extern "C" cudaError_t tide_cuda_sum_sliced(const tide_sum_args_t *args,
                                             const tide_sum_seg_t *host_segs, int ctas,
                                             int threads, uint64_t slice_bytes,
                                             cudaStream_t stream, int *launches_out) {
     if (args == NULL || (args->num_segs > 0 && host_segs == NULL)) return cudaErrorInvalidValue;
-    const double per_elem =
-        4.0 + (double)(args->num_staged + 1) * (args->dtype == TIDE_DTYPE_BF16 ? 2.0 : 4.0);
     return run_slices(
-        args->num_segs, [&](int i) { return (uint64_t)host_segs[i].len; }, per_elem,
+        args->num_segs, [&](int i) { return (uint64_t)host_segs[i].len; }, sum_elem_bytes(args),
         slice_bytes,
         [&](int first, int count, int slices, int slice) {
             tide_sum_args_t a = *args;
@@ -82,7 +100,7 @@ extern "C" cudaError_t tide_cuda_land_sliced(const tide_land_args_t *args,
     if (args == NULL || (args->num_segs > 0 && host_segs == NULL)) return cudaErrorInvalidValue;
     return run_slices(
         args->num_segs, [&](int i) { return (uint64_t)host_segs[i].len; },
-        4.0 * (double)(args->num_in + 1), slice_bytes,
+        land_elem_bytes(args), slice_bytes,
         [&](int first, int count, int slices, int slice) {
             tide_land_args_t a = *args;
             a.segs = args->segs + first;

@@ -132,8 +132,7 @@ static void sum_launch(comm_t *c, int ctas, cudaStream_t st) {
     tide_sum_args_t a = {c->sum_segs,     c->num_sum_segs, c->staged, c->sum_elems, 7,
                          c->own_table,    TIDE_DTYPE_BF16, c->sum_out, nullptr,     0,
                          nullptr,         0,               0};
-    uint64_t bytes = 0;
-    for (int i = 0; i < c->num_sum_segs; ++i) bytes += (uint64_t)c->sum_segs_host[i].len * 20u;
+    const uint64_t bytes = tide_cuda_sum_bytes(&a, c->sum_segs_host);
     CK(tide_cuda_sum_sliced(&a, c->sum_segs_host, ctas, 0,
                             g_sum_slices > 1 ? bytes / g_sum_slices + 1 : 0, st,
                             &g_sum_launches));
@@ -150,7 +149,7 @@ static void land_launch(comm_t *c, int ctas, cudaStream_t st) {
     a.alpha = 0.125f;
     a.init = false;
     a.accumulate = true;
-    const uint64_t bytes = c->land_elems * 4u * 9u;
+    const uint64_t bytes = tide_cuda_land_bytes(&a, c->hland.data());
     CK(tide_cuda_land_sliced(&a, c->hland.data(), ctas, 0,
                              g_land_slices > 1 ? bytes / g_land_slices + 1 : 0, st, nullptr));
 }

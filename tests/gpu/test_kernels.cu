@@ -347,9 +347,7 @@ static void run_sum_case(const sum_case &c) {
      * (tide_sum_args_t.slice, every variant; K = 40 leaves some slices without a chunk in the
      * small cases), and AUTO through tide_cuda_sum_sliced at 1/K of the logical bytes a
      * slice (groups of segments, large segments cut into virtual-grid slices). */
-    uint64_t sum_bytes = 0;
-    for (const tide_sum_seg_t &g : segs)
-        sum_bytes += (uint64_t)g.len * (4u + (uint64_t)(c.ns + 1) * (c.dtype == TIDE_DTYPE_BF16 ? 2u : 4u));
+    const uint64_t sum_bytes = tide_cuda_sum_bytes(&da, segs.data());
     const tide_sum_launch_t sliced_cfgs[] = {{TIDE_SUM_AUTO, 0, 0, 0, 0, 0, 0, 0},
                                              {TIDE_SUM_PLAIN, 0, 256, 0, 0, 0, 0, 0},
                                              {TIDE_SUM_HYBRID, 0, 0, 0, 0, 0, 0, 0},
@@ -461,32 +459,30 @@ static void run_land_case(int L, int mode, value_mode vm, bool aligned) {
     const int ctas[] = {1, 3, 8, 132}, threads[] = {64, 256, 1024};
     int fails = 0, runs = 0;
     char msg[256] = "";
+    /* One run: the output reset, launch() enqueued, the result compared with the reference. */
+    auto check = [&](auto launch, int nc, const char *knob, int v) {
+        CUDA_OK(cudaMemcpy(d_out, old.data(), out_n * 4, cudaMemcpyHostToDevice));
+        CUDA_OK(launch());
+        CUDA_OK(cudaDeviceSynchronize());
+        CUDA_OK(cudaMemcpy(got.data(), d_out, out_n * 4, cudaMemcpyDeviceToHost));
+        ++runs;
+        char m2[120];
+        if (!same(got.data(), want.data(), out_n * 4, 4, m2, sizeof m2) && fails++ == 0)
+            std::snprintf(msg, sizeof msg, "ctas %d %s %d: %s", nc, knob, v, m2);
+    };
     for (int nc : ctas)
-        for (int nt : threads) {
-            CUDA_OK(cudaMemcpy(d_out, old.data(), out_n * 4, cudaMemcpyHostToDevice));
-            CUDA_OK(tide_cuda_land(&da, nc, nt, 0));
-            CUDA_OK(cudaDeviceSynchronize());
-            CUDA_OK(cudaMemcpy(got.data(), d_out, out_n * 4, cudaMemcpyDeviceToHost));
-            ++runs;
-            char m2[120];
-            if (!same(got.data(), want.data(), out_n * 4, 4, m2, sizeof m2) && fails++ == 0)
-                std::snprintf(msg, sizeof msg, "ctas %d threads %d: %s", nc, nt, m2);
-        }
+        for (int nt : threads)
+            check([&] { return tide_cuda_land(&da, nc, nt, 0); }, nc, "threads", nt);
     /* Sliced launches at 1/K of the logical bytes a slice: the bits of one launch. */
-    uint64_t land_bytes = 0;
-    for (const tide_land_seg_t &g : segs) land_bytes += (uint64_t)g.len * 4u * (uint64_t)(L + 1);
+    const uint64_t land_bytes = tide_cuda_land_bytes(&da, segs.data());
     for (int nc : {1, 3})
-        for (int k : {2, 7, 40}) {
-            CUDA_OK(cudaMemcpy(d_out, old.data(), out_n * 4, cudaMemcpyHostToDevice));
-            CUDA_OK(tide_cuda_land_sliced(&da, segs.data(), nc, 256, land_bytes / k + 1, 0,
-                                          nullptr));
-            CUDA_OK(cudaDeviceSynchronize());
-            CUDA_OK(cudaMemcpy(got.data(), d_out, out_n * 4, cudaMemcpyDeviceToHost));
-            ++runs;
-            char m2[120];
-            if (!same(got.data(), want.data(), out_n * 4, 4, m2, sizeof m2) && fails++ == 0)
-                std::snprintf(msg, sizeof msg, "ctas %d in %d slices: %s", nc, k, m2);
-        }
+        for (int k : {2, 7, 40})
+            check(
+                [&] {
+                    return tide_cuda_land_sliced(&da, segs.data(), nc, 256, land_bytes / k + 1,
+                                                 0, nullptr);
+                },
+                nc, "slices 1 /", k);
     g_runs += runs;
     g_failures += fails;
     std::printf(

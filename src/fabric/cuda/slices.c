@@ -59,11 +59,7 @@ static uint64_t slice_bytes(double total, int ctas, const tide_cuda_slicing_t *s
 
 cudaError_t tide_cuda_issue_sum(const tide_table_t *tb, const tide_sum_args_t *a, int ctas,
                                 const tide_cuda_slicing_t *sl, cudaStream_t s, uint64_t *sliced) {
-    double total = 0;
-    const double per_elem =
-        4.0 + (double)(tb->num_staged + 1) * (a->dtype == TIDE_DTYPE_BF16 ? 2.0 : 4.0);
-    for (int g = 0; g < tb->num_segs; ++g)
-        total += (double)tb->sum_segs[g].len * per_elem;
+    const double total = (double)tide_cuda_sum_bytes(a, tb->sum_segs);
     int launches = 0;
     const cudaError_t e = tide_cuda_sum_sliced(a, tb->sum_segs, ctas, 0,
                                                slice_bytes(total, ctas, sl), s, &launches);
@@ -73,9 +69,7 @@ cudaError_t tide_cuda_issue_sum(const tide_table_t *tb, const tide_sum_args_t *a
 
 cudaError_t tide_cuda_issue_land(const tide_table_t *tb, const tide_land_args_t *a, int ctas,
                                  const tide_cuda_slicing_t *sl, cudaStream_t s, uint64_t *sliced) {
-    double total = 0;
-    for (int g = 0; g < tb->num_segs; ++g)
-        total += (double)tb->land_segs[g].len * 4.0 * (double)(tb->num_in + 1);
+    const double total = (double)tide_cuda_land_bytes(a, tb->land_segs);
     int launches = 0;
     const cudaError_t e = tide_cuda_land_sliced(a, tb->land_segs, ctas, 0,
                                                 slice_bytes(total, ctas, sl), s, &launches);
