@@ -4,6 +4,8 @@
 On one GPU, on the same buffers, for each emulated topology M x L (N = M L virtual ranks):
 
   AG  TIDE-AG through libtide (CUDA fabric, tide_comm_init_all(TIDE_FABRIC_CUDA), ctypes);
+      at M > 1 also "tide_ag_rail_puts": a second world created without TIDE_CUDA_DIRECT's
+      bit 16, so that its emulated rail puts run as SM copies (docs/cuda-fabric.md);
       stock: per rank torch.ops.fsdp.all_gather_copy_in, the all-gather emulated as N - 1
       device copies of S bytes (what NCCL moves; on one GPU they run on SMs), then
       torch.ops.fsdp.split_with_sizes_copy (FSDP2's copy-out).
@@ -134,6 +136,41 @@ def fill_ints(t, gen):
     t.copy_(torch.randint(-4, 5, t.shape, generator=gen, device="cuda", dtype=torch.int32))
 
 
+# TIDE_CUDA_DIRECT's default (src/fabric/cuda/cuda.h: every shortcut).
+DIRECT_DEFAULT = 31
+
+
+def tide_world(tide, M, L, cfg, desc, direct):
+    """N comms and groups on the CUDA fabric; `direct` (not None) is the TIDE_CUDA_DIRECT the
+    world is created with (the fabric reads it then)."""
+    N = M * L
+    old = os.environ.get("TIDE_CUDA_DIRECT")
+    if direct is not None:
+        os.environ["TIDE_CUDA_DIRECT"] = str(direct)
+    try:
+        comms = (ctypes.c_void_p * N)()
+        tide.check(tide.lib.tide_comm_init_all(TIDE_FABRIC_CUDA, M, L, comms),
+                   "tide_comm_init_all")
+        groups = [ctypes.c_void_p() for _ in range(N)]
+        for r in range(N):
+            tide.check(tide.lib.tide_group_register(comms[r], ctypes.byref(cfg),
+                                                    ctypes.byref(desc), ctypes.byref(groups[r])),
+                       "tide_group_register")
+    finally:
+        if old is None:
+            os.environ.pop("TIDE_CUDA_DIRECT", None)
+        else:
+            os.environ["TIDE_CUDA_DIRECT"] = old
+    return comms, groups
+
+
+def tide_world_close(tide, comms, groups):
+    for g in groups:
+        tide.check(tide.lib.tide_group_deregister(g), "tide_group_deregister")
+    for c in comms:
+        tide.check(tide.lib.tide_comm_destroy(c), "tide_comm_destroy")
+
+
 def run_topology(tide, M, L, divisor, iters, sum_ctas, landing_ctas, bw, stream):
     N = M * L
     shapes = [((d + divisor - 1) // divisor, k) for d, k in LLAMA3_70B_LAYER]
@@ -158,16 +195,16 @@ def run_topology(tide, M, L, divisor, iters, sum_ctas, landing_ctas, bw, stream)
         G.append(g)
 
     # ---- TIDE through libtide
-    comms = (ctypes.c_void_p * N)()
-    tide.check(tide.lib.tide_comm_init_all(TIDE_FABRIC_CUDA, M, L, comms), "tide_comm_init_all")
     cfg = Config(ctypes.sizeof(Config), TIDE_CONFIG_MAGIC, tide.version, M, L, 0, 0, 0, 0,
                  TIDE_RS_IN_PLACE, sum_ctas, landing_ctas, 0)
     shp = (Shape * P)(*[Shape(d, k) for d, k in shapes])
     desc = GroupDesc(P, shp, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16)
-    groups = [ctypes.c_void_p() for _ in range(N)]
-    for r in range(N):
-        tide.check(tide.lib.tide_group_register(comms[r], ctypes.byref(cfg), ctypes.byref(desc),
-                                                ctypes.byref(groups[r])), "tide_group_register")
+    comms, groups = tide_world(tide, M, L, cfg, desc, None)
+    # At M > 1 a second world runs the AG with its emulated rail puts issued (TIDE_CUDA_DIRECT
+    # without bit 16, docs/cuda-fabric.md "Direct mode"), side by side with the default.
+    direct = int(os.environ.get("TIDE_CUDA_DIRECT") or DIRECT_DEFAULT)
+    puts_world = tide_world(tide, M, L, cfg, desc, direct & ~16) if M > 1 and direct & 16 \
+        else None
     grad_tables = [(ctypes.c_void_p * P)(*[G[p][r].data_ptr() for p in range(P)])
                    for r in range(N)]
     out_tide = torch.full((N, E), float("nan"), dtype=torch.float32, device=dev)
@@ -175,9 +212,9 @@ def run_topology(tide, M, L, divisor, iters, sum_ctas, landing_ctas, bw, stream)
     sh = ctypes.c_void_p(stream.cuda_stream)
     slot = [0]
 
-    def tide_ag():
+    def tide_ag(gs=groups):
         for r in range(N):
-            tide.check(tide.lib.tide_all_gather(groups[r], shard[r].data_ptr(), slot[0], sh),
+            tide.check(tide.lib.tide_all_gather(gs[r], shard[r].data_ptr(), slot[0], sh),
                        "tide_all_gather")
 
     def tide_rs():
@@ -243,6 +280,8 @@ def run_topology(tide, M, L, divisor, iters, sum_ctas, landing_ctas, bw, stream)
         "tide_rs": tide_rs, "stock_rs": stock_rs, "stock_rs_chunk_cat": stock_rs_chunk_cat,
         "stock_rs_sum": stock_rs_sum, "plain_rs": plain_rs,
     }
+    if puts_world is not None:
+        paths["tide_ag_rail_puts"] = lambda: tide_ag(puts_world[1])
     times = {k: [] for k in paths}
     for it in range(-1, iters):  # iteration -1 warms up (module loads, the fabric's prepare)
         slot[0] = (it + 1) % 2
@@ -268,27 +307,28 @@ def run_topology(tide, M, L, divisor, iters, sum_ctas, landing_ctas, bw, stream)
                 wrong_plain += int((full[lo:lo + n] != out_stock[r, off[p]:off[p] + n])
                                    .sum().item())
     wrong_ag = 0
-    for r in range(N):
-        ptr = ctypes.c_void_p()
-        tide.check(tide.lib.tide_group_landing(groups[r], slot[0], ctypes.byref(ptr)),
-                   "tide_group_landing")
-        land = torch.empty_like(unsharded[r])
-        cudart_copy(land.data_ptr(), ptr.value, 2 * N * E)
-        wrong_ag += int((land != unsharded[r]).sum().item())
+    for gs in [groups] + ([puts_world[1]] if puts_world is not None else []):
+        for r in range(N):
+            ptr = ctypes.c_void_p()
+            tide.check(tide.lib.tide_group_landing(gs[r], slot[0], ctypes.byref(ptr)),
+                       "tide_group_landing")
+            land = torch.empty_like(unsharded[r])
+            cudart_copy(land.data_ptr(), ptr.value, 2 * N * E)
+            wrong_ag += int((land != unsharded[r]).sum().item())
     wrong = wrong_rs + wrong_ag + wrong_plain
 
-    for r in range(N):
-        tide.check(tide.lib.tide_group_deregister(groups[r]), "tide_group_deregister")
-    for r in range(N):
-        tide.check(tide.lib.tide_comm_destroy(comms[r]), "tide_comm_destroy")
+    tide_world_close(tide, comms, groups)
+    if puts_world is not None:
+        tide_world_close(tide, *puts_world)
 
     med = {k: median_ms(v) for k, v in times.items()}
     ag_roof = 2.0 * N * N * S / bw * 1e3  # every rank writes N S (and it is read once)
     rs_roof = (N * N * S + N * 4 * E) / bw * 1e3  # every gradient read, every fp32 shard written
     rows = []
-    for name in ("tide_ag", "stock_ag", "stock_ag_copy_in", "stock_ag_transport",
-                 "stock_ag_copy_out"):
-        rows.append((name, med[name], ag_roof / med[name]))
+    for name in ("tide_ag", "tide_ag_rail_puts", "stock_ag", "stock_ag_copy_in",
+                 "stock_ag_transport", "stock_ag_copy_out"):
+        if name in med:
+            rows.append((name, med[name], ag_roof / med[name]))
     for name in ("tide_rs", "stock_rs", "stock_rs_chunk_cat", "stock_rs_sum", "plain_rs"):
         rows.append((name, med[name], rs_roof / med[name]))
     return {
@@ -298,6 +338,8 @@ def run_topology(tide, M, L, divisor, iters, sum_ctas, landing_ctas, bw, stream)
         "copy_bw_tbps": bw / 1e12, "ag_roofline_ms": ag_roof, "rs_roofline_ms": rs_roof,
         "median_ms": med,
         "ratios": {"ag_stock_over_tide": med["stock_ag"] / med["tide_ag"],
+                   "ag_rail_puts_over_tide": (med["tide_ag_rail_puts"] / med["tide_ag"]
+                                              if "tide_ag_rail_puts" in med else None),
                    "rs_stock_over_tide": med["stock_rs"] / med["tide_rs"],
                    "rs_plain_over_tide": med["plain_rs"] / med["tide_rs"]},
         "roofline_share": {name: share for name, _, share in rows},
@@ -375,8 +417,10 @@ def main():
                                                                   100 * sh[name]))
             r = res["ratios"]
             print("  ratios: AG stock/TIDE %.2fx | RS stock/TIDE %.2fx | RS plain-torch/TIDE "
-                  "%.2fx" % (r["ag_stock_over_tide"], r["rs_stock_over_tide"],
-                             r["rs_plain_over_tide"]))
+                  "%.2fx%s" % (r["ag_stock_over_tide"], r["rs_stock_over_tide"],
+                               r["rs_plain_over_tide"],
+                               "" if r["ag_rail_puts_over_tide"] is None else
+                               " | AG rail-puts/TIDE %.2fx" % r["ag_rail_puts_over_tide"]))
             sys.stdout.flush()
             torch.cuda.empty_cache()
     if a.json:

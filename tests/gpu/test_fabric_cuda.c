@@ -83,6 +83,9 @@ static const char *batch_name(int mode) {
 static uint64_t batch_kernels_seen, batch_copies_seen;
 /* Sum and landing launches past one per op (TIDE_CUDA_SLICES / TIDE_CUDA_SLICE_US). */
 static uint64_t sliced_seen;
+/* Batched mode, cases with M > 1: all-gather copies direct mode did not issue (rail puts of
+ * own shards read in place, TIDE_CUDA_DIRECT bit 16), and the cases counted. */
+static uint64_t ag_elided_seen, ag_multi_node_cases;
 /* Threshold mode, all cases: copies per op over the threshold, copies batched, and calls
  * that did both. */
 static uint64_t split_over_seen, split_batched_seen, split_both_calls;
@@ -324,6 +327,20 @@ typedef struct {
     cudaStream_t stream[MAX_RANKS];
 } gpu_world_t;
 
+/* With the all-gather's aliasing in the batched mask, the multi-node cases must have elided
+ * rail puts (else the path the default takes went untested). */
+static bool ag_direct_seen(const char *what) {
+    const char *direct = getenv("TIDE_TEST_CUDA_DIRECT");
+    const int mask = direct != NULL && direct[0] ? atoi(direct) : 31;
+    printf("all-gather rail puts read in place (batched, M > 1): %llu in %llu %s\n",
+           (unsigned long long)ag_elided_seen, (unsigned long long)ag_multi_node_cases, what);
+    if ((mask & 16) && ag_multi_node_cases > 0 && ag_elided_seen == 0) {
+        printf("FAIL: TIDE_CUDA_DIRECT %d includes 16, yet no all-gather put was elided\n", mask);
+        return false;
+    }
+    return true;
+}
+
 static bool gpu_open(case_t *c, gpu_world_t *w, char *err, size_t err_size) {
     memset(w, 0, sizeof(*w));
     char max_bytes[32];
@@ -331,16 +348,17 @@ static bool gpu_open(case_t *c, gpu_world_t *w, char *err, size_t err_size) {
              (unsigned long long)(batch_mode == MODE_THRESHOLD ? batch_threshold : 0));
     setenv("TIDE_CUDA_BATCH", batch_mode == MODE_PER_OP ? "0" : "1", 1);
     setenv("TIDE_CUDA_BATCH_MAX_BYTES", max_bytes, 1);
-    /* Direct mode (direct.c: on one GPU every node shares the device) takes all shortcuts
-     * (the default mask) with batched copies, or TIDE_TEST_CUDA_DIRECT's mask when set (run.sh
-     * runs the matrix once more with 7, no fusion); in-place sums and zero inputs only with
-     * the threshold; none per op: each path meets the CPU fabric. */
+    /* Direct mode (direct.c, direct_ag.c: on one GPU every node shares the device) takes all
+     * shortcuts (the default mask) with batched copies, or TIDE_TEST_CUDA_DIRECT's mask when
+     * set (run.sh runs the matrix once more with 7, no fusion, no all-gather aliasing);
+     * in-place sums, zero inputs and the all-gather's aliasing with the threshold; none per
+     * op: each path meets the CPU fabric. */
     const char *direct = getenv("TIDE_TEST_CUDA_DIRECT");
     setenv("TIDE_CUDA_DIRECT",
            batch_mode == MODE_PER_OP      ? "0"
-           : batch_mode == MODE_THRESHOLD ? "3"
+           : batch_mode == MODE_THRESHOLD ? "19"
            : direct != NULL && direct[0]  ? direct
-                                          : "15",
+                                          : "31",
            1);
     if (tide_comm_init_all(TIDE_FABRIC_CUDA, c->m, c->l, w->comms) != TIDE_SUCCESS) {
         snprintf(err, err_size, "cuda comm_init_all: %s", tide_get_last_error());
@@ -545,6 +563,10 @@ static bool run_gpu(case_t *c, char *err, size_t err_size) {
             ok = false;
         }
         sliced_seen += st.sliced;
+        if (k == 0 && batch_mode == MODE_BATCHED && c->m > 1) {
+            ag_elided_seen += st.elided;
+            ++ag_multi_node_cases;
+        }
         if (batch_mode == MODE_BATCHED) {
             batch_kernels_seen += st.batches;
             batch_copies_seen += st.batched;
@@ -1145,6 +1167,7 @@ static int run_matrix(double max_seconds) {
         ++mx.failed;
     }
     if (mx.compared > 0 && !split_seen("configurations")) ++mx.failed;
+    mx.failed += !ag_direct_seen("configurations");
     printf("configuration matrix on the CUDA fabric: %d configuration(s) compared with the CPU "
            "fabric bit for bit (%d also per op), %d failed; largest topology compared: %d "
            "ranks; %d skipped for GPU memory, %d refused by the planner, %d configuration(s) of "
@@ -1219,6 +1242,7 @@ int main(int argc, char **argv) {
     }
     printf("sliced launches past one per op: %llu (all cases, last calls)\n",
            (unsigned long long)sliced_seen);
+    failed += !ag_direct_seen("cases");
     if (!small) {
         failed += !split_seen("cases");
         const int modes[3] = {MODE_BATCHED, MODE_THRESHOLD, MODE_PER_OP};

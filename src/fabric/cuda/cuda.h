@@ -155,6 +155,13 @@ typedef struct tide_cuda_land_src {
     uint64_t delta; /* ALIAS: bytes from the copy's destination start */
 } tide_cuda_land_src_t;
 
+/* Where a copy reads in direct mode for the all-gather (direct_ag.c): the source of the
+ * elided put `put`, `delta` bytes on (put < 0: its own source). */
+typedef struct {
+    int32_t put;
+    uint64_t delta;
+} tide_cuda_ag_src_t;
+
 /* A program's device-side state: its schedule, events, and segment tables. */
 typedef struct {
     bool ready;
@@ -194,6 +201,10 @@ typedef struct {
     const float ***land_last[2];         /* [parity][num_ops]: what each device table holds */
     tide_cuda_fuse_t **fuse;             /* [num_ops]: SUM ops stored as their landings */
     uint8_t *fused_land;                 /* [num_ops]: LAND ops a fused sum does */
+    /* Direct mode for the all-gather (direct_ag.c): rail puts of own shards elided. */
+    bool direct_ag;                      /* some put is elided (`elide`) */
+    tide_cuda_ag_src_t *ag_src;          /* [num_ops]: copies that read an elided put's source */
+    uint8_t *ag_wait;                    /* [N x N]: rank r's call-done follows rank j's call */
 } tide_cuda_prepared_t;
 
 /* TIDE_CUDA_BATCH (false: "0") and TIDE_CUDA_BATCH_MAX_BYTES (world.c), read when a world
@@ -225,11 +236,13 @@ bool tide_cuda_batch_disjoint(tide_cuda_prepared_t *pp, const tide_cuda_batch_t 
 
 /* TIDE_CUDA_DIRECT bits (direct.c): sums read the peers' gradients in place (the staging
  * pushes are elided); landings skip inputs no copy writes; inbox copies whose source stays
- * valid are elided and the landings read that source. */
+ * valid are elided and the landings read that source; fused sums (8); all-gather rail puts
+ * of own shards elided, their readers reading the shard (16, direct_ag.c). */
 enum { TIDE_CUDA_DIRECT_SUM = 1, TIDE_CUDA_DIRECT_ZERO = 2, TIDE_CUDA_DIRECT_ALIAS = 4,
-       TIDE_CUDA_DIRECT_FUSE = 8, TIDE_CUDA_DIRECT_ALL = 15,
-       /* The default: every shortcut, FUSE included; all verified bit for bit on the GPU
-        * matrix (bench/results/h200-2026-12-03b: 701 configurations with 15). */
+       TIDE_CUDA_DIRECT_FUSE = 8, TIDE_CUDA_DIRECT_AG = 16, TIDE_CUDA_DIRECT_ALL = 31,
+       /* The default: every shortcut; verified bit for bit on the GPU matrix
+        * (bench/results/h200-2026-12-03b: 701 configurations with 15; -04d: ctest -L gpu
+        * with 31). */
        TIDE_CUDA_DIRECT_DEFAULT = TIDE_CUDA_DIRECT_ALL };
 
 
@@ -243,6 +256,13 @@ bool tide_cuda_direct_world(const tide_cuda_shared_t *sh, int gpus_per_node);
 tide_result_t tide_cuda_direct_prepare(tide_cuda_shared_t *sh, tide_cuda_prepared_t *pp,
                                        const tide_program_t *prog);
 void tide_cuda_direct_free(tide_cuda_prepared_t *pp);
+/* The all-gather's part (direct_ag.c): prepare finds the puts to elide (after
+ * tide_cuda_direct_prepare, before the batches); sources rebinds their readers' sources for
+ * the call being enqueued (after every rank bound it). */
+tide_result_t tide_cuda_direct_ag_prepare(tide_cuda_shared_t *sh, tide_cuda_prepared_t *pp,
+                                          const tide_program_t *prog);
+void tide_cuda_direct_ag_sources(tide_cuda_prepared_t *pp);
+void tide_cuda_direct_ag_free(tide_cuda_prepared_t *pp);
 struct tide_cuda_family;
 void tide_cuda_direct_row(const struct tide_cuda_family *fam, int L, int r, const void **row);
 tide_result_t tide_cuda_direct_lands(tide_cuda_shared_t *sh, tide_cuda_prepared_t *pp,

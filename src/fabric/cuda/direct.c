@@ -185,6 +185,7 @@ void tide_cuda_direct_free(tide_cuda_prepared_t *pp) {
     pp->land_src = NULL;
     pp->elide = NULL;
     pp->direct = pp->direct_sum = false;
+    tide_cuda_direct_ag_free(pp);
     (void)cudaGetLastError();
 }
 

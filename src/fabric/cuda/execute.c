@@ -180,6 +180,9 @@ static tide_result_t issue_op(issue_t *is, int id, int t) {
         /* Direct mode: the node's sums read this rank's gradients until the node's call
          * ends; read-done is recorded then (enqueue_commands). */
         if (is->pp->direct_sum && op->event == TIDE_EVENT_READ_DONE) return TIDE_SUCCESS;
+        /* Direct all-gather: other ranks read this rank's shard until their calls end;
+         * call-done is recorded then (enqueue_commands). */
+        if (is->pp->direct_ag && op->event == TIDE_EVENT_CALL_DONE) return TIDE_SUCCESS;
         return record_on(is, is->fam->user[rank * TIDE_EVENT_COUNT + op->event], s);
     default:
         return TIDE_SUCCESS; /* SIGNAL: its record follows as a command */
@@ -336,6 +339,19 @@ static tide_result_t enqueue_commands(issue_t *is, int form, uint64_t epoch, int
                 TIDE_CHECK(record_on(is, fam->user[j * TIDE_EVENT_COUNT + TIDE_EVENT_READ_DONE], u));
         }
     }
+    if (is->pp->direct_ag) {
+        /* Call-done of each rank once every rank that read its shard in place ended its call
+         * (direct_ag.c); the caller stream waits too, so that nothing after the call on it
+         * rewrites the shard early. */
+        for (int r = 0; r < n; ++r) {
+            TIDE_CHECK(on_device_of(is, r));
+            const cudaStream_t c = caller_of(is, r);
+            for (int j = 0; j < n; ++j)
+                if (is->pp->ag_wait[(size_t)r * (size_t)n + (size_t)j])
+                    TIDE_CHECK(wait_on(is, c, sh->done[j]));
+            TIDE_CHECK(record_on(is, fam->user[r * TIDE_EVENT_COUNT + TIDE_EVENT_CALL_DONE], c));
+        }
+    }
     TIDE_CHECK(on_device_of(is, 0));
     for (int r = 0; r < n; ++r)
         TIDE_CHECK(wait_on(is, sh->agg, sh->done[r]));
@@ -382,6 +398,7 @@ tide_result_t tide_cuda_enqueue(tide_cuda_group_t *g, tide_cuda_family_t *fam) {
     is.st.over_threshold = (uint64_t)is.pp->over_threshold[form];
     tide_result_t res = tide_cuda_direct_lands(g->shared, is.pp, is.parity);
     if (res != TIDE_SUCCESS) return res;
+    tide_cuda_direct_ag_sources(is.pp);
     res = enqueue_commands(&is, form, e, fence);
     if (res != TIDE_SUCCESS) return res;
     fam->last_epoch = (int64_t)e;

@@ -214,6 +214,7 @@ tide_result_t tide_cuda_prepare(tide_cuda_group_t *g, tide_cuda_family_t *fam,
         TIDE_CHECK_GOTO(tables_upload(sh, pp, &prog->ranks[r], r), res, fail);
     /* Before the batches: elided copies join no batch. */
     TIDE_CHECK_GOTO(tide_cuda_direct_prepare(sh, pp, prog), res, fail);
+    TIDE_CHECK_GOTO(tide_cuda_direct_ag_prepare(sh, pp, prog), res, fail);
     if (sh->batch) TIDE_CHECK_GOTO(tide_cuda_batch_prepare(sh, pp, prog), res, fail);
     if (pp->sched.has_sum) {
         const int np = prog->plan->geom.num_params;
