@@ -16,7 +16,7 @@
  * configuration is checked against PLAIN bit for bit on the bench data; a difference makes
  * the exit status 1 (the figures are still printed).
  *
- * Usage: bench_kernels [reps] [--sum-only] [--tune] [--quick]
+ * Usage: bench_kernels [reps] [--sum-only] [--tune] [--quick] [--profile C]
  *   reps        timed launches per row (default 20)
  *   --sum-only  skip the landing and the cast
  *   --quick     the bit check, then only the default sum (TIDE_SUM_AUTO) at 4 and 16 CTAs;
@@ -24,6 +24,8 @@
  *   --tune      also sweep the TMA sum's internal options (producer warps, consumer threads,
  *               stage size, consumer layout, NaN select) and probes that release every stage
  *               unread (the copy engine alone)
+ *   --profile C three launches of the default sum at C CTAs (1 Mi-element segments), untimed
+ *               and unchecked, then exit: a target for Nsight Compute (docs/kernels.md)
  */
 #include "gpu_hash.cuh"
 
@@ -110,8 +112,11 @@ static void record(const char *kernel, int ctas, int threads, double bytes, doub
 
 int main(int argc, char **argv) {
     bool sum_only = false, tune = false, quick = false;
+    int profile_ctas = 0;
     for (int i = 1; i < argc; ++i) {
-        if (std::strcmp(argv[i], "--sum-only") == 0)
+        if (std::strcmp(argv[i], "--profile") == 0 && i + 1 < argc)
+            profile_ctas = std::max(1, std::atoi(argv[++i]));
+        else if (std::strcmp(argv[i], "--sum-only") == 0)
             sum_only = true;
         else if (std::strcmp(argv[i], "--quick") == 0)
             quick = sum_only = true;
@@ -201,6 +206,17 @@ int main(int argc, char **argv) {
         });
         record(name, cfg.ctas, cfg.threads, sum_bytes, ms, segs == segs_big);
     };
+
+    if (profile_ctas > 0) {
+        const tide_sum_launch_t cfg = {TIDE_SUM_AUTO, profile_ctas, 0, 0, 0, 0, 0, 0};
+        for (int i = 0; i < 3; ++i) {
+            tide_sum_args_t a = sum_args(i % nsets, segs_big, nseg_big);
+            CUDA_OK(tide_cuda_sum_launch(&a, &cfg, 0));
+        }
+        CUDA_OK(cudaDeviceSynchronize());
+        std::printf("profile: 3 launches of the default sum at %d CTAs\n", profile_ctas);
+        return 0;
+    }
 
     /* The timed sum configurations (ctas set per row).  PLAIN2 rows: U groups a thread.
      * HYBRID rows: R sources bulk-copied, U groups a consumer thread, c consumer threads, p
