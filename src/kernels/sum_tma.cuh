@@ -35,8 +35,20 @@ constexpr int kTmaMaxStages = 16;
 constexpr int kTmaBarrierBytes = 2 * kTmaMaxStages * 8; /* full[] then empty[] */
 /* Threads of the TMA kernel (its launch bounds: at most 80 registers a thread).  The public
  * launcher takes at most kTmaPublicThreads and kTmaPublicProducers (launch.h); the internal
- * options (tma_opts, used by tests/gpu/bench_kernels) reach the kernel's limits. */
-constexpr int kTmaMaxThreads = 768;
+ * options (tma_opts, used by tests/gpu/bench_kernels) reach the kernel's limits.
+ *
+ * Two build-time knobs exist for measurement only (tests/gpu/sum_variants.sh builds
+ * bench_kernels with them): TIDE_TMA_MAX_THREADS lowers the launch bound, which raises the
+ * register budget a thread (512: 128 registers), and TIDE_TMA_UNITS sets how many units a
+ * consumer thread loads before its first add (default: 16 bytes of each source, two bf16
+ * units).  The library is built with the defaults. */
+#ifndef TIDE_TMA_MAX_THREADS
+#define TIDE_TMA_MAX_THREADS 768
+#endif
+#ifndef TIDE_TMA_UNITS
+#define TIDE_TMA_UNITS 0
+#endif
+constexpr int kTmaMaxThreads = TIDE_TMA_MAX_THREADS;
 constexpr int kTmaMaxProducers = 8;
 constexpr int kTmaPublicThreads = 512;
 constexpr int kTmaPublicProducers = 2;
@@ -54,7 +66,10 @@ enum tma_consume_t {
                                comparison */
     TMA_CONSUME_NONE = 2,   /* measurement only: stages released unread, nothing stored for
                                the bulk part (the copy engine's rate alone) */
-    TMA_CONSUME_COUNT = 3
+    TMA_CONSUME_NOCOPY = 3, /* measurement only: the producers copy nothing and only arrive,
+                               the consumers sum whatever the stage holds (their rate alone;
+                               the output is not the sum) */
+    TMA_CONSUME_COUNT = 4
 };
 
 /* Launch options of the TMA sum: tide_sum_launch_t's fields plus the internal ones. */
@@ -124,7 +139,7 @@ template <typename T, int NS, int ROW, bool RAW>
 __device__ __forceinline__ void consume_units(const unsigned char *st, uint32_t nu, float *o,
                                               unsigned ct, unsigned ncons, const epi_t &ep) {
     using V = typename unit_traits<T>::V;
-    constexpr int UB = (int)sizeof(V), U = 16 / UB;
+    constexpr int UB = (int)sizeof(V), U = TIDE_TMA_UNITS > 0 ? TIDE_TMA_UNITS : 16 / UB;
     uint32_t u = ct;
 #pragma unroll 1
     for (; u + (U - 1) * ncons < nu; u += U * ncons) {
@@ -138,7 +153,8 @@ __device__ __forceinline__ void consume_units(const unsigned char *st, uint32_t 
         for (int r = 0; r < U; ++r)
             sum_store_unit<T, NS, RAW>(x[r], o + (size_t)(u + r * ncons) * 4, ep);
     }
-    if (U > 1 && u < nu) {
+#pragma unroll 1
+    for (; U > 1 && u < nu; u += ncons) { /* at most U - 1 units left */
         V x[NS + 1];
 #pragma unroll
         for (int j = 0; j <= NS; ++j)
@@ -206,15 +222,17 @@ __global__ void __launch_bounds__(kTmaMaxThreads, 1)
              * warp arrives (its arrival is pending), and the arrival, a release, follows the
              * copies in program order, so the consumers' acquire of "full" is ordered after
              * both the issue and (by complete_tx) the landing of every byte of the stage. */
-            mbar_expect_tx(bar, row * mine);
-            const uint32_t dst = smem_u32(ring + (size_t)stage * shape::stage_bytes);
-            const uint64_t e0 = k.v.head + k.c * (uint64_t)TG * GE;
+            if (p.consume != TMA_CONSUME_NOCOPY) {
+                mbar_expect_tx(bar, row * mine);
+                const uint32_t dst = smem_u32(ring + (size_t)stage * shape::stage_bytes);
+                const uint64_t e0 = k.v.head + k.c * (uint64_t)TG * GE;
 #pragma unroll
-            for (int j = 0; j < NS; ++j)
-                if (mask & (1u << j))
-                    bulk_g2s(dst + j * shape::row_bytes, k.v.src[j] + e0,
-                             row, bar);
-            if (mask & (1u << NS)) bulk_g2s(dst + NS * shape::row_bytes, k.v.own + e0, row, bar);
+                for (int j = 0; j < NS; ++j)
+                    if (mask & (1u << j))
+                        bulk_g2s(dst + j * shape::row_bytes, k.v.src[j] + e0, row, bar);
+                if (mask & (1u << NS))
+                    bulk_g2s(dst + NS * shape::row_bytes, k.v.own + e0, row, bar);
+            }
             mbar_arrive(bar);
         }
         return;
@@ -233,7 +251,7 @@ __global__ void __launch_bounds__(kTmaMaxThreads, 1)
             ++i;
             const unsigned char *st = ring + (size_t)stage * shape::stage_bytes;
             float *o = v.out + v.head + c * TG * GE;
-            if (p.consume == TMA_CONSUME_UNITS) {
+            if (p.consume == TMA_CONSUME_UNITS || p.consume == TMA_CONSUME_NOCOPY) {
                 if (p.raw_nan)
                     consume_units<T, NS, shape::row_bytes, true>(st, nb * (GE / 4), o, ct, ncons,
                                                                  v.ep);

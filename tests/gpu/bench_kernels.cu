@@ -16,7 +16,7 @@
  * configuration is checked against PLAIN bit for bit on the bench data; a difference makes
  * the exit status 1 (the figures are still printed).
  *
- * Usage: bench_kernels [reps] [--sum-only] [--tune] [--quick] [--profile C]
+ * Usage: bench_kernels [reps] [--sum-only] [--tune] [--quick] [--sweep] [--profile C]
  *   reps        timed launches per row (default 20)
  *   --sum-only  skip the landing and the cast
  *   --quick     the bit check, then only the default sum (TIDE_SUM_AUTO) at 4 and 16 CTAs;
@@ -24,6 +24,10 @@
  *   --tune      also sweep the TMA sum's internal options (producer warps, consumer threads,
  *               stage size, consumer layout, NaN select) and probes that release every stage
  *               unread (the copy engine alone)
+ *   --sweep     with --quick: also the TMA sum's producer / consumer-warp pairs that the build's
+ *               launch bound allows, at 4 and 16 CTAs, and the two probes (copies alone,
+ *               consumers alone); for builds with TIDE_TMA_UNITS / TIDE_TMA_MAX_THREADS
+ *               (tests/gpu/sum_variants.sh)
  *   --profile C three launches of the default sum at C CTAs (1 Mi-element segments), untimed
  *               and unchecked, then exit: a target for Nsight Compute (docs/kernels.md)
  */
@@ -111,7 +115,7 @@ static void record(const char *kernel, int ctas, int threads, double bytes, doub
 }
 
 int main(int argc, char **argv) {
-    bool sum_only = false, tune = false, quick = false;
+    bool sum_only = false, tune = false, quick = false, sweep = false;
     int profile_ctas = 0;
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--profile") == 0 && i + 1 < argc)
@@ -122,6 +126,8 @@ int main(int argc, char **argv) {
             quick = sum_only = true;
         else if (std::strcmp(argv[i], "--tune") == 0)
             tune = true;
+        else if (std::strcmp(argv[i], "--sweep") == 0)
+            sweep = true;
         else
             g_reps = std::max(5, std::atoi(argv[i]));
     }
@@ -347,6 +353,62 @@ int main(int argc, char **argv) {
                 });
                 record(r.name, c, o.threads, sum_bytes, ms, r.o.consume != TMA_CONSUME_NONE);
             }
+    }
+
+    if (sweep) {
+        /* The build's knobs (sum_tma.cuh) and every pair its launch bound allows. */
+        using namespace tide_sum;
+        std::printf("sum L=8 bf16, TMA sweep: units %d a step, launch bound %d threads\n",
+                    TIDE_TMA_UNITS > 0 ? TIDE_TMA_UNITS : 2, kTmaMaxThreads);
+        struct sweep_row {
+            const char *name;
+            tma_opts o;
+        };
+        const sweep_row rows[] = {
+            {"sweep units p2 t320", {0, 320, 2, 0, 114688, TMA_CONSUME_UNITS, 1}},
+            {"sweep units p2 t384", {0, 384, 2, 0, 114688, TMA_CONSUME_UNITS, 1}},
+            {"sweep units p2 t448", {0, 448, 2, 0, 114688, TMA_CONSUME_UNITS, 1}},
+            {"sweep units p2 t576", {0, 576, 2, 0, 114688, TMA_CONSUME_UNITS, 1}},
+            {"sweep units p4 t384", {0, 384, 4, 0, 114688, TMA_CONSUME_UNITS, 1}},
+            {"sweep units p4 t512", {0, 512, 4, 0, 114688, TMA_CONSUME_UNITS, 1}},
+            {"sweep units p4 st72K t384", {0, 384, 4, 0, 73728, TMA_CONSUME_UNITS, 1}},
+            {"sweep units p4 st72K t512", {0, 512, 4, 0, 73728, TMA_CONSUME_UNITS, 1}},
+            {"sweep nocopy p2 t320", {0, 320, 2, 0, 114688, TMA_CONSUME_NOCOPY, 1}},
+            {"sweep nocopy p2 t448", {0, 448, 2, 0, 114688, TMA_CONSUME_NOCOPY, 1}},
+            {"sweep nocopy p4 st72K t384", {0, 384, 4, 0, 73728, TMA_CONSUME_NOCOPY, 1}},
+            {"sweep none p2 t320", {0, 320, 2, 0, 114688, TMA_CONSUME_NONE, 1}},
+            {"sweep none p4 st72K t384", {0, 384, 4, 0, 73728, TMA_CONSUME_NONE, 1}},
+        };
+        const size_t n = 1 << 20;
+        std::vector<float> ref(n), h(n);
+        const tide_sum_launch_t plain = {TIDE_SUM_PLAIN, sms, 1024, 0, 0, 0, 0, 0};
+        tide_sum_args_t a0 = sum_args(0, segs_big, nseg_big);
+        CUDA_OK(tide_cuda_sum_launch(&a0, &plain, 0));
+        CUDA_OK(cudaMemcpy(ref.data(), out[0] + (E >> 1), n * 4, cudaMemcpyDeviceToHost));
+        for (const sweep_row &r : rows) {
+            if (r.o.threads > kTmaMaxThreads) continue;
+            const bool sums = r.o.consume == TMA_CONSUME_UNITS;
+            if (sums) { /* a summing row must give the plain variant's bits */
+                tma_opts o = r.o;
+                o.ctas = sms;
+                CUDA_OK(cudaMemset(out[0], 0xff, E * 4));
+                CUDA_OK(launch_tma_opts(a0, o, 0));
+                CUDA_OK(cudaMemcpy(h.data(), out[0] + (E >> 1), n * 4, cudaMemcpyDeviceToHost));
+                if (std::memcmp(ref.data(), h.data(), n * 4) != 0) {
+                    std::printf("sum: %s DIFFERS from plain\n", r.name);
+                    ++bench_differ;
+                }
+            }
+            for (int c : {4, 16}) {
+                tma_opts o = r.o;
+                o.ctas = c;
+                double ms = median_ms([&](int i) {
+                    tide_sum_args_t a = sum_args(i % nsets, segs_big, nseg_big);
+                    CUDA_OK(launch_tma_opts(a, o, 0));
+                });
+                record(r.name, c, o.threads, sum_bytes, ms, sums);
+            }
+        }
     }
 
     std::printf("sum L=8 bf16, 32 Mi elements, 1 Mi-element segments:\n");

@@ -16,6 +16,9 @@ On one GPU, on the same buffers, for each emulated topology M x L (N = M L virtu
       plain torch TIDE-RS semantics: per parameter torch.sum(G_p, dim=0, dtype=float32) over
       the N ranks' bf16 gradients (the gradients of parameter p of all ranks are one
       [N, D_p, K_p] tensor, the buffers TIDE reads as well; no alpha).
+  stand-in  tide-bench's own GPU stock path (tools/tide-bench/cuda_stock.cu, loaded from
+      libtide_bench_stock.so beside --lib, or --stock-lib; bench_standin.py) on the same
+      buffers, with its time over the torch stock path's: within 5% or not.
 
 It measures the device copy bandwidth (bytes read + written per second) in the same run and
 prints, per path, the median time, its share of the HBM roofline (the fewest bytes the
@@ -26,6 +29,7 @@ with the stock path's element by element; any difference makes the exit status 1
 
   python3 tests/gpu/bench_torch_baseline.py --lib build/libtide.so [--divisor 2] [--iters 10]
       [--topology 1x8 --topology 2x4] [--sum-ctas C] [--landing-ctas C] [--json FILE]
+      [--stock-lib PATH]
 
 Every process must run with NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 NVSHMEM_DISABLE_NVLS=1 (nothing here uses NVLink multicast; the variables are checked).
@@ -171,7 +175,8 @@ def tide_world_close(tide, comms, groups):
         tide.check(tide.lib.tide_comm_destroy(c), "tide_comm_destroy")
 
 
-def run_topology(tide, M, L, divisor, iters, sum_ctas, landing_ctas, bw, stream):
+def run_topology(tide, M, L, divisor, iters, sum_ctas, landing_ctas, bw, stream,
+                 standin=None):
     N = M * L
     shapes = [((d + divisor - 1) // divisor, k) for d, k in LLAMA3_70B_LAYER]
     P = len(shapes)
@@ -282,6 +287,10 @@ def run_topology(tide, M, L, divisor, iters, sum_ctas, landing_ctas, bw, stream)
     }
     if puts_world is not None:
         paths["tide_ag_rail_puts"] = lambda: tide_ag(puts_world[1])
+    if standin is not None:
+        # After the torch stock paths in every iteration: it rewrites their work buffers.
+        paths["standin_ag"], paths["standin_rs"], standin_land, standin_out = standin.paths(
+            shapes, R, numel, off, shard, G, ag_out, packs, alpha, stream)
     times = {k: [] for k in paths}
     for it in range(-1, iters):  # iteration -1 warms up (module loads, the fabric's prepare)
         slot[0] = (it + 1) % 2
@@ -315,7 +324,11 @@ def run_topology(tide, M, L, divisor, iters, sum_ctas, landing_ctas, bw, stream)
             land = torch.empty_like(unsharded[r])
             cudart_copy(land.data_ptr(), ptr.value, 2 * N * E)
             wrong_ag += int((land != unsharded[r]).sum().item())
-    wrong = wrong_rs + wrong_ag + wrong_plain
+    wrong_standin = 0
+    if standin is not None:
+        wrong_standin = int((standin_land != unsharded).sum().item()) + int(
+            (standin_out.view(torch.int32) != ref_rs.view(torch.int32)).sum().item())
+    wrong = wrong_rs + wrong_ag + wrong_plain + wrong_standin
 
     tide_world_close(tide, comms, groups)
     if puts_world is not None:
@@ -326,11 +339,13 @@ def run_topology(tide, M, L, divisor, iters, sum_ctas, landing_ctas, bw, stream)
     rs_roof = (N * N * S + N * 4 * E) / bw * 1e3  # every gradient read, every fp32 shard written
     rows = []
     for name in ("tide_ag", "tide_ag_rail_puts", "stock_ag", "stock_ag_copy_in",
-                 "stock_ag_transport", "stock_ag_copy_out"):
+                 "stock_ag_transport", "stock_ag_copy_out", "standin_ag"):
         if name in med:
             rows.append((name, med[name], ag_roof / med[name]))
-    for name in ("tide_rs", "stock_rs", "stock_rs_chunk_cat", "stock_rs_sum", "plain_rs"):
-        rows.append((name, med[name], rs_roof / med[name]))
+    for name in ("tide_rs", "stock_rs", "stock_rs_chunk_cat", "stock_rs_sum", "plain_rs",
+                 "standin_rs"):
+        if name in med:
+            rows.append((name, med[name], rs_roof / med[name]))
     return {
         "hold_cycles": HOLD_CYCLES,
         "topology": "%dx%d" % (M, L), "ranks": N, "divisor": divisor, "group_mib": N * S / 2**20,
@@ -341,9 +356,14 @@ def run_topology(tide, M, L, divisor, iters, sum_ctas, landing_ctas, bw, stream)
                    "ag_rail_puts_over_tide": (med["tide_ag_rail_puts"] / med["tide_ag"]
                                               if "tide_ag_rail_puts" in med else None),
                    "rs_stock_over_tide": med["stock_rs"] / med["tide_rs"],
-                   "rs_plain_over_tide": med["plain_rs"] / med["tide_rs"]},
+                   "rs_plain_over_tide": med["plain_rs"] / med["tide_rs"],
+                   "ag_standin_over_stock": (med["standin_ag"] / med["stock_ag"]
+                                             if standin is not None else None),
+                   "rs_standin_over_stock": (med["standin_rs"] / med["stock_rs"]
+                                             if standin is not None else None)},
         "roofline_share": {name: share for name, _, share in rows},
-        "wrong": {"rs": wrong_rs, "ag": wrong_ag, "plain_vs_stock": wrong_plain},
+        "wrong": {"rs": wrong_rs, "ag": wrong_ag, "plain_vs_stock": wrong_plain,
+                  "standin_vs_stock": wrong_standin},
         "wrong_total": wrong,
     }
 
@@ -382,6 +402,8 @@ def main():
     ap.add_argument("--hold-ms", type=float, default=20.0,
                     help="GPU sleep before each timed region (0: none; host time then counts)")
     ap.add_argument("--json")
+    ap.add_argument("--stock-lib", help="libtide_bench_stock.so (default: beside --lib; "
+                    "'none' skips the stand-in)")
     a = ap.parse_args()
     global HOLD_CYCLES
     clock_khz = torch.cuda.get_device_properties(0).clock_rate if hasattr(
@@ -393,6 +415,15 @@ def main():
             sys.exit("bench_torch_baseline: set %s=%s" % (v, want))
     topos = a.topology or ["1x8", "2x4"]
     tide = Tide(a.lib)
+    stock_lib = a.stock_lib or os.path.join(os.path.dirname(os.path.abspath(a.lib)),
+                                            "libtide_bench_stock.so")
+    standin = None
+    if stock_lib != "none":
+        if not os.path.exists(stock_lib):
+            sys.exit("bench_torch_baseline: %s not found (build the tide_bench_stock target, "
+                     "or pass --stock-lib none)" % stock_lib)
+        from bench_standin import Standin
+        standin = Standin(stock_lib)
     stream = torch.cuda.Stream()
     results = []
     with torch.cuda.stream(stream):
@@ -405,7 +436,7 @@ def main():
         for t in topos:
             M, L = (int(x) for x in t.split("x"))
             res = run_topology(tide, M, L, a.divisor, a.iters, a.sum_ctas, a.landing_ctas, bw,
-                               stream)
+                               stream, standin)
             results.append(res)
             med, sh = res["median_ms"], res["roofline_share"]
             print("%s dim0/%d group %.1f MiB sum_ctas %d landing_ctas %d | AG roofline %.3f ms "
@@ -421,6 +452,12 @@ def main():
                                r["rs_plain_over_tide"],
                                "" if r["ag_rail_puts_over_tide"] is None else
                                " | AG rail-puts/TIDE %.2fx" % r["ag_rail_puts_over_tide"]))
+            if r["ag_standin_over_stock"] is not None:
+                within = [abs(r[k] - 1) <= 0.05
+                          for k in ("ag_standin_over_stock", "rs_standin_over_stock")]
+                print("  tide-bench stand-in / torch stock: AG %.2fx (%s) | RS %.2fx (%s)" % (
+                    r["ag_standin_over_stock"], "within 5%" if within[0] else "NOT within 5%",
+                    r["rs_standin_over_stock"], "within 5%" if within[1] else "NOT within 5%"))
             sys.stdout.flush()
             torch.cuda.empty_cache()
     if a.json:

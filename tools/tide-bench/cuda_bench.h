@@ -29,6 +29,11 @@ extern "C" {
 
 cudaError_t bench_cuda_fill(uint16_t *dst, uint64_t n, uint64_t seed, uint64_t a, uint64_t b,
                             cudaStream_t s);
+/* Stock AG on the host's arrays: shards[N] into flat (rank-major), then parameter p's N shard
+ * slices (offsets[p], bytes[p] within a shard) into landing at N offsets[p]. */
+cudaError_t bench_cuda_gather_copy_out(const void *const *shards, int N, uint64_t S, void *flat,
+                                       void *landing, const uint64_t *offsets,
+                                       const uint64_t *bytes, int P, cudaStream_t s);
 cudaError_t bench_cuda_pack(const uint16_t *const *grads, const bench_pack_param_t *pp, int P,
                             int N, uint64_t elems, uint64_t max_param_elems, float *pack,
                             cudaStream_t s);
@@ -50,6 +55,7 @@ typedef struct {
     cudaStream_t st;
     uint64_t S, elems, group_bytes, rs_bytes, max_param_elems;
     tide_param_geometry_t *geo;    /* [P] */
+    uint64_t *seg_off, *seg_bytes; /* [P] geo's shard_offset and shard_bytes */
     uint16_t *shard, *flat, *landing;
     uint16_t **grads;              /* [P] device pointers (host array) */
     const uint16_t **d_grads;      /* the same, on the device */

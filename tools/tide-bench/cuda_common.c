@@ -41,13 +41,18 @@ tide_result_t bench_cuda_rank_init(bench_cuda_rank_t *b, const bench_opts_t *o,
     b->rs_bytes = sum.grad_shard_bytes * (uint64_t)N;
     b->geo = calloc((size_t)P, sizeof(*b->geo));
     b->grads = calloc((size_t)P, sizeof(*b->grads));
+    b->seg_off = calloc((size_t)P, sizeof(*b->seg_off));
+    b->seg_bytes = calloc((size_t)P, sizeof(*b->seg_bytes));
     bench_pack_param_t *pp = calloc((size_t)P, sizeof(*pp));
-    if (b->geo == NULL || b->grads == NULL || pp == NULL) {
+    if (b->geo == NULL || b->grads == NULL || b->seg_off == NULL || b->seg_bytes == NULL ||
+        pp == NULL) {
         free(pp);
         return TIDE_ERR_NO_MEMORY;
     }
     for (int p = 0; p < P; ++p) {
         TIDE_CHECK(tide_plan_get_param(plan, p, &b->geo[p]));
+        b->seg_off[p] = b->geo[p].shard_offset;
+        b->seg_bytes[p] = b->geo[p].shard_bytes;
         pp[p] = (bench_pack_param_t){b->geo[p].rows_per_rank, b->geo[p].inner, shapes[p].dim0,
                                      b->geo[p].fp32_offset / 4};
         const uint64_t rk = b->geo[p].rows_per_rank * b->geo[p].inner;
@@ -90,7 +95,8 @@ tide_result_t bench_cuda_rank_init(bench_cuda_rank_t *b, const bench_opts_t *o,
 
 void bench_cuda_rank_free(bench_cuda_rank_t *b) {
     if (b->st == NULL) {
-        free(b->geo), free(b->grads);
+        free(b->geo), free(b->grads), free(b->seg_off), free(b->seg_bytes);
+        memset(b, 0, sizeof(*b));
         return;
     }
     cudaSetDevice(b->dev);
@@ -100,7 +106,7 @@ void bench_cuda_rank_free(bench_cuda_rank_t *b) {
     cudaFree(b->d_params), cudaFree((void *)b->d_packs), cudaFree(b->d_count);
     for (int p = 0; p < b->P && b->grads != NULL; ++p) cudaFree(b->grads[p]);
     cudaStreamDestroy(b->st);
-    free(b->geo), free(b->grads);
+    free(b->geo), free(b->grads), free(b->seg_off), free(b->seg_bytes);
     memset(b, 0, sizeof(*b));
 }
 
@@ -113,17 +119,8 @@ tide_result_t bench_cuda_set_packs(bench_cuda_rank_t *b, float *const *packs) {
 
 tide_result_t bench_cuda_stock_ag(bench_cuda_rank_t *b, uint16_t *const *shards) {
     CK(cudaSetDevice(b->dev)); /* b->st belongs to it */
-    const uint64_t S = b->S;
-    for (int u = 0; u < b->N; ++u)
-        CK(cudaMemcpyAsync((uint8_t *)b->flat + (uint64_t)u * S, shards[u], S, cudaMemcpyDefault,
-                           b->st));
-    for (int p = 0; p < b->P; ++p) {
-        const tide_param_geometry_t *g = &b->geo[p];
-        if (g->shard_bytes == 0) continue;
-        CK(cudaMemcpy2DAsync((uint8_t *)b->landing + g->shard_offset * (uint64_t)b->N,
-                             g->shard_bytes, (const uint8_t *)b->flat + g->shard_offset, S,
-                             g->shard_bytes, (size_t)b->N, cudaMemcpyDeviceToDevice, b->st));
-    }
+    CK(bench_cuda_gather_copy_out((const void *const *)shards, b->N, b->S, b->flat, b->landing,
+                                  b->seg_off, b->seg_bytes, b->P, b->st));
     return TIDE_SUCCESS;
 }
 

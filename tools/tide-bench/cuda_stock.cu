@@ -1,8 +1,12 @@
 /*
- * cuda_stock.cu - tide-bench's device kernels: deterministic inputs, the stock FSDP2 reduce-
- * scatter path (_chunk_cat-style fp32 pack, rank-order fp32 reduction) and the data check.
- * The stock all-gather needs no kernel (cuda_common.c: a rank-major gather and one 2D copy per
- * parameter, FSDP2's split_with_sizes_copy).
+ * cuda_stock.cu - tide-bench's stand-in for the stock FSDP2 path on the GPU and its device
+ * kernels: deterministic inputs, the all-gather (a rank-major gather and one 2D copy per
+ * parameter, FSDP2's split_with_sizes_copy), the reduce-scatter (_chunk_cat-style fp32 pack,
+ * rank-order fp32 reduction) and the data check.
+ *
+ * The same file is also built as libtide_bench_stock.so (CUDA builds, not installed), so that
+ * tests/gpu/bench_torch_baseline.py can time exactly this stand-in beside PyTorch's own ops on
+ * the same buffers and report how far apart they are (README, "tide-bench").
  */
 #include "tide-bench/cuda_bench.h"
 
@@ -88,6 +92,25 @@ extern "C" cudaError_t bench_cuda_fill(uint16_t *dst, uint64_t n, uint64_t seed,
     if (n == 0) return cudaSuccess;
     fill_kernel<<<grid_for(n), THREADS, 0, s>>>(dst, n, seed, a, b);
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t bench_cuda_gather_copy_out(const void *const *shards, int N, uint64_t S,
+                                                  void *flat, void *landing,
+                                                  const uint64_t *offsets, const uint64_t *bytes,
+                                                  int P, cudaStream_t s) {
+    for (int u = 0; u < N; ++u) {
+        cudaError_t e = cudaMemcpyAsync((uint8_t *)flat + (uint64_t)u * S, shards[u], S,
+                                        cudaMemcpyDefault, s);
+        if (e != cudaSuccess) return e;
+    }
+    for (int p = 0; p < P; ++p) {
+        if (bytes[p] == 0) continue;
+        cudaError_t e = cudaMemcpy2DAsync((uint8_t *)landing + offsets[p] * (uint64_t)N, bytes[p],
+                                          (const uint8_t *)flat + offsets[p], S, bytes[p],
+                                          (size_t)N, cudaMemcpyDeviceToDevice, s);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
 }
 
 extern "C" cudaError_t bench_cuda_pack(const uint16_t *const *grads, const bench_pack_param_t *pp,
