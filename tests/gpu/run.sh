@@ -4,12 +4,20 @@
 #
 #   tests/gpu/run.sh "$OUT"            everything
 #   TIDE_GPU_QUICK=1                   tests only (no sanitizers, no benchmarks)
+#   TIDE_GPU_CTEST_EXCLUDE=REGEX       ctest -E REGEX (e.g. 'matrix|_mp' for a short run)
+#   TIDE_GPU_STEPS="a b ..."           after the tests, only these steps (default: all but
+#                                      sum-variants): memcheck racecheck bench-kernels
+#                                      bench-fabric bench-torch bench-torch-unfused
+#                                      interference enqueue sum-variants tide-bench
 #   TIDE_GPU_RACECHECK=0               skip the (slow) racecheck of the kernels
 #   TIDE_GPU_ENQUEUE=0                 skip bench_enqueue
 #   TIDE_GPU_INTERFERENCE=0            skip bench_interference
 #   TIDE_GPU_FUSED_MATRIX=0            skip the matrix of the unfused direct path (mask 7)
 #   TIDE_GPU_MATRIX_SECONDS=S          its budget (default 120)
 #   TIDE_BENCH_DIVISOR=D               dim 0 divisor of the fabric benchmarks (default 2)
+#
+# sum-variants (tests/gpu/sum_variants.sh) builds and times the TMA sum's build-time variants;
+# tide-bench runs the main job on the GPU (`tide-bench --fabric cuda`, one process).
 #
 # Safety: NVLink multicast never runs here.  These are exported for every process this
 # script starts, and nothing in TIDE calls cuMulticast* or issues multimem instructions.
@@ -47,26 +55,30 @@ step() { # step NAME CMD... : run, append output to the log, record PASS/FAIL in
 step configure cmake -S "$root" -B "$b" -DTIDE_WITH_CUDA=ON -DTIDE_BUILD_TESTS=OFF \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo
 step build cmake --build "$b" -j"$(nproc)" || { cat "$summary"; exit 1; }
-step ctest-gpu bash -c "cd '$b' && ctest -L gpu --output-on-failure"
+step ctest-gpu bash -c "cd '$b' && ctest -L gpu --output-on-failure ${TIDE_GPU_CTEST_EXCLUDE:+-E '$TIDE_GPU_CTEST_EXCLUDE'}"
 # ctest's matrix runs the default direct mask (15, fusion on); the unfused mask (7) must equal
 # the CPU fabric too.
 [ "${TIDE_GPU_FUSED_MATRIX:-1}" = 1 ] &&
     step matrix-unfused env TIDE_TEST_CUDA_DIRECT=7 "$b/tests/gpu/test_fabric_cuda" --matrix --max-seconds "${TIDE_GPU_MATRIX_SECONDS:-120}"
-if [ "${TIDE_GPU_QUICK:-0}" != 1 ]; then
-    if command -v compute-sanitizer >/dev/null; then
-        step memcheck-fabric compute-sanitizer --tool memcheck --error-exitcode 3 \
-            "$b/tests/gpu/test_fabric_cuda" --small
-        [ "${TIDE_GPU_RACECHECK:-1}" = 1 ] && step racecheck-kernels timeout 120 compute-sanitizer \
-            --tool racecheck --error-exitcode 3 "$b/tests/gpu/test_kernels" --racecheck
-    fi
-    step bench-kernels bash -c "set -o pipefail; '$b/tests/gpu/bench_kernels' | tee '$out/bench_kernels.txt'"
-    step bench-fabric bash -c "set -o pipefail; '$b/tests/gpu/bench_fabric_cuda' --divisor ${TIDE_BENCH_DIVISOR:-2} --iters 10 --sum-ctas 16 --landing-ctas 16 | tee '$out/bench_fabric.txt'"
-    step bench-torch bash -c "set -o pipefail; python3 '$root/tests/gpu/bench_torch_baseline.py' --lib '$b/libtide.so' --divisor ${TIDE_BENCH_DIVISOR:-2} --sum-ctas 16 --landing-ctas 16 | tee '$out/bench_torch.txt'"
-    step bench-torch-unfused bash -c "set -o pipefail; TIDE_CUDA_DIRECT=7 python3 '$root/tests/gpu/bench_torch_baseline.py' --lib '$b/libtide.so' --divisor ${TIDE_BENCH_DIVISOR:-2} --sum-ctas 16 --landing-ctas 16 | tee '$out/bench_torch_unfused.txt'"
-    [ "${TIDE_GPU_INTERFERENCE:-1}" = 1 ] &&
-        step bench-interference bash -c "set -o pipefail; '$b/tests/gpu/bench_interference' | tee '$out/bench_interference.txt'"
-    [ "${TIDE_GPU_ENQUEUE:-1}" = 1 ] &&
-        step bench-enqueue bash -c "set -o pipefail; '$b/tests/gpu/bench_enqueue' | tee '$out/bench_enqueue.txt'"
+steps=${TIDE_GPU_STEPS:-memcheck racecheck bench-kernels bench-fabric bench-torch bench-torch-unfused interference enqueue tide-bench}
+want() { [ "${TIDE_GPU_QUICK:-0}" != 1 ] && [[ " $steps " == *" $1 "* ]]; }
+div=${TIDE_BENCH_DIVISOR:-2}
+torch_bench="python3 '$root/tests/gpu/bench_torch_baseline.py' --lib '$b/libtide.so' --divisor $div --sum-ctas 16 --landing-ctas 16"
+if command -v compute-sanitizer >/dev/null; then
+    want memcheck && step memcheck-fabric compute-sanitizer --tool memcheck --error-exitcode 3 \
+        "$b/tests/gpu/test_fabric_cuda" --small
+    want racecheck && [ "${TIDE_GPU_RACECHECK:-1}" = 1 ] && step racecheck-kernels timeout 120 \
+        compute-sanitizer --tool racecheck --error-exitcode 3 "$b/tests/gpu/test_kernels" --racecheck
 fi
+want bench-kernels && step bench-kernels bash -c "set -o pipefail; '$b/tests/gpu/bench_kernels' | tee '$out/bench_kernels.txt'"
+want bench-fabric && step bench-fabric bash -c "set -o pipefail; '$b/tests/gpu/bench_fabric_cuda' --divisor $div --iters 10 --sum-ctas 16 --landing-ctas 16 | tee '$out/bench_fabric.txt'"
+want bench-torch && step bench-torch bash -c "set -o pipefail; $torch_bench | tee '$out/bench_torch.txt'"
+want bench-torch-unfused && step bench-torch-unfused bash -c "set -o pipefail; TIDE_CUDA_DIRECT=7 $torch_bench | tee '$out/bench_torch_unfused.txt'"
+want interference && [ "${TIDE_GPU_INTERFERENCE:-1}" = 1 ] &&
+    step bench-interference bash -c "set -o pipefail; '$b/tests/gpu/bench_interference' | tee '$out/bench_interference.txt'"
+want enqueue && [ "${TIDE_GPU_ENQUEUE:-1}" = 1 ] &&
+    step bench-enqueue bash -c "set -o pipefail; '$b/tests/gpu/bench_enqueue' | tee '$out/bench_enqueue.txt'"
+want tide-bench && step tide-bench bash -c "set -o pipefail; '$b/tide-bench' --fabric cuda | tee '$out/tide_bench_cuda.txt'"
+want sum-variants && step sum-variants bash "$root/tests/gpu/sum_variants.sh" "$out"
 cat "$summary"
 exit $status
