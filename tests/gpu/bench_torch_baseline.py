@@ -326,7 +326,7 @@ def run_topology(tide, M, L, divisor, iters, sum_ctas, landing_ctas, bw, stream,
             wrong_ag += int((land != unsharded[r]).sum().item())
     wrong_standin = 0
     if standin is not None:
-        wrong_standin = int((standin_land != unsharded).sum().item()) + int(
+        wrong_standin = int((standin_land != unsharded[N - 1]).sum().item()) + int(
             (standin_out.view(torch.int32) != ref_rs.view(torch.int32)).sum().item())
     wrong = wrong_rs + wrong_ag + wrong_plain + wrong_standin
 
