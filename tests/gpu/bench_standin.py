@@ -34,9 +34,9 @@ class Standin:
         """The stand-in's AG and RS over the benchmark's buffers.  ag_flat [N, N E] bf16 and
         packs [N, N, E] fp32 are the torch stock path's own work buffers (the stand-in runs
         after it and rewrites them); the results land in new buffers so that each can be
-        checked.  Every rank's unsharded parameters are the same bytes, so the ranks' AGs share
-        one landing buffer (the bytes moved are the same, 6.5 GB less memory at divisor 2): after a
-        call it holds the last rank's.  Returns (ag, rs, landing [N E] bf16, out [N, E] fp32)."""
+        checked.  Every rank's unsharded parameters are the same bytes, so the ranks' AGs
+        share one landing buffer (the same bytes moved, 6.5 GB less memory at divisor 2):
+        after a call it holds the last rank's.  Returns (ag, rs, landing [N E] bf16, out [N, E] fp32)."""
         N, E = shard.shape
         P = len(shapes)
         dev = shard.device
