@@ -60,7 +60,7 @@ for v in "${variants[@]}"; do
         timeout 120 "$d/test_kernels" --small 2>&1 | tail -3 || echo "test rc=$?"
         timeout 120 "$d/bench_kernels" --quick --sweep 10 2>&1 || echo "bench rc=$?"
     } >>"$log"
-    grep -q -E "(bench|test) rc=" "$log" && status=1
 done
+grep -q -E "(bench|test) rc=" "$log" && status=1
 grep -E "^==|^copy:|TMA sweep|DIFFERS|matches|rc=|runs|failed| ctas +(4|16) " "$log"
 exit $status
