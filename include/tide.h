@@ -464,6 +464,121 @@ TIDE_API tide_result_t tide_reduce_scatter_checked(tide_group_t group, const voi
                                                    float *out, uint64_t out_bytes, float alpha,
                                                    int accumulate, void *stream);
 
+/* ---------------------------------------------------------------------------------------- */
+/* Groups on one shared arena: the two-slot all-gather ring (docs/arena.md)                   */
+/* ---------------------------------------------------------------------------------------- */
+
+/* ring_slot of a group that needs a landing of its own (a group that stays unsharded). */
+#define TIDE_RING_OWN_SLOT (-1)
+/* Longest group name kept (longer names are cut), terminator included. */
+#define TIDE_GROUP_NAME_MAX 64
+
+/*
+ * One group of a set planned onto one arena.  The ring slot is the group's landing: the
+ * group at position g in execution order normally takes slot g mod 2 (tide_arena_plan does
+ * not reorder).  Slot-Reuse gradients are staged in that same slot.
+ */
+typedef struct {
+    const tide_config_t *config;    /* as for tide_group_register (nodes = 0: the comm's) */
+    const tide_group_desc_t *group; /* the group's signature */
+    int ring_slot;                  /* 0, 1 or TIDE_RING_OWN_SLOT */
+    const char *name;               /* for messages ("layers.3"); NULL: "group <index>" */
+} tide_group_entry_t;
+
+typedef struct tide_arena_plan *tide_arena_plan_t;
+
+/*
+ * Plan one arena per rank for a set of groups (pure host computation, like tide_plan_create;
+ * every entry's config must give the same nonzero nodes and gpus_per_node).  Layout, each
+ * region aligned to TIDE_ARENA_ALIGN:
+ *   landing0 / landing1  ring slots 0 and 1, each N S of the largest group assigned to it
+ *   own slots            one landing per TIDE_RING_OWN_SLOT group
+ *   recv_stage, staging, outbox, spare, inbox
+ *                        shared by all groups, each sized for the largest group's need (0 when
+ *                        no group needs it: the receive stage at M = 1 without a cast, the
+ *                        outbox at M = 1)
+ *   resident, signals    per group
+ * Each group's plan (tide_arena_plan_group) keeps its own region table with offsets into
+ * this arena, so its programs run unchanged.  Errors name the entry.
+ */
+TIDE_API tide_result_t tide_arena_plan_create(int num_groups, const tide_group_entry_t *entries,
+                                              tide_arena_plan_t *plan_out);
+TIDE_API void tide_arena_plan_destroy(tide_arena_plan_t plan);
+
+typedef struct {
+    int num_groups;
+    int nodes, gpus_per_node;
+    uint64_t total_bytes;                        /* the arena per rank */
+    uint64_t region_bytes[TIDE_REGION_COUNT];    /* bytes by region kind (resident, signals:
+                                                    all groups; landing0/1: the ring slots) */
+    uint64_t own_slot_bytes;                     /* all TIDE_RING_OWN_SLOT landings */
+    int largest_group;                           /* index of the largest N S */
+    uint64_t largest_group_bytes;                /* its N S */
+    uint64_t largest_rs_bytes;                   /* staging + outbox + spare + inbox it needs */
+    uint64_t separate_bytes;                     /* sum of the groups' own arenas
+                                                    (tide_group_register one by one) */
+} tide_arena_summary_t;
+
+TIDE_API tide_result_t tide_arena_plan_get_summary(tide_arena_plan_t plan,
+                                                   tide_arena_summary_t *summary_out);
+/* Region `region` of group `group` inside the shared arena (offset from the arena base);
+ * group = -1 gives the arena-level extent of that region kind (for resident and signals,
+ * the span of all groups' blocks). */
+TIDE_API tide_result_t tide_arena_plan_get_region(tide_arena_plan_t plan, int group,
+                                                  tide_region_t region,
+                                                  tide_region_info_t *info_out);
+/* The plan of group `group` (owned by the arena plan): tide_plan_get_region on it returns
+ * the same regions; its landing1 is empty (a ring group has one slot). */
+TIDE_API tide_result_t tide_arena_plan_group(tide_arena_plan_t plan, int group,
+                                             tide_plan_t *plan_out);
+
+/*
+ * Register a set of groups on one arena (collective: every rank passes the same entries in
+ * the same order).  Plans as tide_arena_plan_create does, compiles every group's programs,
+ * allocates and zeroes one arena.  groups_out receives num_groups handles, entry i's at
+ * index i.  Each group is deregistered with tide_group_deregister; the arena is released
+ * with the last group of the set.  Fabrics: CPU; the CUDA and NCCL fabrics return
+ * TIDE_ERR_UNSUPPORTED in this release (docs/arena.md, "Fabrics").
+ *
+ * Calls on a set's groups follow the ring rules (docs/arena.md):
+ *  - tide_group_landing(g, 0) is g's ring slot (or own slot); slot 1 is refused, and so is
+ *    tide_all_gather(g, ..., slot != 0): a set group has one landing;
+ *  - an all-gather into a ring slot whose occupant (the last group gathered into it) is still
+ *    live is refused with TIDE_ERR_INVALID_ARGUMENT naming both groups, before any data
+ *    moves.  The occupant stops being live at tide_group_reshard, or when its Slot-Reuse
+ *    reduce-scatter read the gradients staged in the slot (grads inside the slot);
+ *  - consecutive calls of different groups that use the same shared region are ordered by a
+ *    fence the library inserts (docs/protocol.md, "Cross-group fence").
+ */
+TIDE_API tide_result_t tide_groups_register(tide_comm_t comm, int num_groups,
+                                            const tide_group_entry_t *entries,
+                                            tide_group_t *groups_out);
+
+/*
+ * Reshard: this rank declares the group's unsharded parameters in its ring slot dead, so the
+ * next group of the slot may all-gather into it.  Host-only and immediate: the caller must
+ * have ordered its own readers of the slot before the next all-gather (a stream or the CPU
+ * call order).  Every rank must reshard alike.  TIDE_ERR_INVALID_ARGUMENT when the group does
+ * not hold its slot (it was not gathered since, or was already resharded); a group registered
+ * alone (tide_group_register) has no ring and returns TIDE_SUCCESS.
+ */
+TIDE_API tide_result_t tide_group_reshard(tide_group_t group);
+
+/* Whether the group currently holds its ring slot (1) or not (0). */
+TIDE_API tide_result_t tide_group_slot_live(tide_group_t group, int *live_out);
+
+/* The group's name: the entry's, or "group <index in its set>", or "group" alone. */
+TIDE_API tide_result_t tide_group_name(tide_group_t group, const char **name_out);
+
+/*
+ * The read-done point of this rank's last reduce-scatter of the group: after it the call no
+ * longer reads its gradients (Slot-Reuse: the staged ring slot), so the slot may be
+ * overwritten.  CUDA fabric: *event_out is the cudaEvent_t recorded there (valid until the
+ * next reduce-scatter of the group).  CPU fabric: *event_out = NULL, the call returned after
+ * that point.  Other fabrics: TIDE_ERR_UNSUPPORTED.
+ */
+TIDE_API tide_result_t tide_group_read_done_event(tide_group_t group, void **event_out);
+
 /*
  * FSDP2's scaling folded into alpha: AVG = 1/N, PREMUL_SUM = factor, divide factors
  * (pre, post) = 1 / (pre * post).  There is no error channel in a float: an invalid

@@ -248,6 +248,36 @@ class ValidationStruct(ctypes.Structure):
     ]
 
 
+class GroupEntryStruct(ctypes.Structure):
+    """tide_group_entry_t: one group of a set on one arena (docs/arena.md)."""
+
+    _fields_ = [
+        ("config", ctypes.POINTER(ConfigStruct)),
+        ("group", ctypes.POINTER(GroupDesc)),
+        ("ring_slot", ctypes.c_int),
+        ("name", ctypes.c_char_p),
+    ]
+
+
+RING_OWN_SLOT = -1
+REGION_COUNT = 9
+
+
+class ArenaSummaryStruct(ctypes.Structure):
+    _fields_ = [
+        ("num_groups", ctypes.c_int),
+        ("nodes", ctypes.c_int),
+        ("gpus_per_node", ctypes.c_int),
+        ("total_bytes", ctypes.c_uint64),
+        ("region_bytes", ctypes.c_uint64 * REGION_COUNT),
+        ("own_slot_bytes", ctypes.c_uint64),
+        ("largest_group", ctypes.c_int),
+        ("largest_group_bytes", ctypes.c_uint64),
+        ("largest_rs_bytes", ctypes.c_uint64),
+        ("separate_bytes", ctypes.c_uint64),
+    ]
+
+
 def struct_dict(s):
     return {name: getattr(s, name) for name, _ in s._fields_}
 
@@ -294,6 +324,17 @@ _PROTOTYPES = {
     "tide_reduce_scatter_checked": (_res, [_void_p, _p(_void_p), _p(ctypes.c_uint64),
                                            ctypes.c_int, _p(ctypes.c_float), ctypes.c_uint64,
                                            ctypes.c_float, ctypes.c_int, _void_p]),
+    "tide_arena_plan_create": (_res, [ctypes.c_int, _p(GroupEntryStruct), _p(_void_p)]),
+    "tide_arena_plan_destroy": (None, [_void_p]),
+    "tide_arena_plan_get_summary": (_res, [_void_p, _p(ArenaSummaryStruct)]),
+    "tide_arena_plan_get_region": (_res, [_void_p, ctypes.c_int, ctypes.c_int,
+                                          _p(RegionInfoStruct)]),
+    "tide_arena_plan_group": (_res, [_void_p, ctypes.c_int, _p(_void_p)]),
+    "tide_groups_register": (_res, [_void_p, ctypes.c_int, _p(GroupEntryStruct), _p(_void_p)]),
+    "tide_group_reshard": (_res, [_void_p]),
+    "tide_group_slot_live": (_res, [_void_p, _p(ctypes.c_int)]),
+    "tide_group_name": (_res, [_void_p, _p(ctypes.c_char_p)]),
+    "tide_group_read_done_event": (_res, [_void_p, _p(_void_p)]),
     "tide_alpha_avg": (ctypes.c_float, [ctypes.c_int]),
     "tide_alpha_divide": (ctypes.c_float, [ctypes.c_float, ctypes.c_float]),
 }

@@ -371,7 +371,10 @@ class TorchGroup:
     """One rank's handle of a registered group; every collective method must be called by
     all ranks of the communicator, in the same order."""
 
-    def __init__(self, comm, config, shapes, ag_dtype, grad_dtype, shard_dtype=None):
+    def __init__(self, comm, config, shapes, ag_dtype, grad_dtype, shard_dtype=None,
+                 _registered=None):
+        # _registered: (handle, ring_slot, name) of a group that register_set() registered on
+        # a shared arena; the group is then not registered again here.
         self._handle = None
         self._buffers = []
         self._views = {}
@@ -390,10 +393,14 @@ class TorchGroup:
         # parameters, fp16) raises here on every rank alike, before the collective.
         with Plan(config, sig.shapes, sig.ag_dtype, sig.grad_dtype, sig.shard_dtype):
             pass
-        handle = ctypes.c_void_p()
-        _lib.call("tide_group_register", comm._h(), ctypes.byref(config),
-                  ctypes.byref(sig.desc), ctypes.byref(handle))
-        self._handle = handle.value
+        if _registered is None:
+            handle = ctypes.c_void_p()
+            _lib.call("tide_group_register", comm._h(), ctypes.byref(config),
+                      ctypes.byref(sig.desc), ctypes.byref(handle))
+            self._handle = handle.value
+            self.ring_slot, self.name = None, None  # its own arena, landing slots 0 and 1
+        else:
+            self._handle, self.ring_slot, self.name = _registered
         self._sig = sig
         self.config = config
         plan_handle = ctypes.c_void_p()
@@ -411,6 +418,26 @@ class TorchGroup:
         self.shard_numel = sum(g.rows_per_rank * g.inner for g in self.params)
         self.out_numel = summary["fp32_shard_bytes"] // 4
         self._landing_ptr = {}
+
+    # ---------------------------------------------------------------- the ring (docs/arena.md)
+
+    def reshard(self):
+        """The group's unsharded parameters in its ring slot are dead: the next group of the
+        slot may all-gather into it.  No-op for a group registered alone."""
+        _lib.call("tide_group_reshard", self._h())
+
+    def slot_live(self):
+        """Whether the group holds its ring slot (gathered and not yet resharded)."""
+        live = ctypes.c_int()
+        _lib.call("tide_group_slot_live", self._h(), ctypes.byref(live))
+        return bool(live.value)
+
+    def read_done_event(self):
+        """cudaEvent_t (as an int) after which the group's last reduce-scatter no longer
+        reads its gradients; None on the CPU fabric (the call returned after it)."""
+        ev = ctypes.c_void_p()
+        _lib.call("tide_group_read_done_event", self._h(), ctypes.byref(ev))
+        return ev.value
 
     # ---------------------------------------------------------------- lifetime
 
@@ -595,3 +622,44 @@ class TorchGroup:
 
 
 __all__ = ["Comm", "TorchGroup", "default_topology", "tide_dtype", "torch_dtype"]
+
+
+def register_set(comm, specs):
+    """Register a set of groups on one shared arena (collective; docs/arena.md).
+
+    specs: a list of dicts with keys config, shapes, ag_dtype, grad_dtype, shard_dtype
+    (optional), ring_slot (0, 1 or None for a landing of its own) and name (optional), in
+    execution order.  Returns one TorchGroup per spec; landing(0) is the group's ring slot.
+    Close every group to release the arena (it goes with the last one)."""
+    specs = list(specs)
+    if not specs:
+        raise ValueError("register_set: no groups")
+    keep = []  # ctypes objects referenced by the entries, alive through the call
+    entries = (_lib.GroupEntryStruct * len(specs))()
+    prepared = []
+    for i, spec in enumerate(specs):
+        config = _check_config(spec["config"])
+        shapes = [tuple(int(d) for d in s) if hasattr(s, "__iter__") else (int(s),)
+                  for s in spec["shapes"]]
+        shard = spec.get("shard_dtype")
+        sig = _GroupSignature(shapes, tide_dtype(spec["ag_dtype"], "ag_dtype"),
+                              tide_dtype(spec["grad_dtype"], "grad_dtype"),
+                              None if shard is None else tide_dtype(shard, "shard_dtype"))
+        slot = spec.get("ring_slot")
+        slot = _lib.RING_OWN_SLOT if slot is None else _int(slot, "ring_slot")
+        name = spec.get("name")
+        name_b = None if name is None else str(name).encode("utf-8")
+        keep.extend([config, sig, name_b])
+        entries[i].config = ctypes.pointer(config)
+        entries[i].group = ctypes.pointer(sig.desc)
+        entries[i].ring_slot = slot
+        entries[i].name = name_b
+        prepared.append((config, shapes, spec, slot, name))
+    handles = (ctypes.c_void_p * len(specs))()
+    _lib.call("tide_groups_register", comm._h(), len(specs), entries, handles)
+    groups = []
+    for i, (config, shapes, spec, slot, name) in enumerate(prepared):
+        groups.append(TorchGroup(comm, config, shapes, spec["ag_dtype"], spec["grad_dtype"],
+                                 spec.get("shard_dtype"),
+                                 _registered=(handles[i], None if slot < 0 else slot, name)))
+    return groups
