@@ -375,10 +375,111 @@ static void test_plan_errors(void **state) {
     free(c);
 }
 
+/* ------------------------------------------------------------------ misuse */
+
+#define EXPECT(rep, code, call, ...)                                                           \
+    do {                                                                                        \
+        const tide_result_t got_ = (call);                                                      \
+        if (got_ != (code))                                                                     \
+            e2e_note((rep), "line %d: %s returned %d, expected %d (%s)", __LINE__, #call,       \
+                     (int)got_, (int)(code), tide_get_last_error());                            \
+        const char *names_[] = {__VA_ARGS__};                                                   \
+        for (size_t k_ = 0; got_ == (code) && k_ < sizeof(names_) / sizeof(*names_); ++k_)     \
+            if (strstr(tide_get_last_error(), names_[k_]) == NULL)                              \
+                e2e_note((rep), "line %d: the message does not name %s: %s", __LINE__,          \
+                         names_[k_], tide_get_last_error());                                    \
+    } while (0)
+
+#define EXPECT_OK(rep, call)                                                                    \
+    do {                                                                                        \
+        if ((call) != TIDE_SUCCESS)                                                             \
+            e2e_note((rep), "line %d: %s failed: %s", __LINE__, #call, tide_get_last_error());  \
+    } while (0)
+
+static void misuse_rank(int rank, void *p) {
+    ctx_t *c = p;
+    e2e_report_t *rep = &c->rep[rank];
+    tide_group_t *g = c->set[rank];
+    if (tide_groups_register(c->comms[rank], GROUPS, c->entries, g) != TIDE_SUCCESS) {
+        e2e_note(rep, "groups_register: %s", tide_get_last_error());
+        return;
+    }
+    const struct tide_plan *pa = g[0]->plan;
+    uint8_t *shard = calloc(1, g[ROOT]->plan->geom.fp32_shard_bytes * 4);
+    float *out = calloc(1, g[ROOT]->plan->geom.fp32_shard_bytes);
+    memset(shard, 0x3c, g[ROOT]->plan->geom.fp32_shard_bytes * 4);
+    void *slot0 = NULL, *slot1 = NULL;
+    tide_group_landing(g[0], 0, &slot0);
+    tide_group_landing(g[1], 0, &slot1);
+
+    EXPECT_OK(rep, tide_all_gather(g[0], shard, 0, NULL));
+    EXPECT_OK(rep, tide_all_gather(g[1], shard, 0, NULL));
+    uint8_t *before = malloc(pa->geom.group_bytes);
+    memcpy(before, slot0, pa->geom.group_bytes);
+    /* layers.2 shares ring slot 0 with layers.0, which is live. */
+    EXPECT(rep, TIDE_ERR_INVALID_ARGUMENT, tide_all_gather(g[2], shard, 0, NULL), "\"layers.2\"",
+           "\"layers.0\"", "ring slot 0");
+    if (memcmp(before, slot0, pa->geom.group_bytes) != 0)
+        e2e_note(rep, "a refused all-gather changed the live slot");
+    EXPECT(rep, TIDE_ERR_INVALID_ARGUMENT, tide_group_reshard(g[2]), "layers.2");
+    EXPECT(rep, TIDE_ERR_INVALID_ARGUMENT, tide_all_gather(g[1], shard, 1, NULL), "layers.1");
+    int live = 0;
+    tide_group_slot_live(g[0], &live);
+    if (!live) e2e_note(rep, "layers.0 should hold its slot");
+    EXPECT_OK(rep, tide_group_reshard(g[0]));
+    EXPECT(rep, TIDE_ERR_INVALID_ARGUMENT, tide_group_reshard(g[0]), "layers.0");
+    EXPECT_OK(rep, tide_all_gather(g[2], shard, 0, NULL));
+
+    /* Gradients in a landing that is not the group's (the root's own slot), and staged in a
+     * ring slot another group holds live (layers.3 shares slot 1 with layers.1; layers.0
+     * slot 0 with layers.2). */
+    const void *grads[MAX_P];
+    void *root_slot = NULL;
+    tide_group_landing(g[ROOT], 0, &root_slot);
+    for (int q = 0; q < g[3]->plan->geom.num_params; ++q)
+        grads[q] = root_slot;
+    EXPECT(rep, TIDE_ERR_INVALID_ARGUMENT,
+           tide_reduce_scatter(g[3], grads, out, 1.0f, 0, c->mode, NULL), "arena");
+    for (int q = 0; q < g[3]->plan->geom.num_params; ++q)
+        grads[q] = slot1;
+    EXPECT(rep, TIDE_ERR_INVALID_ARGUMENT,
+           tide_reduce_scatter(g[3], grads, out, 1.0f, 0, c->mode, NULL), "\"layers.3\"",
+           "\"layers.1\"");
+    for (int q = 0; q < pa->geom.num_params; ++q)
+        grads[q] = slot0;
+    EXPECT(rep, TIDE_ERR_INVALID_ARGUMENT,
+           tide_reduce_scatter(g[0], grads, out, 1.0f, 0, c->mode, NULL), "\"layers.0\"",
+           "\"layers.2\"");
+    /* Nothing was poisoned: the groups still work. */
+    for (int q = 0; q < g[2]->plan->geom.num_params; ++q)
+        grads[q] = slot0;
+    EXPECT_OK(rep, tide_reduce_scatter(g[2], grads, out, 1.0f, 0, c->mode, NULL));
+    tide_group_slot_live(g[2], &live);
+    if (live) e2e_note(rep, "layers.2's RS from its slot should have released it");
+    EXPECT_OK(rep, tide_all_gather(g[0], shard, 0, NULL));
+    free(before);
+    free(shard);
+    free(out);
+    for (int i = 0; i < GROUPS; ++i)
+        EXPECT_OK(rep, tide_group_deregister(g[i]));
+}
+
+static void test_misuse(void **state) {
+    (void)state;
+    ctx_t *c = calloc(1, sizeof(*c));
+    assert_non_null(c);
+    setup(c, 1, 2, TIDE_RS_SLOT_REUSE);
+    e2e_run_threads(c->n, misuse_rank, c);
+    e2e_assert_reports(c->rep, c->n);
+    teardown(c);
+    free(c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_plan_errors),
+        cmocka_unit_test(test_misuse),
         cmocka_unit_test(test_fsdp_in_place_1x4),
         cmocka_unit_test(test_fsdp_slot_reuse_1x4),
         cmocka_unit_test(test_fsdp_in_place_2x2),
