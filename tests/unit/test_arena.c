@@ -13,6 +13,7 @@
 #include "core/checks.h"
 #include "core/comm.h"
 #include "plan/arena_plan.h"
+#include "program/check_ring.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -464,6 +465,124 @@ static void misuse_rank(int rank, void *p) {
         EXPECT_OK(rep, tide_group_deregister(g[i]));
 }
 
+/* ------------------------------------------------------------------ the ring model */
+
+/* A call sequence of check_ring.h replayed on the CPU fabric: the runtime must refuse exactly
+ * the call the model reports (or none), naming both groups. */
+typedef struct {
+    ctx_t *c;
+    int slots[GROUPS];
+    const tide_ring_call_t *calls;
+    int num_calls;
+    int refused_at[E2E_MAX_RANKS]; /* -1: every call succeeded */
+    char message[E2E_MAX_RANKS][320];
+} replay_t;
+
+static void replay_rank(int rank, void *p) {
+    replay_t *rp = p;
+    ctx_t *c = rp->c;
+    e2e_report_t *rep = &c->rep[rank];
+    tide_group_t *g = c->set[rank];
+    rp->refused_at[rank] = -1;
+    if (tide_groups_register(c->comms[rank], GROUPS, c->entries, g) != TIDE_SUCCESS) {
+        e2e_note(rep, "groups_register: %s", tide_get_last_error());
+        return;
+    }
+    const uint64_t big = g[ROOT]->plan->geom.pack_bytes;
+    uint8_t *buf = calloc(1, big);
+    float *out = calloc(1, big);
+    for (int k = 0; k < rp->num_calls && rp->refused_at[rank] < 0; ++k) {
+        tide_group_t grp = g[rp->calls[k].group];
+        const struct tide_plan *pl = grp->plan;
+        const void *grads[MAX_P];
+        void *slot = NULL;
+        tide_group_landing(grp, 0, &slot);
+        tide_result_t res = TIDE_SUCCESS;
+        switch (rp->calls[k].kind) {
+        case TIDE_RING_CALL_AG:
+            res = tide_all_gather(grp, buf, 0, NULL);
+            break;
+        case TIDE_RING_CALL_RESHARD:
+            res = tide_group_reshard(grp);
+            break;
+        default: {
+            const bool staged = rp->calls[k].kind == TIDE_RING_CALL_RS_STAGED;
+            uint64_t off = 0;
+            for (int q = 0; q < pl->geom.num_params; ++q) {
+                grads[q] = (staged ? (uint8_t *)slot : buf) + off;
+                off += pl->geom.params[q].dim0 * pl->geom.params[q].inner * 2;
+            }
+            res = tide_reduce_scatter(grp, grads, out, 1.0f, 0, c->mode, NULL);
+        }
+        }
+        if (res != TIDE_SUCCESS) {
+            rp->refused_at[rank] = k;
+            snprintf(rp->message[rank], sizeof(rp->message[rank]), "%s", tide_get_last_error());
+            if (res != TIDE_ERR_INVALID_ARGUMENT) e2e_note(rep, "call %d: %s", k, rp->message[rank]);
+        }
+    }
+    free(buf);
+    free(out);
+    for (int i = 0; i < GROUPS; ++i)
+        if (tide_group_deregister(g[i]) != TIDE_SUCCESS)
+            e2e_note(rep, "deregister: %s", tide_get_last_error());
+}
+
+static void replay(ctx_t *c, replay_t *rp, const tide_ring_report_t *model) {
+    for (int i = 0; i < GROUPS; ++i)
+        c->entries[i].ring_slot = rp->slots[i];
+    rp->c = c;
+    e2e_run_threads(c->n, replay_rank, rp);
+    e2e_assert_reports(c->rep, c->n);
+    for (int r = 0; r < c->n; ++r) {
+        if (rp->refused_at[r] != model->call)
+            print_error("rank %d: runtime refused call %d, the model %d (%s / %s)\n", r,
+                        rp->refused_at[r], model->call, rp->message[r], model->message);
+        assert_int_equal(rp->refused_at[r], model->call);
+        if (model->call >= 0) {
+            assert_non_null(strstr(rp->message[r], c->names[model->holder]));
+            assert_non_null(strstr(rp->message[r], c->names[rp->calls[model->call].group]));
+        }
+    }
+}
+
+static void test_ring_model(void **state) {
+    (void)state;
+    for (int mode = 0; mode < TIDE_RS_MODE_COUNT; ++mode) {
+        ctx_t *c = calloc(1, sizeof(*c));
+        replay_t *rp = calloc(1, sizeof(*rp));
+        assert_true(c != NULL && rp != NULL);
+        setup(c, 1, 2, (tide_rs_mode_t)mode);
+        tide_ring_call_t *calls = NULL, mutated[128];
+        int n = 0;
+        assert_tide(TIDE_SUCCESS,
+                    tide_ring_fsdp_calls(BLOCKS, 1, (tide_rs_mode_t)mode, 2, &calls, &n));
+        assert_true(n <= 128);
+        const char *names[GROUPS];
+        for (int i = 0; i < GROUPS; ++i)
+            names[i] = c->names[i];
+        for (int f = -1; f < TIDE_RING_FAULT_KIND_COUNT; ++f) {
+            for (int i = 0; i < GROUPS; ++i)
+                rp->slots[i] = i == ROOT ? TIDE_RING_OWN_SLOT : i % 2;
+            memcpy(mutated, calls, (size_t)n * sizeof(*calls));
+            if (f >= 0)
+                assert_tide(TIDE_SUCCESS, tide_ring_fault_inject((tide_ring_fault_t)f, 3, GROUPS,
+                                                                 rp->slots, n, mutated));
+            tide_ring_seq_t seq = {GROUPS, rp->slots, names, n, mutated};
+            tide_ring_report_t model;
+            assert_tide(TIDE_SUCCESS, tide_ring_check(&seq, &model));
+            assert_int_equal(model.ok, f < 0);
+            rp->calls = mutated;
+            rp->num_calls = n;
+            replay(c, rp, &model);
+        }
+        free(calls);
+        teardown(c);
+        free(c);
+        free(rp);
+    }
+}
+
 static void test_misuse(void **state) {
     (void)state;
     ctx_t *c = calloc(1, sizeof(*c));
@@ -480,6 +599,7 @@ int main(void) {
         cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_plan_errors),
         cmocka_unit_test(test_misuse),
+        cmocka_unit_test(test_ring_model),
         cmocka_unit_test(test_fsdp_in_place_1x4),
         cmocka_unit_test(test_fsdp_slot_reuse_1x4),
         cmocka_unit_test(test_fsdp_in_place_2x2),
