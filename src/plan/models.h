@@ -10,9 +10,9 @@
 #include "plan/presets.h"
 
 typedef struct {
-    const char *name;                      /* "llama-3.1-70b" */
+    const char *name; /* "llama-3.1-70b" */
     const char *description;
-    int blocks;                            /* transformer blocks, one group each */
+    int blocks; /* transformer blocks, one group each */
     int block_params;
     const tide_param_shape_t *block_shapes;
     int root_params;

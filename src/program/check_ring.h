@@ -35,16 +35,16 @@ typedef struct {
 
 typedef struct {
     int num_groups;
-    const int *ring_slot;      /* per group: 0, 1 or TIDE_RING_OWN_SLOT */
-    const char *const *names;  /* per group, for messages; may be NULL */
+    const int *ring_slot;     /* per group: 0, 1 or TIDE_RING_OWN_SLOT */
+    const char *const *names; /* per group, for messages; may be NULL */
     int num_calls;
     const tide_ring_call_t *calls;
 } tide_ring_seq_t;
 
 typedef struct {
-    int ok;        /* 1: no call lands into or stages in a live landing of another group */
-    int call;      /* the first violating call (-1 when ok) */
-    int holder;    /* the group that held the landing live */
+    int ok;     /* 1: no call lands into or stages in a live landing of another group */
+    int call;   /* the first violating call (-1 when ok) */
+    int holder; /* the group that held the landing live */
     char message[320];
 } tide_ring_report_t;
 

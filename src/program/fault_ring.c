@@ -62,8 +62,7 @@ tide_result_t tide_ring_fault_inject(tide_ring_fault_t fault, uint64_t seed, int
                                      int *ring_slot, int num_calls, tide_ring_call_t *calls) {
     TIDE_ARG_CHECK(ring_slot != NULL && calls != NULL && num_groups >= 1 && num_calls >= 0,
                    "ring fault: malformed sequence");
-    TIDE_ARG_CHECK((unsigned)fault < TIDE_RING_FAULT_KIND_COUNT, "ring fault: kind %d",
-                   (int)fault);
+    TIDE_ARG_CHECK((unsigned)fault < TIDE_RING_FAULT_KIND_COUNT, "ring fault: kind %d", (int)fault);
     int count = 0;
     const int limit = fault == TIDE_RING_FAULT_SAME_SLOT ? num_groups : num_calls;
     for (int pass = 0; pass < 2; ++pass) {
@@ -101,6 +100,5 @@ tide_result_t tide_ring_fault_inject(tide_ring_fault_t fault, uint64_t seed, int
             return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "ring fault %s: no eligible site",
                             tide_ring_fault_name(fault));
     }
-    return TIDE_ERR(TIDE_ERR_INTERNAL, "ring fault: site %llu not found",
-                    (unsigned long long)seed);
+    return TIDE_ERR(TIDE_ERR_INTERNAL, "ring fault: site %llu not found", (unsigned long long)seed);
 }

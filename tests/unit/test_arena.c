@@ -92,8 +92,8 @@ static uint64_t seed_of(int kind, int group, int rank, int step) {
 typedef struct {
     tide_group_t set, alone;
     const struct tide_plan *plan;
-    uint16_t *shards;  /* N shards of this step, S bytes each */
-    uint16_t *grads;   /* sum D_p K_p, this rank's, packed in parameter order */
+    uint16_t *shards; /* N shards of this step, S bytes each */
+    uint16_t *grads;  /* sum D_p K_p, this rank's, packed in parameter order */
     float *out_set, *out_alone;
 } member_t;
 
@@ -107,17 +107,17 @@ static void check_landing(ctx_t *c, int rank, member_t *mb, int step, const char
     }
     const tide_geom_t *g = &mb->plan->geom;
     if (memcmp(a, b, g->group_bytes) != 0)
-        e2e_note(rep, "step %d %s: the shared arena's landing differs from the group alone's",
-                 step, phase);
+        e2e_note(rep, "step %d %s: the shared arena's landing differs from the group alone's", step,
+                 phase);
     /* And from the shards themselves: Landing(p, r) holds rank r's shard of p. */
     for (int p = 0; p < g->num_params; ++p)
         for (int r = 0; r < c->n; ++r) {
-            const uint8_t *want = (const uint8_t *)mb->shards + (uint64_t)r * g->shard_bytes +
-                                  g->params[p].offset;
-            if (memcmp((uint8_t *)a + tide_geom_landing(g, p, r), want,
-                       g->params[p].shard_bytes) != 0)
-                e2e_note(rep, "step %d %s: landing of p %d from rank %d is wrong", step, phase,
-                         p, r);
+            const uint8_t *want =
+                (const uint8_t *)mb->shards + (uint64_t)r * g->shard_bytes + g->params[p].offset;
+            if (memcmp((uint8_t *)a + tide_geom_landing(g, p, r), want, g->params[p].shard_bytes) !=
+                0)
+                e2e_note(rep, "step %d %s: landing of p %d from rank %d is wrong", step, phase, p,
+                         r);
         }
 }
 
@@ -160,8 +160,7 @@ static tide_result_t reduce(ctx_t *c, int rank, member_t *mb, int step) {
     TIDE_CHECK(
         tide_reduce_scatter(mb->alone, grads_alone, mb->out_alone, alpha, acc, c->mode, NULL));
     if (memcmp(mb->out_set, mb->out_alone, g->fp32_shard_bytes) != 0)
-        e2e_note(&c->rep[rank], "step %d: RS output on the shared arena differs from alone",
-                 step);
+        e2e_note(&c->rep[rank], "step %d: RS output on the shared arena differs from alone", step);
     bool nonzero = false;
     for (uint64_t e = 0; e < g->shard_elems; ++e)
         nonzero |= mb->out_set[e] != 0.0f;
@@ -216,8 +215,8 @@ static void rank_main(int rank, void *p) {
     for (int i = 0; i < GROUPS && ok; ++i) {
         mb[i].set = c->set[rank][i];
         mb[i].plan = mb[i].set->plan;
-        ok = tide_group_register(c->comms[rank], &c->cfg, &c->desc[i], &mb[i].alone) ==
-             TIDE_SUCCESS;
+        ok =
+            tide_group_register(c->comms[rank], &c->cfg, &c->desc[i], &mb[i].alone) == TIDE_SUCCESS;
         const tide_geom_t *g = &mb[i].plan->geom;
         mb[i].shards = calloc((size_t)c->n, g->shard_bytes);
         mb[i].grads = calloc(1, g->pack_bytes); /* >= sum D_p K_p x 2 */
@@ -326,14 +325,14 @@ static void check_sizes(int m, int l, tide_rs_mode_t mode) {
             void *land = NULL;
             tide_region_info_t info;
             assert_tide(TIDE_SUCCESS, tide_group_landing(c->set[r][i], 0, &land));
-            assert_tide(TIDE_SUCCESS, tide_arena_plan_get_region(ap, i, TIDE_REGION_LANDING0,
-                                                                 &info));
+            assert_tide(TIDE_SUCCESS,
+                        tide_arena_plan_get_region(ap, i, TIDE_REGION_LANDING0, &info));
             assert_ptr_equal(land, a->bases[r] + info.offset);
             if (i != ROOT) {
                 tide_region_info_t slot;
-                assert_tide(TIDE_SUCCESS, tide_arena_plan_get_region(
-                                              ap, -1, (tide_region_t)(TIDE_REGION_LANDING0 + i % 2),
-                                              &slot));
+                assert_tide(TIDE_SUCCESS,
+                            tide_arena_plan_get_region(
+                                ap, -1, (tide_region_t)(TIDE_REGION_LANDING0 + i % 2), &slot));
                 assert_int_equal(info.offset, slot.offset);
             }
             void *ignored;
@@ -378,23 +377,23 @@ static void test_plan_errors(void **state) {
 
 /* ------------------------------------------------------------------ misuse */
 
-#define EXPECT(rep, code, call, ...)                                                           \
-    do {                                                                                        \
-        const tide_result_t got_ = (call);                                                      \
-        if (got_ != (code))                                                                     \
-            e2e_note((rep), "line %d: %s returned %d, expected %d (%s)", __LINE__, #call,       \
-                     (int)got_, (int)(code), tide_get_last_error());                            \
-        const char *names_[] = {__VA_ARGS__};                                                   \
-        for (size_t k_ = 0; got_ == (code) && k_ < sizeof(names_) / sizeof(*names_); ++k_)     \
-            if (strstr(tide_get_last_error(), names_[k_]) == NULL)                              \
-                e2e_note((rep), "line %d: the message does not name %s: %s", __LINE__,          \
-                         names_[k_], tide_get_last_error());                                    \
+#define EXPECT(rep, code, call, ...)                                                               \
+    do {                                                                                           \
+        const tide_result_t got_ = (call);                                                         \
+        if (got_ != (code))                                                                        \
+            e2e_note((rep), "line %d: %s returned %d, expected %d (%s)", __LINE__, #call,          \
+                     (int)got_, (int)(code), tide_get_last_error());                               \
+        const char *names_[] = {__VA_ARGS__};                                                      \
+        for (size_t k_ = 0; got_ == (code) && k_ < sizeof(names_) / sizeof(*names_); ++k_)         \
+            if (strstr(tide_get_last_error(), names_[k_]) == NULL)                                 \
+                e2e_note((rep), "line %d: the message does not name %s: %s", __LINE__, names_[k_], \
+                         tide_get_last_error());                                                   \
     } while (0)
 
-#define EXPECT_OK(rep, call)                                                                    \
-    do {                                                                                        \
-        if ((call) != TIDE_SUCCESS)                                                             \
-            e2e_note((rep), "line %d: %s failed: %s", __LINE__, #call, tide_get_last_error());  \
+#define EXPECT_OK(rep, call)                                                                       \
+    do {                                                                                           \
+        if ((call) != TIDE_SUCCESS)                                                                \
+            e2e_note((rep), "line %d: %s failed: %s", __LINE__, #call, tide_get_last_error());     \
     } while (0)
 
 static void misuse_rank(int rank, void *p) {
@@ -518,7 +517,8 @@ static void replay_rank(int rank, void *p) {
         if (res != TIDE_SUCCESS) {
             rp->refused_at[rank] = k;
             snprintf(rp->message[rank], sizeof(rp->message[rank]), "%s", tide_get_last_error());
-            if (res != TIDE_ERR_INVALID_ARGUMENT) e2e_note(rep, "call %d: %s", k, rp->message[rank]);
+            if (res != TIDE_ERR_INVALID_ARGUMENT)
+                e2e_note(rep, "call %d: %s", k, rp->message[rank]);
         }
     }
     free(buf);

@@ -32,8 +32,8 @@ static void print_row(const row_t *r) {
     printf("  %-44s %10.3f %10.3f\n", r->label, (double)r->stock / GIB, (double)r->tide / GIB);
 }
 
-int cli_memory_model(const char *cmd, const char *name, int nodes, int gpus,
-                     tide_rs_mode_t mode, bool with_root, bool json) {
+int cli_memory_model(const char *cmd, const char *name, int nodes, int gpus, tide_rs_mode_t mode,
+                     bool with_root, bool json) {
     const tide_model_t *model = tide_model_find(name);
     if (model == NULL)
         return cli_usage_error(cmd, "unknown --model '%s' (one of: %s)", name, tide_model_names());
@@ -124,8 +124,8 @@ int cli_memory_model(const char *cmd, const char *name, int nodes, int gpus,
         tide_arena_plan_destroy(ap);
         return cli_json_print(cmd, j);
     }
-    printf("%s, %.2f B parameters, %d groups%s; M = %d, L = %d (N = %d), %s\n",
-           model->description, (double)tide_model_params(model) / 1e9, groups,
+    printf("%s, %.2f B parameters, %d groups%s; M = %d, L = %d (N = %d), %s\n", model->description,
+           (double)tide_model_params(model) / 1e9, groups,
            with_root ? "" : " (--no-root: the blocks only, root excluded)", nodes, gpus,
            nodes * gpus, cli_mode_name(mode));
     printf("per GPU, GiB %38s %10s %10s\n", "", "stock", "TIDE");
