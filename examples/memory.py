@@ -1,0 +1,91 @@
+"""Peak memory of one training step, per rank, as train.py reports it.
+
+On the CPU: the process's peak resident set (VmHWM), reset at every step start through
+/proc/self/clear_refs (Linux; elsewhere getrusage's lifetime peak, which never goes down).
+It counts what this rank touched: its heap, torch's tensors and the pages of TIDE's POSIX
+shared-memory arenas it wrote or read.
+
+On the GPU: torch's allocator peak (max_memory_allocated / max_memory_reserved, reset every
+step) and the device's used memory (NVML through torch.cuda.device_memory_used when pynvml is
+installed, else cudaMemGetInfo's total - free: the same figure) sampled after the step.
+TIDE's arenas are plain cudaMalloc allocations outside torch's allocator, so torch's peak
+does not include them and the device figure does; the device figure is the whole GPU's (every
+process on it, the CUDA contexts too), sampled, not a peak.
+"""
+
+import re
+import resource
+import sys
+
+import torch
+
+MIB = float(1 << 20)
+
+
+def _vm_hwm():
+    try:
+        with open("/proc/self/status") as f:
+            return int(re.search(r"VmHWM:\s+(\d+) kB", f.read()).group(1)) * 1024
+    except (OSError, AttributeError):
+        scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB else
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+
+
+def _reset_vm_hwm():
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # "5": reset the peak RSS to the current RSS (Linux >= 4.0)
+    except OSError:
+        pass
+
+
+def _device_used(device):
+    try:
+        return torch.cuda.device_memory_used(device)
+    except Exception:  # no pynvml / NVML: cudaMemGetInfo gives the same device-wide figure
+        free, total = torch.cuda.mem_get_info(device)
+        return total - free
+
+
+class StepMemory:
+    """reset() at a step start, sample() after it: {metric: bytes}."""
+
+    def __init__(self, device):
+        self.device = device
+        self.cuda = device.type == "cuda"
+
+    def metrics(self):
+        if self.cuda:
+            return ["torch_peak_allocated", "torch_peak_reserved", "device_used"]
+        return ["rss_peak"]
+
+    def reset(self):
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            _reset_vm_hwm()
+
+    def sample(self):
+        if self.cuda:
+            return {"torch_peak_allocated": torch.cuda.max_memory_allocated(self.device),
+                    "torch_peak_reserved": torch.cuda.max_memory_reserved(self.device),
+                    "device_used": _device_used(self.device)}
+        return {"rss_peak": _vm_hwm()}
+
+
+def release_cached(device):
+    """Between two runs in the same process: give cached memory back so that the second run's
+    figures do not include the first one's leftovers."""
+    import gc
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+    else:
+        try:
+            import ctypes
+
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):
+            pass
