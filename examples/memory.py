@@ -31,6 +31,14 @@ def _vm_hwm():
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
+def _current_rss():
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize()
+    except (OSError, IndexError, ValueError):
+        return _vm_hwm()
+
+
 def _reset_vm_hwm():
     try:
         with open("/proc/self/clear_refs", "w") as f:
@@ -48,16 +56,20 @@ def _device_used(device):
 
 
 class StepMemory:
-    """reset() at a step start, sample() after it: {metric: bytes}."""
+    """reset() at a step start, sample() after it: {metric: bytes}.  Made before the model is
+    built: on the CPU, "rss_peak_over_start" is the step's peak RSS less the RSS at that
+    moment (the imported libraries' few hundred MiB are the same for every run and would
+    hide the model's share)."""
 
     def __init__(self, device):
         self.device = device
         self.cuda = device.type == "cuda"
+        self.start = None if self.cuda else _current_rss()
 
     def metrics(self):
         if self.cuda:
             return ["torch_peak_allocated", "torch_peak_reserved", "device_used"]
-        return ["rss_peak"]
+        return ["rss_peak_over_start", "rss_peak"]
 
     def reset(self):
         if self.cuda:
@@ -70,7 +82,8 @@ class StepMemory:
             return {"torch_peak_allocated": torch.cuda.max_memory_allocated(self.device),
                     "torch_peak_reserved": torch.cuda.max_memory_reserved(self.device),
                     "device_used": _device_used(self.device)}
-        return {"rss_peak": _vm_hwm()}
+        peak = _vm_hwm()
+        return {"rss_peak_over_start": peak - self.start, "rss_peak": peak}
 
 
 def release_cached(device):

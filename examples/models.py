@@ -139,13 +139,14 @@ def build(kind, vocab, dim, layers, heads, kv_heads, hidden, experts, top_k):
     raise ValueError("unknown model %r (llama or moe)" % kind)
 
 
-def copy_task_batch(step, rank, batch, seq, vocab, seed):
-    """A synthetic batch the model can learn: each row is seq // 2 random tokens written twice,
-    so the second half is predictable by attending back (loss falls from ln(vocab) towards
-    half of it).  Deterministic in (seed, step, rank): stock and TIDE runs see the same data.
-    Swap in your own data loader here."""
+def synthetic_batch(step, rank, batch, seq, vocab, seed):
+    """A synthetic batch the model can learn: each row counts from a random token with a random
+    stride of 1, 2 or 3 (mod vocab), so every next token but the second follows from the two
+    before it and the loss falls from about ln(vocab) within a few dozen steps.  Deterministic
+    in (seed, step, rank): stock and TIDE runs see the same data.  Swap in your own data
+    loader here."""
     g = torch.Generator().manual_seed(seed * 1_000_003 + step * 1009 + rank)
-    half = (seq + 2) // 2
-    first = torch.randint(0, vocab, (batch, half), generator=g)
-    tokens = torch.cat([first, first], dim=1)[:, :seq + 1]
+    start = torch.randint(0, vocab, (batch, 1), generator=g)
+    stride = torch.randint(1, 4, (batch, 1), generator=g)
+    tokens = (start + stride * torch.arange(seq + 1)) % vocab
     return tokens[:, :-1], tokens[:, 1:]

@@ -7,7 +7,8 @@ import statistics
 import sys
 
 MIB = float(1 << 20)
-LABELS = {"rss_peak": "peak RSS", "torch_peak_allocated": "torch peak allocated",
+LABELS = {"rss_peak_over_start": "peak RSS above start", "rss_peak": "peak RSS",
+          "torch_peak_allocated": "torch peak allocated",
           "torch_peak_reserved": "torch peak reserved", "device_used": "device used"}
 
 
@@ -76,18 +77,19 @@ def plot(path, records, cmp):
     import matplotlib.pyplot as plt
 
     fig, (ax_loss, ax_time, ax_mem) = plt.subplots(1, 3, figsize=(15, 4.5))
-    styles = [dict(lw=2.5, alpha=0.6), dict(lw=1.2, ls="--", marker=".")]
+    styles = [dict(lw=3, alpha=0.6), dict(lw=1.2, ls="--", marker=".")]
     for i, rec in enumerate(records):
         loss = rec["summary"]["mean_loss"]
-        ax_loss.plot(range(len(loss)), loss, label=_label(rec), **styles[i % 2])
+        ax_loss.plot(range(len(loss)), loss, label=_label(rec), color=_color(rec),
+                     **styles[i % 2])
+    ax_loss.xaxis.get_major_locator().set_params(integer=True)
     ax_loss.set(xlabel="step", ylabel="loss (mean over ranks)", title="loss" + (
         " (bit-exact)" if cmp and cmp["losses_bit_exact"] else
         " (max |diff| %.2g)" % cmp["max_abs_loss_diff"] if cmp else ""))
     ax_loss.legend()
     names = [_label(r) for r in records]
-    colors = ["tab:gray", "tab:blue"][:len(records)] if len(records) == 2 else None
     ms = [r["summary"]["median_step_s"] * 1e3 for r in records]
-    bars = ax_time.bar(names, ms, color=colors)
+    bars = ax_time.bar(names, ms, color=[_color(r) for r in records])
     ax_time.bar_label(bars, ["%.1f ms\n%.0f tok/s" % (m, r["summary"]["tokens_per_s"])
                              for m, r in zip(ms, records)])
     ax_time.set(ylabel="median step time (ms)", title="step time (slowest rank)")
@@ -97,8 +99,7 @@ def plot(path, records, cmp):
     for i, rec in enumerate(records):
         vals = [rec["summary"]["peak_memory_bytes"][m] / MIB for m in metrics]
         xs = [j + (i - (len(records) - 1) / 2) * width for j in range(len(metrics))]
-        b = ax_mem.bar(xs, vals, width, label=_label(rec),
-                       color=colors[i] if colors else None)
+        b = ax_mem.bar(xs, vals, width, label=_label(rec), color=_color(rec))
         ax_mem.bar_label(b, ["%.0f" % v for v in vals], fontsize=8)
     ax_mem.set_xticks(range(len(metrics)), [LABELS[m] for m in metrics])
     ax_mem.set(ylabel="MiB (largest rank)", title="peak memory per step")
@@ -111,6 +112,10 @@ def plot(path, records, cmp):
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def _color(rec):
+    return "tab:blue" if rec["tide"] else "tab:gray"
 
 
 def _label(rec):

@@ -92,6 +92,10 @@ def parse_args(argv=None):
             p.error("--%s must be at least 1" % name)
     if a.model == "moe" and not 1 <= a.top_k <= a.experts:
         p.error("--top-k must be within 1..--experts")
+    if a.dim % a.heads or a.heads % a.kv_heads or (a.dim // a.heads) % 2:
+        p.error("--dim %d, --heads %d, --kv-heads %d: dim must be a multiple of heads, heads "
+                "of kv-heads, and dim / heads even (rotary embedding)" % (
+                    a.dim, a.heads, a.kv_heads))
     return a
 
 
@@ -151,6 +155,7 @@ def describe_tide(model):
 
 def train(args, name, mode, rank, world, device):
     """One run in this rank process; rank 0 returns the record of every rank, others None."""
+    probe = memory.StepMemory(device)
     model = build(args, device, world)
     info = None
     if mode is not None:
@@ -159,16 +164,16 @@ def train(args, name, mode, rank, world, device):
         if rank == 0:
             print("\n".join(lines), file=sys.stderr, flush=True)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1)
-    probe = memory.StepMemory(device)
     bar = None
     if rank == 0 and not args.no_progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=args.steps, desc=name, unit="step", file=sys.stderr, leave=False)
+        bar = tqdm(total=args.steps, desc=name, unit="step", file=sys.stderr, leave=False,
+                   disable=None)  # None: no bar when stderr is not a terminal
     steps = []
     tokens = args.batch * args.seq * world
     for step in range(args.steps):
-        x, y = models.copy_task_batch(step, rank, args.batch, args.seq, args.vocab, args.seed)
+        x, y = models.synthetic_batch(step, rank, args.batch, args.seq, args.vocab, args.seed)
         x, y = x.to(device), y.to(device)
         probe.reset()
         if device.type == "cuda":
