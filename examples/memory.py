@@ -55,16 +55,27 @@ def _device_used(device):
         return total - free
 
 
+_START = []
+
+
+def _start_rss():
+    """The RSS when the first run of this process began, before any model existed."""
+    if not _START:
+        _START.append(_current_rss())
+    return _START[0]
+
+
 class StepMemory:
     """reset() at a step start, sample() after it: {metric: bytes}.  Made before the model is
-    built: on the CPU, "rss_peak_over_start" is the step's peak RSS less the RSS at that
-    moment (the imported libraries' few hundred MiB are the same for every run and would
-    hide the model's share)."""
+    built: on the CPU, "rss_peak_over_start" is the step's peak RSS less the RSS before the
+    process's first run (the imported libraries' few hundred MiB are the same for every run
+    and would hide the model's share).  A second run in the same process (torchrun) counts
+    from the same start, so what the first one left allocated is charged to the second."""
 
     def __init__(self, device):
         self.device = device
         self.cuda = device.type == "cuda"
-        self.start = None if self.cuda else _current_rss()
+        self.start = None if self.cuda else _start_rss()
 
     def metrics(self):
         if self.cuda:

@@ -48,6 +48,11 @@ def notes(info):
     if info["device"] == "cpu":
         out.append("CPU: TIDE's CPU fabric (shared memory) against gloo; step times say "
                    "little about a GPU cluster")
+    if info.get("same_processes"):
+        out.append("under torchrun both runs share the rank processes, stock first: the "
+                   "second run's memory includes what the first left cached, and its "
+                   "timings follow a warm-up; spawned ranks (no torchrun) start each run "
+                   "afresh")
     if info["device"].startswith("cuda"):
         out.append("torch's peak excludes TIDE's arenas (cudaMalloc outside torch's "
                    "allocator); 'device used' includes them and every process on the GPU")
@@ -134,8 +139,31 @@ def finish(args, records):
         os.makedirs(args.out, exist_ok=True)
         stem = "compare" if cmp else records[0]["name"]
         doc = {"info": info, "notes": notes(info), "runs": records, "comparison": cmp}
-        with open(os.path.join(args.out, stem + ".json"), "w") as f:
+        path = os.path.join(args.out, stem + ".json")
+        with open(path, "w") as f:
             json.dump(doc, f, indent=1)
-        plot(os.path.join(args.out, stem + ".png"), records, cmp)
-        print("wrote %s.json and %s.png in %s" % (stem, stem, args.out), file=sys.stderr)
+        print("wrote " + path, file=sys.stderr)
+        draw(path)
     return 0
+
+
+def draw(json_path):
+    """The PNG beside a JSON that train.py wrote (python3 examples/report.py FILE.json draws
+    it again, e.g. on a machine that has matplotlib when the training machine has not)."""
+    with open(json_path) as f:
+        doc = json.load(f)
+    png = os.path.splitext(json_path)[0] + ".png"
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("matplotlib is not installed: no %s (pip install matplotlib, then python3 "
+              "examples/report.py %s)" % (png, json_path), file=sys.stderr)
+        return
+    plot(png, doc["runs"], doc["comparison"])
+    print("wrote " + png, file=sys.stderr)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or not sys.argv[1].endswith(".json"):
+        sys.exit("usage: python3 examples/report.py OUT/compare.json  (draws OUT/compare.png)")
+    draw(sys.argv[1])

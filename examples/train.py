@@ -166,10 +166,13 @@ def train(args, name, mode, rank, world, device):
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1)
     bar = None
     if rank == 0 and not args.no_progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=args.steps, desc=name, unit="step", file=sys.stderr, leave=False,
-                   disable=None)  # None: no bar when stderr is not a terminal
+        try:
+            from tqdm import tqdm
+        except ImportError:  # the per-step lines still come
+            print("tqdm is not installed: no progress bar (pip install tqdm)", file=sys.stderr)
+        else:
+            bar = tqdm(total=args.steps, desc=name, unit="step", file=sys.stderr, leave=False,
+                       disable=None)  # None: no bar when stderr is not a terminal
     steps = []
     tokens = args.batch * args.seq * world
     for step in range(args.steps):
@@ -307,6 +310,9 @@ def main(argv=None):
         if os.environ[k] != v:
             print("warning: %s=%s (this script expects %s: no NVLink multicast)" % (
                 k, os.environ[k], v), file=sys.stderr)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("--device cuda: no GPU visible", file=sys.stderr)
+        return 2
     records = torchrun_runs(args) if "RANK" in os.environ else spawn_runs(args)
     if records is None:
         return 0
