@@ -312,6 +312,11 @@ def main(argv=None):
         if os.environ[k] != v:
             print("warning: %s=%s (this script expects %s: no NVLink multicast)" % (
                 k, os.environ[k], v), file=sys.stderr)
+    try:
+        tide.library_path()  # loads libtide: fail here, once, rather than in every rank
+    except OSError as exc:
+        print(exc, file=sys.stderr)
+        return 1
     if args.device == "cuda" and not torch.cuda.is_available():
         print("--device cuda: no GPU visible", file=sys.stderr)
         return 2

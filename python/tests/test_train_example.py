@@ -23,8 +23,8 @@ SCRIPT = os.path.join(ROOT, "examples", "train.py")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def _run(out, *args, timeout=120):
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+def _run(out, *args, timeout=120, env=None):
+    env = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
     env.setdefault("TIDE_LIBRARY", os.path.join(ROOT, "build", "libtide.so"))
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "python"),
                                          env.get("PYTHONPATH", "")])
@@ -110,4 +110,8 @@ def test_bad_arguments_are_refused_with_a_message(tmp_path):
     assert res.returncode == 2 and "--top-k must be within" in res.stderr
     res = _run(tmp_path, "--dim", "30", "--heads", "4", "--steps", "1", timeout=60)
     assert res.returncode == 2 and "dim must be a multiple of heads" in res.stderr
+    res = _run(tmp_path, "--steps", "1", env={"TIDE_LIBRARY": str(tmp_path / "no-libtide.so")},
+               timeout=60)
+    assert res.returncode == 1 and "libtide not found" in res.stderr
+    assert "Traceback" not in res.stderr
     assert not (tmp_path / "tide.json").exists()
