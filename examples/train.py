@@ -121,6 +121,10 @@ def pick_device(args, local_rank, world):
     if backend == "auto":
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
         backend = "nccl" if local_world <= count else "gloo"  # NCCL: one rank per GPU
+    elif backend == "nccl" and int(os.environ.get("LOCAL_WORLD_SIZE", world)) > count:
+        raise SystemExit("--backend nccl: NCCL takes one rank per GPU, and %d ranks share "
+                         "%d GPU(s) here; use --backend gloo" % (
+                             int(os.environ.get("LOCAL_WORLD_SIZE", world)), count))
     return device, backend
 
 
