@@ -82,6 +82,11 @@ class StepMemory:
             return ["torch_peak_allocated", "torch_peak_reserved", "device_used"]
         return ["rss_peak_over_start", "rss_peak"]
 
+    def console_metrics(self):
+        """The per-step line's: on the GPU both torch's and the device's (TIDE's arenas are
+        only in the latter)."""
+        return ["torch_peak_allocated", "device_used"] if self.cuda else ["rss_peak_over_start"]
+
     def reset(self):
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(self.device)

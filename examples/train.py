@@ -202,10 +202,11 @@ def train(args, name, mode, rank, world, device):
             steps.append(everyone)
             mean = statistics.fmean(r["loss"] for r in everyone)
             slowest = max(r["time"] for r in everyone)
-            metric = probe.metrics()[0]
-            mem = "/".join("%.0f" % (r["mem"][metric] / memory.MIB) for r in everyone)
-            line = "%s step %3d  loss %.4f  %8.0f tok/s  %s MiB %s" % (
-                name, step, mean, tokens / slowest, metric, mem)
+            mem = "  ".join("%s MiB %s" % (m, "/".join(
+                "%.0f" % (r["mem"][m] / memory.MIB) for r in everyone))
+                for m in probe.console_metrics())
+            line = "%s step %3d  loss %.4f  %8.0f tok/s  %s" % (
+                name, step, mean, tokens / slowest, mem)
             if bar is not None:
                 bar.set_postfix(loss="%.4f" % mean, tok_s="%.0f" % (tokens / slowest))
                 bar.update()
