@@ -4,7 +4,8 @@
 #   w2-llama-fp32   2 processes on GPU 0 (stock over gloo), fp32, deterministic kernels:
 #                   losses must be bit-exact (docs/fsdp.md, Numerics: world 2)
 #   w2-moe-bf16     the same for the MoE model, bf16 compute, fp32 reduction, slot_reuse
-#   w4-llama-big    4 processes on GPU 0, a larger model (dim 1024, 4 layers, bf16), default
+#   w4-llama-big    4 processes on GPU 0, a larger model (dim 1024, 4 layers, bf16; gloo
+#                   carries stock's bytes through the host, so its times are not NCCL's), default
 #                   kernels: speed and memory figures; losses are not required to match
 #   torchrun-N      with N >= 2 GPUs visible: one process per GPU, NCCL for stock
 # Every step runs under `timeout` inside one budget; a failing step does not stop the next.
@@ -48,7 +49,7 @@ step() { # step NAME LIMIT CMD...: runs CMD under min(LIMIT, what is left of the
 } >>"$summary" 2>&1
 step configure 90 cmake -S "$root" -B "$work/lib" -DTIDE_WITH_CUDA=ON -DTIDE_BUILD_TESTS=OFF \
     -DCMAKE_BUILD_TYPE=Release
-step build 150 cmake --build "$work/lib" -j16 --target tide
+step build 150 cmake --build "$work/lib" -j"$(nproc)" --target tide
 export TIDE_LIBRARY="$work/lib/libtide.so"
 train="$root/examples/train.py"
 exact() { # exact NAME: that run's losses must have been bit-exact
@@ -60,7 +61,7 @@ exact() { # exact NAME: that run's losses must have been bit-exact
 }
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 big=(--dim 1024 --heads 16 --layers 4 --vocab 8192 --seq 512 --batch 4 --precision bf16
-     --steps 20 --no-progress)
+     --steps 10 --no-progress)
 single=${CUDA_VISIBLE_DEVICES:-0}
 single=${single%%,*}  # the several-processes-on-one-GPU runs use the first visible GPU
 CUDA_VISIBLE_DEVICES=$single step w2-llama-fp32 80 python3 "$train" --device cuda --world 2 \
@@ -70,7 +71,7 @@ CUDA_VISIBLE_DEVICES=$single step w2-moe-bf16 80 python3 "$train" --device cuda 
     --compare --model moe --precision bf16 --tide slot_reuse --deterministic --steps 30 \
     --no-progress --out "$out/w2-moe-bf16"
 exact w2-moe-bf16
-CUDA_VISIBLE_DEVICES=$single step w4-llama-big 100 python3 "$train" --device cuda --world 4 \
+CUDA_VISIBLE_DEVICES=$single step w4-llama-big 150 python3 "$train" --device cuda --world 4 \
     --compare "${big[@]}" --out "$out/w4-llama-big"
 if [ "$ngpu" -ge 2 ]; then
     step "torchrun-$ngpu" 120 torchrun --standalone --nproc-per-node "$ngpu" "$train" \
