@@ -105,11 +105,21 @@ def test_moe_group_over_256_parameters_falls_back_and_says_so(tmp_path):
     _check_png(tmp_path / "tide.png")
 
 
-def test_bad_arguments_are_refused_with_a_message(tmp_path):
-    res = _run(tmp_path, "--model", "moe", "--experts", "2", "--top-k", "3", timeout=60)
-    assert res.returncode == 2 and "--top-k must be within" in res.stderr
-    res = _run(tmp_path, "--dim", "30", "--heads", "4", "--steps", "1", timeout=60)
-    assert res.returncode == 2 and "dim must be a multiple of heads" in res.stderr
+def test_bad_arguments_are_refused_with_a_message(tmp_path, capsys):
+    # Argument checks run in this process (train.py as a module: no ranks are started).
+    sys.path.insert(0, os.path.dirname(SCRIPT))
+    try:
+        import train
+    finally:
+        sys.path.remove(os.path.dirname(SCRIPT))
+    for argv, message in [(["--model", "moe", "--experts", "2", "--top-k", "3"],
+                           "--top-k must be within"),
+                          (["--dim", "30", "--heads", "4"], "dim must be a multiple of heads"),
+                          (["--steps", "0"], "--steps must be at least 1")]:
+        with pytest.raises(SystemExit) as exc:
+            train.parse_args(argv)
+        assert exc.value.code == 2 and message in capsys.readouterr().err, argv
+    # A libtide that cannot be loaded: one message, before any rank starts.
     res = _run(tmp_path, "--steps", "1", env={"TIDE_LIBRARY": str(tmp_path / "no-libtide.so")},
                timeout=60)
     assert res.returncode == 1 and "libtide not found" in res.stderr
