@@ -6,16 +6,16 @@
  * every device through UVA and peer access.
  *
  * Signals and waits never poll on the device.  A program's counters are resolved on the host
- * when its schedule is built (schedule.c): an abstract execution of two consecutive calls of
+ * when its schedule is built (program/schedule.c): an abstract execution of two consecutive calls of
  * all ranks gives a global order of every op and, for every WAIT, the SIGNAL instances that
  * satisfy it.  At run time each (rank, queue) is a CUDA stream, a signalling op records an
- * event, a WAIT becomes cudaStreamWaitEvent on the events of its signals (commands.c), and
+ * event, a WAIT becomes cudaStreamWaitEvent on the events of its signals (program/schedule_commands.c), and
  * the host enqueues a whole call of all ranks in the global order once the last rank called
  * execute (execute.c).  Every dependency then points backwards in enqueue order, which is why
  * no aliasing of streams onto hardware queues can deadlock.
  *
- * The schedule part (tide_cuda_schedule_t and its builder) is plain C without CUDA types: it
- * lives in schedule.h and the CPU build compiles and tests it.
+ * The schedule (tide_schedule_t and its builder) belongs to the program layer: it needs no
+ * GPU, lives in program/schedule.h, and the CPU build compiles and tests it.
  */
 #ifndef TIDE_FABRIC_CUDA_CUDA_H_
 #define TIDE_FABRIC_CUDA_CUDA_H_
@@ -26,14 +26,18 @@
 #endif
 
 #include "fabric/cuda/batch_copy.h"
-#include "fabric/cuda/schedule.h"
 #include "fabric/fabric.h"
 #include "kernels/launch.h"
+#include "program/schedule.h"
 
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+
+/* Streams per rank: one per queue of the program (a schedule's thread is rank * TIDE_CUDA_Q +
+ * queue). */
+#define TIDE_CUDA_Q TIDE_Q_COUNT
 
 /* TIDE_CUDA_SLICE_US / TIDE_CUDA_SLICES (slices.c): each sum and landing as launches of about
  * `us` microseconds, or as `count` launches; both 0: one launch. */
@@ -165,7 +169,7 @@ typedef struct {
 /* A program's device-side state: its schedule, events, and segment tables. */
 typedef struct {
     bool ready;
-    tide_cuda_schedule_t sched;
+    tide_schedule_t sched;
     cudaEvent_t *events[2];         /* [parity][slot] */
     void **table_mem;               /* [N]: one device allocation per rank */
     const void ***table_dev;        /* [N][table]: device copy of each segment table */
@@ -173,12 +177,12 @@ typedef struct {
     tide_cuda_bound_t *bound;       /* [num_ops]: the pending call's ops */
     /* Batched copies (batch.c), when the world batches and the program has a run to batch. */
     bool batched;
-    tide_cuda_cmd_t *bcmds[TIDE_CUDA_FORMS]; /* the command lists with BATCH commands */
-    int num_bcmds[TIDE_CUDA_FORMS];
+    tide_sched_cmd_t *bcmds[TIDE_SCHED_FORMS]; /* the command lists with BATCH commands */
+    int num_bcmds[TIDE_SCHED_FORMS];
     tide_cuda_batch_t *batches;
     int num_batches;
     int max_batch;                       /* largest count */
-    int over_threshold[TIDE_CUDA_FORMS]; /* copies of runs kept per op by the size threshold */
+    int over_threshold[TIDE_SCHED_FORMS]; /* copies of runs kept per op by the size threshold */
     int num_desc;                        /* descriptor slots of all ranks */
     int *slot_base;                      /* [N + 1]: first slot of each rank */
     int32_t *slot_op;                    /* [num_desc]: op id of each slot */
@@ -276,7 +280,7 @@ tide_result_t tide_cuda_direct_fuse_upload(tide_cuda_shared_t *sh, tide_cuda_pre
 /* Counts of the last enqueued call (host enqueue figures). */
 typedef struct {
     uint64_t calls;       /* calls enqueued so far */
-    int form;             /* tide_cuda_form_t of the last call */
+    int form;             /* tide_sched_form_t of the last call */
     uint64_t descriptors; /* copies, memsets and kernel launches */
     uint64_t waits;       /* cudaStreamWaitEvent, including forks and joins */
     uint64_t records;     /* cudaEventRecord */

@@ -2,7 +2,7 @@
  * execute.c - a call on the CUDA fabric: every rank's execute binds its ops; the last rank's
  * execute enqueues the call of all ranks.
  *
- * The commands of a program's schedule (commands.c) span all ranks, so a call can only be
+ * The commands of a program's schedule (program/schedule_commands.c) span all ranks, so a call can only be
  * enqueued once all N bindings are known.  execute for rank r therefore validates and binds
  * rank r's ops into the pending call and returns; the N-th execute replays the command list
  * of the call's form on the streams and returns.  One thread may drive all ranks (rank 0 to
@@ -270,33 +270,33 @@ static tide_result_t issue_batch(issue_t *is, int b, int t) {
     const cudaError_t e = tide_cuda_batch_copy(table, bt->count, bt->ctas, is->sh->stream[t]);
     if (e == cudaSuccess) return TIDE_SUCCESS;
     const int id = pp->slot_op[bt->first];
-    const tide_op_t *op = tide_cuda_op(pp->checked[bt->rank], &pp->sched, id, t);
+    const tide_op_t *op = tide_schedule_op(pp->checked[bt->rank], &pp->sched, id, t);
     return op_failed(e, t, id - pp->sched.op_base[t], op, "tide_cuda_batch_copy");
 }
 
-static tide_result_t issue_cmd(issue_t *is, const tide_cuda_cmd_t *c) {
+static tide_result_t issue_cmd(issue_t *is, const tide_sched_cmd_t *c) {
     const int t = c->thread, r = t / TIDE_CUDA_Q;
     const cudaStream_t s = is->sh->stream[t];
     TIDE_CHECK(on_device_of(is, r));
     switch (c->kind) {
-    case TIDE_CUDA_CMD_FORK:
+    case TIDE_SCHED_CMD_FORK:
         return wait_on(is, s, is->sh->start[r]);
-    case TIDE_CUDA_CMD_OP:
+    case TIDE_SCHED_CMD_OP:
         return issue_op(is, c->arg, t);
-    case TIDE_CUDA_CMD_RECORD:
+    case TIDE_SCHED_CMD_RECORD:
         return record_on(is, is->pp->events[is->parity][c->arg], s);
-    case TIDE_CUDA_CMD_WAIT:
+    case TIDE_SCHED_CMD_WAIT:
         return wait_on(is, s, is->pp->events[is->parity][c->arg]);
-    case TIDE_CUDA_CMD_WAIT_PREV:
+    case TIDE_SCHED_CMD_WAIT_PREV:
         return wait_on(is, s, is->pp->events[is->parity ^ 1][c->arg]);
-    case TIDE_CUDA_CMD_UPLOAD:
+    case TIDE_SCHED_CMD_UPLOAD:
         return issue_upload(is, t);
-    case TIDE_CUDA_CMD_UPLOAD_WAIT:
+    case TIDE_SCHED_CMD_UPLOAD_WAIT:
         return wait_on(is, s, is->fam->own_done[is->parity][r]);
-    case TIDE_CUDA_CMD_JOIN:
+    case TIDE_SCHED_CMD_JOIN:
         TIDE_CHECK(record_on(is, is->sh->end[t], s));
         return wait_on(is, caller_of(is, r), is->sh->end[t]);
-    case TIDE_CUDA_CMD_BATCH:
+    case TIDE_SCHED_CMD_BATCH:
         return issue_batch(is, c->arg, t);
     default:
         return TIDE_ERR(TIDE_ERR_INTERNAL, "cuda fabric: command kind %d", c->kind);
@@ -317,7 +317,7 @@ static tide_result_t enqueue_commands(issue_t *is, int form, uint64_t epoch, int
         TIDE_CHECK(record_on(is, sh->start[r], caller_of(is, r)));
     }
     const bool batched = is->pp->batched;
-    const tide_cuda_cmd_t *cmds = batched ? is->pp->bcmds[form] : is->pp->sched.cmds[form];
+    const tide_sched_cmd_t *cmds = batched ? is->pp->bcmds[form] : is->pp->sched.cmds[form];
     const int num_cmds = batched ? is->pp->num_bcmds[form] : is->pp->sched.num_cmds[form];
     for (int i = 0; i < num_cmds; ++i)
         TIDE_CHECK(issue_cmd(is, &cmds[i]));
@@ -365,7 +365,7 @@ tide_result_t tide_cuda_enqueue(tide_cuda_group_t *g, tide_cuda_family_t *fam) {
     const uint64_t e = fam->pending_epoch;
     const uint64_t t0 = now_ns();
     const bool steady = e >= 1 && fam->last_epoch == (int64_t)e - 1 && fam->last_prep == pi;
-    const int form = steady ? TIDE_CUDA_STEADY : TIDE_CUDA_FRESH;
+    const int form = steady ? TIDE_SCHED_STEADY : TIDE_SCHED_FRESH;
     /* STEADY waits reach back one call: the fence covers the one before.  FRESH waits reach
      * nothing of earlier calls: the fence covers all of them. */
     const int64_t fence = steady ? (int64_t)e - 2 : (int64_t)e - 1;
@@ -375,7 +375,7 @@ tide_result_t tide_cuda_enqueue(tide_cuda_group_t *g, tide_cuda_family_t *fam) {
                         "missing (last call %lld)",
                         (unsigned long long)e, (long long)fence, (long long)fam->last_epoch);
     if (!steady && fam->last_epoch >= 0 && fam->last_prep != pi &&
-        !tide_cuda_schedule_incs_match(&fam->prep[pi].sched, &fam->prep[fam->last_prep].sched))
+        !tide_schedule_incs_match(&fam->prep[pi].sched, &fam->prep[fam->last_prep].sched))
         return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
                         "cuda fabric: call %llu switches programs whose "
                         "counters count differently per call",
@@ -535,7 +535,7 @@ static tide_result_t record_call(tide_cuda_group_t *g, tide_cuda_family_t *fam, 
         if (res != TIDE_SUCCESS) return family_break(sh, fam, res);
     }
     if (pp->checked[r] != prog) {
-        if (tide_cuda_rank_hash(prog, r) != pp->sched.rank_hash[r])
+        if (tide_schedule_rank_hash(prog, r) != pp->sched.rank_hash[r])
             return family_break(sh, fam,
                                 TIDE_ERR(TIDE_ERR_INTERNAL,
                                          "cuda fabric: rank %d's program differs from the one its "

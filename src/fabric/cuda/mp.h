@@ -3,7 +3,7 @@
  * ...)); docs/cuda-fabric.md, "One process per rank".
  *
  * What is shared with the one-process fabric: the program, its binding (bind.c), the
- * schedule and its command lists (schedule.c, commands.c), the kernels.  Each process builds
+ * schedule and its command lists (program/schedule.c, schedule_commands.c), the kernels.  Each process builds
  * the whole schedule from its own copy of the program and replays only its rank's commands.
  * What is new is transport:
  *
@@ -153,9 +153,9 @@ typedef struct {
 
 typedef struct {
     bool ready;
-    tide_cuda_schedule_t sched;
-    tide_cuda_cmd_t *cmds[TIDE_CUDA_FORMS]; /* this rank's commands, in the global order */
-    int num_cmds[TIDE_CUDA_FORMS];
+    tide_schedule_t sched;
+    tide_sched_cmd_t *cmds[TIDE_SCHED_FORMS]; /* this rank's commands, in the global order */
+    int num_cmds[TIDE_SCHED_FORMS];
     void *table_mem;
     const void **table_dev;
     const tide_program_t *checked;

@@ -39,9 +39,9 @@ static void prepared_free(tide_mp_prepared_t *pp) {
     (void)cudaGetLastError();
     free(pp->table_dev);
     free(pp->bound);
-    for (int f = 0; f < TIDE_CUDA_FORMS; ++f)
+    for (int f = 0; f < TIDE_SCHED_FORMS; ++f)
         free(pp->cmds[f]);
-    tide_cuda_schedule_free(&pp->sched);
+    tide_schedule_free(&pp->sched);
     memset(pp, 0, sizeof(*pp));
 }
 
@@ -146,7 +146,7 @@ static tide_result_t prepare(tide_mp_arena_t *a, tide_mp_family_t *fam, tide_mp_
                              const tide_program_t *prog) {
     const int me = a->w->base.rank;
     /* With rails, cross-node waits keep their commands (schedule.h). */
-    TIDE_CHECK(tide_cuda_schedule_build_rails(prog, a->w->rails ? a->w->base.gpus_per_node : 0,
+    TIDE_CHECK(tide_schedule_build_rails(prog, a->w->rails ? a->w->base.gpus_per_node : 0,
                                               &pp->sched));
     tide_result_t res = TIDE_SUCCESS;
     if (pp->sched.num_slots > TIDE_MP_FLAG_SLOTS) {
@@ -155,7 +155,7 @@ static tide_result_t prepare(tide_mp_arena_t *a, tide_mp_family_t *fam, tide_mp_
                        pp->sched.num_slots, TIDE_MP_FLAG_SLOTS);
         goto fail;
     }
-    for (int f = 0; f < TIDE_CUDA_FORMS; ++f) {
+    for (int f = 0; f < TIDE_SCHED_FORMS; ++f) {
         pp->cmds[f] = malloc(((size_t)pp->sched.num_cmds[f] + 1) * sizeof(*pp->cmds[f]));
         if (pp->cmds[f] == NULL) {
             res = TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: commands");
@@ -343,16 +343,16 @@ static tide_result_t write_value(issue_t *is, cudaStream_t s, CUdeviceptr flag, 
     return e == CUDA_SUCCESS ? TIDE_SUCCESS : cu_failed(e, "cuStreamWriteValue64");
 }
 
-static tide_result_t issue_cmd(issue_t *is, const tide_cuda_cmd_t *c) {
+static tide_result_t issue_cmd(issue_t *is, const tide_sched_cmd_t *c) {
     tide_mp_world_t *w = is->a->w;
     const int t = c->thread, q = t % TIDE_CUDA_Q, me = w->base.rank;
     const cudaStream_t s = w->stream[q];
     switch (c->kind) {
-    case TIDE_CUDA_CMD_FORK:
+    case TIDE_SCHED_CMD_FORK:
         ++is->st.waits;
         TIDE_CUDA_CALL(cudaStreamWaitEvent(s, w->start, 0), "cudaStreamWaitEvent(start)");
         return TIDE_SUCCESS;
-    case TIDE_CUDA_CMD_OP:
+    case TIDE_SCHED_CMD_OP:
         if (is->pp->rails.on && is->pp->rails.op_kind[c->arg] != TIDE_MP_RAIL_OP) {
             if (is->pp->rails.op_kind[c->arg] != TIDE_MP_RAIL_STEP) return TIDE_SUCCESS;
             ++is->st.descriptors;
@@ -360,10 +360,10 @@ static tide_result_t issue_cmd(issue_t *is, const tide_cuda_cmd_t *c) {
             return tide_cuda_mp_rails_issue(is->a, &is->rails, is->pp->rails.op_step[c->arg], s);
         }
         return issue_op(is, c->arg, t);
-    case TIDE_CUDA_CMD_RECORD:
+    case TIDE_SCHED_CMD_RECORD:
         return write_value(is, s, tide_cuda_mp_slot_flag(is->a, me, is->fidx, c->arg), is->epoch + 1);
-    case TIDE_CUDA_CMD_WAIT:
-    case TIDE_CUDA_CMD_WAIT_PREV: {
+    case TIDE_SCHED_CMD_WAIT:
+    case TIDE_SCHED_CMD_WAIT_PREV: {
         int owner = is->pp->sched.slot_thread[c->arg] / TIDE_CUDA_Q;
         if (is->pp->rails.on) {
             /* mp.h: a put from another node is waited on in this rank's own flags, a credit of
@@ -373,16 +373,16 @@ static tide_result_t issue_cmd(issue_t *is, const tide_cuda_cmd_t *c) {
             if (k == TIDE_MP_SLOT_OWN) owner = me;
         }
         return wait_value(is, s, tide_cuda_mp_slot_flag(is->a, owner, is->fidx, c->arg),
-                          c->kind == TIDE_CUDA_CMD_WAIT ? is->epoch + 1 : is->epoch);
+                          c->kind == TIDE_SCHED_CMD_WAIT ? is->epoch + 1 : is->epoch);
     }
-    case TIDE_CUDA_CMD_UPLOAD:
+    case TIDE_SCHED_CMD_UPLOAD:
         return issue_upload(is, t);
-    case TIDE_CUDA_CMD_UPLOAD_WAIT:
+    case TIDE_SCHED_CMD_UPLOAD_WAIT:
         ++is->st.waits;
         TIDE_CUDA_CALL(cudaStreamWaitEvent(s, is->fam->own_done[is->epoch % 2], 0),
                        "cudaStreamWaitEvent(upload)");
         return TIDE_SUCCESS;
-    case TIDE_CUDA_CMD_JOIN:
+    case TIDE_SCHED_CMD_JOIN:
         ++is->st.records;
         ++is->st.waits;
         TIDE_CUDA_CALL(cudaEventRecord(w->end[q], s), "cudaEventRecord(end)");
@@ -534,10 +534,10 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     tide_mp_prepared_t *pp = &fam->prep[pi];
     const uint64_t e = b->epoch;
     const bool steady = e >= 1 && fam->last_epoch == (int64_t)e - 1 && fam->last_prep == pi;
-    const int form = steady ? TIDE_CUDA_STEADY : TIDE_CUDA_FRESH;
+    const int form = steady ? TIDE_SCHED_STEADY : TIDE_SCHED_FRESH;
     const int64_t fence = steady ? (int64_t)e - 2 : (int64_t)e - 1;
     if (!steady && fam->last_epoch >= 0 && fam->last_prep != pi &&
-        !tide_cuda_schedule_incs_match(&pp->sched, &fam->prep[fam->last_prep].sched))
+        !tide_schedule_incs_match(&pp->sched, &fam->prep[fam->last_prep].sched))
         return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
                         "cuda mp fabric: call %llu switches programs whose counters count "
                         "differently per call",
@@ -614,7 +614,7 @@ static tide_result_t record_call(tide_mp_arena_t *a, tide_mp_family_t *fam, int 
     tide_mp_prepared_t *pp = &fam->prep[pi];
     if (!pp->ready) TIDE_CHECK(prepare(a, fam, pp, prog));
     if (pp->checked != prog) {
-        if (tide_cuda_rank_hash(prog, r) != pp->sched.rank_hash[r])
+        if (tide_schedule_rank_hash(prog, r) != pp->sched.rank_hash[r])
             return TIDE_ERR(TIDE_ERR_INTERNAL,
                             "cuda mp fabric: rank %d's program differs from the one its schedule "
                             "was built from",

@@ -1,6 +1,6 @@
 /*
  * prepare.c - a program's device-side state, built on its first call: the schedule
- * (schedule.c, commands.c), one event per signal that some wait names and per call parity,
+ * (program/schedule.c, schedule_commands.c), one event per signal that some wait names and per call parity,
  * and the segment tables of its SUM and LAND ops copied once to the device of their rank (the
  * kernels read them from device memory).  RS programs also get the gradient pointer tables:
  * P device pointers per rank and call parity, refreshed per call from pinned host memory
@@ -33,7 +33,7 @@ void tide_cuda_prepared_free(tide_cuda_prepared_t *pp, int ranks) {
     free(pp->bound);
     tide_cuda_direct_free(pp);
     tide_cuda_batch_free(pp, ranks);
-    tide_cuda_schedule_free(&pp->sched);
+    tide_schedule_free(&pp->sched);
     memset(pp, 0, sizeof(*pp));
 }
 
@@ -198,7 +198,7 @@ tide_result_t tide_cuda_prepare(tide_cuda_group_t *g, tide_cuda_family_t *fam,
         return TIDE_ERR(TIDE_ERR_INTERNAL, "cuda fabric: program of %d ranks in a world of %d",
                         prog->num_ranks, n);
     tide_result_t res;
-    TIDE_CHECK(tide_cuda_schedule_build(prog, &pp->sched));
+    TIDE_CHECK(tide_schedule_build(prog, &pp->sched));
     pp->table_mem = calloc((size_t)n, sizeof(*pp->table_mem));
     pp->table_dev = calloc((size_t)n, sizeof(*pp->table_dev));
     pp->checked = calloc((size_t)n, sizeof(*pp->checked));
