@@ -277,6 +277,40 @@ tide_result_t tide_cuda_direct_fuse_upload(tide_cuda_shared_t *sh, tide_cuda_pre
                                            int parity, int r, cudaStream_t stream,
                                            uint64_t *uploads);
 
+
+/* ------------------------------------------------------------------ ops (ops.c) */
+
+/* What every CUDA executor does the same way with a rank's ops (ops.c), whatever carries the
+ * signals between ranks. */
+
+/* Copy rank `rank`'s segment tables into one allocation of the current device (on `util`,
+ * synchronised): *mem_out (NULL when there is none) and *dev_out[table] (NULL for an empty
+ * one); both set only on success, the caller frees them. */
+tide_result_t tide_cuda_tables_upload(const tide_rank_program_t *rp, int rank, cudaStream_t util,
+                                      void **mem_out, const void ***dev_out);
+
+/* How a rank's ops are bound for a call (tide_cuda_bind_rank). */
+typedef struct {
+    const void *const *table_dev; /* [tables]: the rank's device segment tables */
+    const void *const *own;       /* device gradient pointer table of the call's parity */
+    const uint8_t *skip;          /* [num_ops] or NULL: ops another path binds (rail puts) */
+    int direct_l;                 /* > 0: direct sums read the L - 1 peers' rows of `own` */
+    int num_params;               /* P: pointers per rank in a row of `own` */
+} tide_cuda_bind_env_t;
+
+/* Bind rank b->rank's ops of `prog` into bound[op id of sched]. */
+tide_result_t tide_cuda_bind_rank(const tide_cuda_bind_env_t *env, const tide_schedule_t *sched,
+                                  const tide_program_t *prog, const tide_binding_t *b,
+                                  tide_cuda_bound_t *bound);
+
+/* How data ops are launched on the rank's device (tide_cuda_op_issue). */
+typedef struct {
+    size_t max_pitch; /* cudaMemcpy2DAsync's pitch limit */
+    int sm_count;
+    int sum_ctas, landing_ctas;
+    const tide_cuda_slicing_t *slicing;
+} tide_cuda_op_env_t;
+
 /* Counts of the last enqueued call (host enqueue figures). */
 typedef struct {
     uint64_t calls;       /* calls enqueued so far */
@@ -298,6 +332,29 @@ typedef struct {
     uint64_t ce_batched;  /* copies of `batched` run by cudaMemcpyBatchAsync (mp_batch.c) */
     uint64_t sliced;      /* sum and landing launches past one per op (slices.c) */
 } tide_cuda_stats_t;
+
+/* Issue op `index` of queue q of rank `rank` (program rp), bound to b, on stream s when it is
+ * a data op (COPY, COPY2D, ZERO, CAST, SUM, LAND), counting into st; other kinds are the
+ * executor's (nothing is issued).  A failure names rank, queue and op. */
+tide_result_t tide_cuda_op_issue(const tide_cuda_op_env_t *env, const tide_rank_program_t *rp,
+                                 int rank, int q, int index, const tide_cuda_bound_t *b,
+                                 cudaStream_t s, tide_cuda_stats_t *st);
+/* The checks at the entry of an execute: program and binding of this arena's rank (ranks
+ * of the world), and the caller's stream (NULL: the default stream) on `device`;
+ * *caller_out is the stream.  Messages start with `fabric`. */
+tide_result_t tide_cuda_call_check(const char *fabric, const tide_program_t *prog,
+                                   const tide_binding_t *binding,
+                                   const struct tide_fabric_arena *arena, int ranks, int device,
+                                   void *stream, cudaStream_t *caller_out);
+/* Call bookkeeping: CLOCK_MONOTONIC in ns; the stats of a call about to be enqueued in form
+ * `form` (the running count of calls of `prev`, every per-call count 0); the end of its
+ * enqueue, started at t0_ns (counts the call, times it, publishes it into *out). */
+uint64_t tide_cuda_now_ns(void);
+tide_cuda_stats_t tide_cuda_stats_begin(const tide_cuda_stats_t *prev, int form);
+void tide_cuda_stats_end(tide_cuda_stats_t *st, uint64_t t0_ns, tide_cuda_stats_t *out);
+/* A failed launch of op `index` of queue q of rank `rank`, reported once. */
+tide_result_t tide_cuda_op_failed(cudaError_t err, int rank, int q, int index, int kind,
+                                  const char *call);
 
 /* The calls of one collective on one group: AG, or RS (both modes share the RS counters). */
 typedef struct tide_cuda_family {
