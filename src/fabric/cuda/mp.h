@@ -299,6 +299,11 @@ tide_result_t tide_cuda_mp_families_create(tide_mp_arena_t *a);
 struct tide_mp_rails_ops;
 tide_result_t tide_cuda_mp_world_set_rails(tide_mp_world_t *w, const struct tide_mp_rails_ops *ops);
 
+/* fabric.h's call_check through the group's control block (mp_execute.c). */
+tide_result_t tide_cuda_mp_call_check(struct tide_fabric_arena *arena, tide_collective_t coll,
+                                      uint64_t seq, uint64_t sig, int *other_rank_out,
+                                      uint64_t *other_sig_out);
+
 /* Fail-stop (mp_execute.c): name the missing rank (dead >= 0: that one; else from the control
  * block, for call `call` of fam), publish the abort, poison the flags, drain the streams. */
 tide_result_t tide_cuda_mp_fail_stop(tide_mp_arena_t *a, tide_mp_family_t *fam, int dead,

@@ -343,6 +343,15 @@ static tide_result_t follow_abort(tide_mp_arena_t *a) {
     return TIDE_ERR(TIDE_ERR_TIMEOUT, "cuda mp fabric: rank %d: %s", a->w->base.rank, full);
 }
 
+static tide_result_t fail_stop_with(tide_mp_arena_t *a, const char *msg) {
+    /* The abort word first, the poison after (mp_ctl.h: the ordering every survivor relies
+     * on).  If another rank was first, its message is the group's. */
+    if (!tide_mp_ctl_abort(&a->ctl, msg)) return follow_abort(a);
+    poison_and_drain(a);
+    mark_broken(a, msg);
+    return TIDE_ERR(TIDE_ERR_TIMEOUT, "cuda mp fabric: %s", msg);
+}
+
 tide_result_t tide_cuda_mp_fail_stop(tide_mp_arena_t *a, tide_mp_family_t *fam, int dead,
                                      uint64_t call, const char *waiting_for) {
     tide_mp_world_t *w = a->w;
@@ -361,12 +370,7 @@ tide_result_t tide_cuda_mp_fail_stop(tide_mp_arena_t *a, tide_mp_family_t *fam, 
         snprintf(msg, sizeof(msg), "rank %d waited %lld ms (TIDE_TIMEOUT_MS) for %s: %s", me,
                  (long long)tide_fabric_timeout_ms(), waiting_for, why);
     }
-    /* The abort word first, the poison after (mp_ctl.h: the ordering every survivor relies
-     * on).  If another rank was first, its message is the group's. */
-    if (!tide_mp_ctl_abort(&a->ctl, msg)) return follow_abort(a);
-    poison_and_drain(a);
-    mark_broken(a, msg);
-    return TIDE_ERR(TIDE_ERR_TIMEOUT, "cuda mp fabric: %s", msg);
+    return fail_stop_with(a, msg);
 }
 
 /* Wait on the host for `ev` (this rank's call `call` of fam), ending at a dead peer, another
@@ -388,6 +392,58 @@ static tide_result_t host_wait(tide_mp_arena_t *a, tide_mp_family_t *fam, cudaEv
             nanosleep(&ts, NULL);
         }
         e = cudaEventQuery(ev);
+    }
+}
+
+/* ------------------------------------------------------------------ argument checks */
+
+/* fabric.h, call_check: post this rank's signature of check `seq` in the control block and
+ * wait on the host, with the watchdog, until every rank posted its own.  A rank that never
+ * posts (it stopped calling, or its process died) fails the group like a missing rank of a
+ * call: every rank that waits for it fails stop naming it.  Arenas without a control block
+ * (the NCCL fabric's) compare nothing. */
+tide_result_t tide_cuda_mp_call_check(struct tide_fabric_arena *arena, tide_collective_t coll,
+                                      uint64_t seq, uint64_t sig, int *other_rank_out,
+                                      uint64_t *other_sig_out) {
+    tide_mp_arena_t *a = (tide_mp_arena_t *)arena;
+    const int f = coll == TIDE_COLL_ALL_GATHER ? 0 : 1, me = a->w->base.rank;
+    tide_mp_family_t *fam = &a->fam[f];
+    if (fam->broken != TIDE_SUCCESS) return broken_error(fam, me);
+    /* A rank that resumes after the others failed the group fails before it posts. */
+    TIDE_CHECK(follow_abort(a));
+    tide_mp_ctl_post(&a->ctl, f, seq, sig);
+    const uint64_t t0 = tide_cuda_now_ns(), limit = (uint64_t)tide_fabric_timeout_ms() * 1000000u;
+    const char *name = f == 0 ? "all-gather" : "reduce-scatter";
+    for (unsigned spin = 0;; ++spin) {
+        int other = -1;
+        uint64_t other_sig = 0;
+        if (tide_mp_ctl_compare(&a->ctl, f, seq, sig, &other, &other_sig)) {
+            *other_rank_out = other;
+            *other_sig_out = other_sig;
+            return TIDE_SUCCESS;
+        }
+        if (tide_mp_ctl_aborted(&a->ctl, NULL, 0) >= 0) return follow_abort(a);
+        const int dead = tide_mp_boot_dead_peer(&a->w->boot);
+        char msg[TIDE_MP_CTL_MSG];
+        if (dead >= 0) {
+            snprintf(msg, sizeof(msg),
+                     "rank %d is missing: its process exited while rank %d waited for its "
+                     "arguments of %s call %llu (argument check)",
+                     dead, me, name, (unsigned long long)seq);
+            return fail_stop_with(a, msg);
+        }
+        if (tide_cuda_now_ns() - t0 > limit) {
+            snprintf(msg, sizeof(msg),
+                     "rank %d waited %lld ms (TIDE_TIMEOUT_MS) for rank %d to make %s call %llu "
+                     "(argument check): rank %d never called it",
+                     me, (long long)tide_fabric_timeout_ms(), other, name,
+                     (unsigned long long)seq, other);
+            return fail_stop_with(a, msg);
+        }
+        if (spin > 64) {
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
     }
 }
 

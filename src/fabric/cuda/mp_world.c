@@ -461,4 +461,5 @@ const struct tide_fabric_ops tide_fabric_cuda_mp_ops = {
     .arena_create = mp_arena_create,
     .arena_destroy = mp_arena_destroy,
     .execute = tide_cuda_mp_execute,
+    .call_check = tide_cuda_mp_call_check,
 };
