@@ -304,6 +304,11 @@ tide_result_t tide_cuda_mp_call_check(struct tide_fabric_arena *arena, tide_coll
                                       uint64_t seq, uint64_t sig, int *other_rank_out,
                                       uint64_t *other_sig_out);
 
+/* Fail-stop with `msg` as the group's message (mp_execute.c): publish the abort (or follow
+ * the one published first), poison the flags, drain the streams, break both families;
+ * returns TIDE_ERR_TIMEOUT. */
+tide_result_t tide_cuda_mp_fail_stop_msg(tide_mp_arena_t *a, const char *msg);
+
 /* Fail-stop (mp_execute.c): name the missing rank (dead >= 0: that one; else from the control
  * block, for call `call` of fam), publish the abort, poison the flags, drain the streams. */
 tide_result_t tide_cuda_mp_fail_stop(tide_mp_arena_t *a, tide_mp_family_t *fam, int dead,

@@ -343,7 +343,7 @@ static tide_result_t follow_abort(tide_mp_arena_t *a) {
     return TIDE_ERR(TIDE_ERR_TIMEOUT, "cuda mp fabric: rank %d: %s", a->w->base.rank, full);
 }
 
-static tide_result_t fail_stop_with(tide_mp_arena_t *a, const char *msg) {
+tide_result_t tide_cuda_mp_fail_stop_msg(tide_mp_arena_t *a, const char *msg) {
     /* The abort word first, the poison after (mp_ctl.h: the ordering every survivor relies
      * on).  If another rank was first, its message is the group's. */
     if (!tide_mp_ctl_abort(&a->ctl, msg)) return follow_abort(a);
@@ -370,7 +370,7 @@ tide_result_t tide_cuda_mp_fail_stop(tide_mp_arena_t *a, tide_mp_family_t *fam, 
         snprintf(msg, sizeof(msg), "rank %d waited %lld ms (TIDE_TIMEOUT_MS) for %s: %s", me,
                  (long long)tide_fabric_timeout_ms(), waiting_for, why);
     }
-    return fail_stop_with(a, msg);
+    return tide_cuda_mp_fail_stop_msg(a, msg);
 }
 
 /* Wait on the host for `ev` (this rank's call `call` of fam), ending at a dead peer, another
@@ -430,7 +430,7 @@ tide_result_t tide_cuda_mp_call_check(struct tide_fabric_arena *arena, tide_coll
                      "rank %d is missing: its process exited while rank %d waited for its "
                      "arguments of %s call %llu (argument check)",
                      dead, me, name, (unsigned long long)seq);
-            return fail_stop_with(a, msg);
+            return tide_cuda_mp_fail_stop_msg(a, msg);
         }
         if (tide_cuda_now_ns() - t0 > limit) {
             snprintf(msg, sizeof(msg),
@@ -438,7 +438,7 @@ tide_result_t tide_cuda_mp_call_check(struct tide_fabric_arena *arena, tide_coll
                      "(argument check): rank %d never called it",
                      me, (long long)tide_fabric_timeout_ms(), other, name,
                      (unsigned long long)seq, other);
-            return fail_stop_with(a, msg);
+            return tide_cuda_mp_fail_stop_msg(a, msg);
         }
         if (spin > 64) {
             struct timespec ts = {0, 20000};
