@@ -22,6 +22,39 @@ struct tide_comm {
     int live_groups; /* registered and not yet deregistered */
 };
 
+/* Shared resources of a set, for the fence rule (arena_set.c): the landings (ring slots 0
+ * and 1, then the own slot of set index i at 2 + i), the receive stage, the RS regions. */
+#define TIDE_SET_RES_RECV(set) ((set)->num_groups + 2)
+#define TIDE_SET_RES_RS(set) ((set)->num_groups + 3)
+
+/* The groups registered together on one arena (tide_groups_register), one rank's view. */
+struct tide_arena_set {
+    struct tide_comm *comm;
+    struct tide_arena_plan *ap;      /* owns the groups' plans */
+    struct tide_fabric_arena *arena; /* one arena for all */
+    int num_groups;
+    int live_groups;                 /* registered and not yet deregistered */
+    struct tide_group **groups;      /* by set index; NULL once deregistered */
+    /* The ring: per landing (see TIDE_SET_RES_*) the group gathered into it last (-1: none)
+     * and whether its data is live (gathered, not yet resharded or reduce-scattered). */
+    int *occupant;
+    bool *live;
+    int *last_user;                  /* per resource: the set index of its last call, or -1 */
+    uint64_t checks[2];              /* call signatures exchanged, per collective (the set's
+                                        groups share the arena's records) */
+    tide_result_t poison;            /* a call failed part-way: the shared regions are suspect */
+    char poison_msg[512];
+};
+
+/* What a call of a set group uses (arena_set.c). */
+typedef struct {
+    int landing;      /* resource index of the group's landing, or -1 if untouched */
+    bool recv;        /* the receive stage */
+    bool rs;          /* the RS regions */
+    bool takes_slot;  /* AG: the group becomes the live occupant */
+    bool frees_slot;  /* RS reading gradients staged in the slot: the occupancy ends */
+} tide_set_use_t;
+
 struct tide_group {
     struct tide_comm *comm;
     struct tide_plan *plan;
@@ -40,7 +73,37 @@ struct tide_group {
      * afterwards (fail-stop), naming the first failure. */
     tide_result_t poison;
     char poison_msg[512];
+    /* On a shared arena (NULL: registered alone, own arena): the set, the group's index and
+     * name, and its cross-group fence program with the count of fences it ran. */
+    struct tide_arena_set *set;
+    int set_index;
+    char name[TIDE_GROUP_NAME_MAX];
+    tide_program_t fence[2]; /* [1]: zeroes the inbox first (fence.c) */
+    uint64_t fences;         /* of either form: they share the counter */
 };
+
+/* FNV-1a over what decides a group's arena and programs (group.c): ranks that registered
+ * different groups are told so instead of exchanging misplaced bytes. */
+uint64_t tide_plan_signature(const struct tide_plan *plan);
+
+/* ---- arena_set.c: groups on one arena */
+
+/* Landing resource index of a set group: its ring slot, or 2 + its index for an own slot. */
+int tide_set_landing(const struct tide_group *g);
+
+/* The ring rule before a call (host state only): refuse an all-gather into a slot another
+ * group holds live, and gradients staged in a slot another group holds live. */
+tide_result_t tide_set_ring_check(const struct tide_group *g, const tide_set_use_t *use,
+                                  const char *call);
+
+/* Run g's fence when a resource of `use` was last used by another group. */
+tide_result_t tide_set_fence(struct tide_group *g, const tide_set_use_t *use, void *stream);
+
+/* After a successful call: record the users and the ring's new state. */
+void tide_set_note_call(struct tide_group *g, const tide_set_use_t *use);
+
+/* Deregister a set group (its part of the collective release). */
+tide_result_t tide_set_group_release(struct tide_group *g);
 
 /* A communicator over a world that a fabric created outside tide_comm_init_all / _rank (the
  * NCCL fabric's, comm_nccl.c); the world's ops serve it.  The caller destroys the world when

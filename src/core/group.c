@@ -23,7 +23,7 @@ static uint64_t fnv_mix(uint64_t h, uint64_t v) {
     return h;
 }
 
-static uint64_t group_signature(const struct tide_plan *plan) {
+uint64_t tide_plan_signature(const struct tide_plan *plan) {
     const tide_config_t *c = &plan->config;
     const int64_t fields[] = {c->nodes,
                               c->gpus_per_node,
@@ -111,7 +111,7 @@ tide_result_t tide_group_register(tide_comm_t comm, const tide_config_t *config,
     TIDE_CHECK_GOTO(tide_program_compile_ag(plan, &g->ag), res, fail_plan);
     TIDE_CHECK_GOTO(ensure_rs(g, plan->config.mode), res, fail_programs);
     TIDE_CHECK_GOTO(comm->ops->arena_create(comm->world, plan->arena.total_bytes,
-                                            group_signature(plan), &g->arena),
+                                            tide_plan_signature(plan), &g->arena),
                     res, fail_programs);
     res = tide_handle_add(g, TIDE_HANDLE_GROUP);
     if (res != TIDE_SUCCESS) {
@@ -137,6 +137,7 @@ fail_group:
 tide_result_t tide_group_deregister(tide_group_t group) {
     tide_error_clear();
     TIDE_CHECK(tide_handle_check(group, TIDE_HANDLE_GROUP, "group_deregister"));
+    if (group->set != NULL) return tide_set_group_release(group);
     /* The memory goes whatever the handshake says: a peer that missed it keeps its own
      * reference to the shared memory until it deregisters too. */
     tide_result_t res = group->comm->ops->arena_destroy(group->arena);
@@ -158,6 +159,10 @@ tide_result_t tide_group_landing(tide_group_t group, int slot, void **ptr_out) {
     TIDE_CHECK(tide_handle_check(group, TIDE_HANDLE_GROUP, "group_landing"));
     TIDE_ARG_CHECK(slot == 0 || slot == 1, "group_landing: slot = %d, need 0 or 1", slot);
     TIDE_ARG_CHECK(ptr_out != NULL, "group_landing: ptr_out is NULL");
+    TIDE_ARG_CHECK(group->set == NULL || slot == 0,
+                   "group_landing: group \"%s\" is on a shared arena and has one landing, its "
+                   "ring slot: pass slot 0",
+                   group->name);
     return tide_bind_region(group->arena, group->plan, group->comm->rank,
                             slot == 0 ? TIDE_REGION_LANDING0 : TIDE_REGION_LANDING1, ptr_out);
 }
@@ -176,6 +181,12 @@ tide_result_t tide_group_resident(tide_group_t group, void **ptr_out) {
 
 /* Fail-stop: after a call failed part-way the counters disagree between ranks. */
 static tide_result_t check_usable(const struct tide_group *g, const char *call) {
+    if (g->set != NULL && g->set->poison != TIDE_SUCCESS)
+        return TIDE_ERR(TIDE_ERR_FABRIC,
+                        "%s: rank %d's groups on this shared arena are unusable since an earlier "
+                        "call failed (%s): %s; deregister them",
+                        call, g->comm->rank, tide_get_error_string(g->set->poison),
+                        g->set->poison_msg);
     if (g->poison == TIDE_SUCCESS) return TIDE_SUCCESS;
     return TIDE_ERR(TIDE_ERR_FABRIC,
                     "%s: rank %d's group is unusable since an earlier call failed (%s): %s; "
@@ -190,26 +201,42 @@ static tide_result_t check_usable(const struct tide_group *g, const char *call) 
  * The arguments every rank of a call must pass alike, packed so that a mismatch message can
  * say what differs: AG the landing slot; RS alpha's bits, the mode and accumulate.
  */
-static uint64_t ag_signature(int slot) {
-    return (uint64_t)slot;
+/* Groups of a set share the arena's records, so their signatures also carry the group's
+ * set index + 1 (0 for a group alone): a rank that calls another group is told so. */
+static uint64_t member_bits(const struct tide_group *g) {
+    return g->set != NULL ? (uint64_t)(g->set_index + 1) : 0;
 }
 
-static uint64_t rs_signature(float alpha, int accumulate, tide_rs_mode_t mode) {
+static uint64_t ag_signature(const struct tide_group *g, int slot) {
+    return member_bits(g) << 8 | (uint64_t)slot;
+}
+
+static uint64_t rs_signature(const struct tide_group *g, float alpha, int accumulate,
+                             tide_rs_mode_t mode) {
     uint32_t bits;
     memcpy(&bits, &alpha, sizeof(bits));
-    return (uint64_t)bits << 32 | (uint64_t)mode << 1 | (uint64_t)(accumulate != 0);
+    return (uint64_t)bits << 32 | member_bits(g) << 2 | (uint64_t)mode << 1 |
+           (uint64_t)(accumulate != 0);
 }
 
 static void describe_signature(tide_collective_t coll, uint64_t sig, char *buf, size_t size) {
     if (coll == TIDE_COLL_ALL_GATHER) {
-        snprintf(buf, size, "slot %llu", (unsigned long long)sig);
+        const uint64_t member = sig >> 8;
+        if (member > 0)
+            snprintf(buf, size, "group %llu of the set, slot %llu",
+                     (unsigned long long)(member - 1), (unsigned long long)(sig & 0xff));
+        else
+            snprintf(buf, size, "slot %llu", (unsigned long long)sig);
         return;
     }
     const uint32_t bits = (uint32_t)(sig >> 32);
+    const uint64_t member = (sig & 0xffffffffu) >> 2;
     float alpha;
     memcpy(&alpha, &bits, sizeof(alpha));
-    snprintf(buf, size, "alpha %.9g (bits %08x), accumulate %d, mode %s", (double)alpha, bits,
-             (int)(sig & 1), (sig >> 1 & 1) ? "slot-reuse" : "in-place");
+    char who[48] = "";
+    if (member > 0) snprintf(who, sizeof(who), "group %llu of the set, ", (unsigned long long)(member - 1));
+    snprintf(buf, size, "%salpha %.9g (bits %08x), accumulate %d, mode %s", who, (double)alpha,
+             bits, (int)(sig & 1), (sig >> 1 & 1) ? "slot-reuse" : "in-place");
 }
 
 /* Exchange and compare the call's signature where the fabric can (fabric.h, call_check). */
@@ -221,7 +248,8 @@ static tide_result_t agree(struct tide_group *g, tide_collective_t coll, uint64_
     uint64_t other_sig = 0;
     /* The check's own sequence advances with every exchange, so that a call refused later
      * (before any op ran) never posts the same sequence number twice. */
-    TIDE_CHECK(ops->call_check(g->arena, coll, g->checks[coll]++, sig, &other, &other_sig));
+    uint64_t *seq = g->set != NULL ? &g->set->checks[coll] : &g->checks[coll];
+    TIDE_CHECK(ops->call_check(g->arena, coll, (*seq)++, sig, &other, &other_sig));
     if (other < 0) return TIDE_SUCCESS;
     char mine[128], theirs[128];
     describe_signature(coll, sig, mine, sizeof(mine));
@@ -255,7 +283,9 @@ static tide_result_t check_outside_arena(const struct tide_group *g, const void 
         if (!overlaps(ptr, bytes, a->bases[r], a->bytes)) continue;
         if (r == me && allowed != TIDE_REGION_COUNT) {
             uint64_t lo = plan->arena.regions[allowed].offset, hi;
-            if (allowed == TIDE_REGION_LANDING0)
+            if (allowed == TIDE_REGION_LANDING0 && g->set != NULL)
+                hi = lo + plan->arena.regions[TIDE_REGION_LANDING0].bytes; /* one landing */
+            else if (allowed == TIDE_REGION_LANDING0)
                 hi = plan->arena.regions[TIDE_REGION_LANDING1].offset +
                      plan->arena.regions[TIDE_REGION_LANDING1].bytes;
             else
@@ -266,8 +296,9 @@ static tide_result_t check_outside_arena(const struct tide_group *g, const void 
         void *slot0 = NULL, *slot1 = NULL;
         tide_bind_region(a, plan, r, TIDE_REGION_LANDING0, &slot0);
         tide_bind_region(a, plan, r, TIDE_REGION_LANDING1, &slot1);
-        const char *region = overlaps(ptr, bytes, slot0, plan->geom.group_bytes)   ? "landing slot 0"
-                             : overlaps(ptr, bytes, slot1, plan->geom.group_bytes) ? "landing slot 1"
+        const uint64_t l1 = plan->arena.regions[TIDE_REGION_LANDING1].bytes;
+        const char *region = overlaps(ptr, bytes, slot0, plan->geom.group_bytes) ? "landing slot 0"
+                             : overlaps(ptr, bytes, slot1, l1)                    ? "landing slot 1"
                                                                                   : "arena";
         return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
                         "%s: %s [%p, +%llu bytes) overlaps rank %d's %s, which the call writes",
@@ -304,18 +335,41 @@ static void poison(struct tide_group *g, tide_result_t res) {
 /* Ranks that disagree (or never make the call) leave the group unusable on every rank
  * (fail-stop).  Argument rejections of execute happen before any op ran; everything else
  * may have run part-way. */
+static void poison_set(struct tide_group *g, tide_result_t res) {
+    if (g->set == NULL || g->set->poison != TIDE_SUCCESS) return;
+    g->set->poison = res;
+    snprintf(g->set->poison_msg, sizeof(g->set->poison_msg), "group \"%s\": %s", g->name,
+             tide_get_last_error());
+}
+
+/* use: what a set group's call touches (NULL for a group alone): the ring rule is checked
+ * first (nothing has moved), the fence runs after the ranks agreed on the call. */
 static tide_result_t run(struct tide_group *g, const tide_program_t *prog, const tide_binding_t *b,
-                         void *stream, uint64_t *calls, uint64_t sig, const char *call) {
+                         void *stream, uint64_t *calls, uint64_t sig, const char *call,
+                         const tide_set_use_t *use) {
+    if (use != NULL) TIDE_CHECK(tide_set_ring_check(g, use, call));
     tide_result_t res = agree(g, prog->coll, sig, call);
     if (res != TIDE_SUCCESS) {
         poison(g, res);
+        poison_set(g, res);
         return res;
     }
+    if (use != NULL) {
+        res = tide_set_fence(g, use, stream);
+        if (res != TIDE_SUCCESS) {
+            poison(g, res);
+            poison_set(g, res);
+            return res;
+        }
+    }
     res = g->comm->ops->execute(g->arena, prog, b, stream);
-    if (res == TIDE_SUCCESS)
+    if (res == TIDE_SUCCESS) {
         ++*calls;
-    else if (res != TIDE_ERR_INVALID_ARGUMENT && res != TIDE_ERR_UNSUPPORTED)
+        if (use != NULL) tide_set_note_call(g, use);
+    } else if (res != TIDE_ERR_INVALID_ARGUMENT && res != TIDE_ERR_UNSUPPORTED) {
         poison(g, res);
+        poison_set(g, res);
+    }
     return res;
 }
 
@@ -323,6 +377,10 @@ static tide_result_t all_gather(tide_group_t group, const void *shard, int slot,
                                 const char *call) {
     TIDE_CHECK(tide_handle_check(group, TIDE_HANDLE_GROUP, call));
     TIDE_ARG_CHECK(slot == 0 || slot == 1, "%s: slot = %d, need 0 or 1", call, slot);
+    TIDE_ARG_CHECK(group->set == NULL || slot == 0,
+                   "%s: group \"%s\" is on a shared arena and lands in its ring slot: pass "
+                   "slot 0 (slot = %d)",
+                   call, group->name, slot);
     TIDE_CHECK(check_usable(group, call));
     if (shard != NULL)
         TIDE_CHECK(check_outside_arena(group, shard, tide_bind_shard_bytes(group->plan),
@@ -334,7 +392,14 @@ static tide_result_t all_gather(tide_group_t group, const void *shard, int slot,
     b.rank = group->comm->rank;
     b.slot = slot;
     b.epoch = group->ag_calls;
-    return run(group, &group->ag, &b, stream, &group->ag_calls, ag_signature(slot), call);
+    tide_set_use_t use = {0};
+    if (group->set != NULL) {
+        use.landing = tide_set_landing(group);
+        use.recv = group->plan->arena.regions[TIDE_REGION_RECV_STAGE].bytes > 0;
+        use.takes_slot = true;
+    }
+    return run(group, &group->ag, &b, stream, &group->ag_calls, ag_signature(group, slot), call,
+               group->set != NULL ? &use : NULL);
 }
 
 tide_result_t tide_all_gather(tide_group_t group, const void *shard, int slot, void *stream) {
@@ -384,6 +449,22 @@ static tide_result_t reduce_scatter(tide_group_t group, const void *const *grads
         snprintf(what, sizeof(what), "grads[%d]", p);
         TIDE_CHECK(check_outside_arena(group, grads[p], gb, TIDE_REGION_LANDING0, what, call));
     }
+    /* Slot-Reuse on a shared arena: gradients staged in the group's own ring slot (the only
+     * part of the arena check_outside_arena lets them be in) end its occupancy. */
+    tide_set_use_t use = {0};
+    if (group->set != NULL) {
+        void *slot = NULL;
+        TIDE_CHECK(tide_bind_region(group->arena, plan, group->comm->rank, TIDE_REGION_LANDING0,
+                                    &slot));
+        use.landing = -1;
+        use.rs = true;
+        for (int p = 0; p < plan->geom.num_params; ++p)
+            if (overlaps(grads[p], grad_bytes_of(plan, p), slot,
+                         plan->arena.regions[TIDE_REGION_LANDING0].bytes)) {
+                use.landing = tide_set_landing(group);
+                use.frees_slot = true;
+            }
+    }
     TIDE_CHECK(check_usable(group, call));
     /* A mode the group was not registered with is compiled on first use; its failure (e.g.
      * an outbox the arena cannot hold) leaves the group usable in the other mode. */
@@ -398,7 +479,8 @@ static tide_result_t reduce_scatter(tide_group_t group, const void *const *grads
     b.alpha = alpha;
     b.accumulate = accumulate != 0;
     return run(group, &group->rs[mode], &b, stream, &group->rs_calls,
-               rs_signature(alpha, accumulate, mode), call);
+               rs_signature(group, alpha, accumulate, mode), call,
+               group->set != NULL ? &use : NULL);
 }
 
 tide_result_t tide_reduce_scatter(tide_group_t group, const void *const *grads, float *out,
@@ -433,6 +515,27 @@ tide_result_t tide_reduce_scatter_checked(tide_group_t group, const void *const 
                    (unsigned long long)out_bytes,
                    (unsigned long long)plan->geom.fp32_shard_bytes);
     return reduce_scatter(group, grads, out, alpha, accumulate, plan->config.mode, stream, call);
+}
+
+/* ------------------------------------------------------------------ events */
+
+tide_result_t tide_group_read_done_event(tide_group_t group, void **event_out) {
+    tide_error_clear();
+    TIDE_CHECK(tide_handle_check(group, TIDE_HANDLE_GROUP, "group_read_done_event"));
+    TIDE_ARG_CHECK(event_out != NULL, "group_read_done_event: event_out is NULL");
+    const struct tide_fabric_ops *ops = group->comm->ops;
+    if (ops->kind == TIDE_FABRIC_CPU) {
+        *event_out = NULL; /* the call returned after its read-done point */
+        return TIDE_SUCCESS;
+    }
+#ifdef TIDE_HAVE_CUDA
+    if (ops == &tide_fabric_cuda_ops)
+        return tide_cuda_read_done_event(group->arena, group->comm->rank, event_out);
+#endif
+    return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
+                    "group_read_done_event: the %s fabric does not expose the read-done event "
+                    "yet (the CPU and single-process CUDA fabrics do)",
+                    ops->name);
 }
 
 /* ------------------------------------------------------------------ alpha */

@@ -155,6 +155,10 @@ struct tide_fabric_ops {
 extern const struct tide_fabric_ops tide_fabric_cpu_ops;
 #ifdef TIDE_HAVE_CUDA
 extern const struct tide_fabric_ops tide_fabric_cuda_ops;
+/* The cudaEvent_t (as void *) of rank `rank`'s last reduce-scatter's read-done point on a
+ * tide_fabric_cuda_ops arena (fabric/cuda/read_done.c). */
+tide_result_t tide_cuda_read_done_event(const struct tide_fabric_arena *arena, int rank,
+                                        void **event_out);
 #endif
 #ifdef TIDE_HAVE_NCCL
 /* Created by tide_comm_init_nccl / tide_comm_init_nccl_comm only (fabric/nccl/). */

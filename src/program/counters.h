@@ -30,6 +30,8 @@ enum {
     TIDE_CTR_AG_ARRIVED = 4,     /* + d: round-d puts arrived in my receive stage */
     TIDE_CTR_AG_CREDIT = TIDE_CTR_AG_ARRIVED + TIDE_CTR_AG_MAX_ROUNDS, /* + d: stage reusable */
     TIDE_CTR_AG_END = TIDE_CTR_AG_CREDIT + TIDE_CTR_AG_MAX_ROUNDS,     /* <= 64 */
+    /* Cross-group fence of a group on a shared arena (fence.c): N signals per fence. */
+    TIDE_CTR_FENCE = TIDE_CTR_AG_END,
 
     /* ---- TIDE-RS: [64, TIDE_CTR_RS_CREDIT + M) */
     TIDE_CTR_RS_BASE = 64,
@@ -45,7 +47,7 @@ enum {
     TIDE_CTR_RS_CREDIT = TIDE_CTR_RS_STG_CREDIT + TIDE_CTR_RS_STG_RANKS, /* + c, c < M: last */
 };
 
-_Static_assert(TIDE_CTR_AG_END <= TIDE_CTR_RS_BASE, "AG counters overflow into RS");
+_Static_assert(TIDE_CTR_FENCE < TIDE_CTR_RS_BASE, "AG and fence counters overflow into RS");
 
 /* Counters a plan's programs (AG and RS together) need: the RS_CREDIT family is last. */
 static inline uint64_t tide_ctr_count(const struct tide_plan *plan) {

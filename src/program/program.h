@@ -149,6 +149,12 @@ tide_result_t tide_program_compile_rs(const struct tide_plan *plan, tide_rs_mode
                                       tide_program_t *prog_out);
 void tide_program_free(tide_program_t *prog);
 
+/* The cross-group fence of a group on a shared arena (fence.c, docs/protocol.md): every rank
+ * (zero_inbox: zeroes its inbox extent, then) signals TIDE_CTR_FENCE on every rank, then
+ * waits for N signals; epoch = fences run before. */
+tide_result_t tide_program_compile_fence(const struct tide_plan *plan, bool zero_inbox,
+                                         tide_program_t *prog_out);
+
 /* What both compilers require of a plan: a consistent topology and geometry, and counters
  * that fit the arena's signal slots (TIDE_ERR_UNSUPPORTED otherwise). */
 tide_result_t tide_program_check_plan(const struct tide_plan *plan);

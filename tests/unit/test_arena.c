@@ -1,0 +1,388 @@
+/*
+ * test_arena.c - a set of groups on one shared arena (docs/arena.md) on the CPU fabric.
+ *
+ * FSDP order over several steps: the root (own slot) gathered first and kept, the blocks
+ * gathered and resharded one by one in forward, then gathered again and reduce-scattered in
+ * reverse in backward (Slot-Reuse: gradients staged in the block's own ring slot).  Every call
+ * is repeated on the same groups registered alone, and the landings and outputs must be equal
+ * bit for bit (wide-exponent bf16 data, so a changed summation order would show).  Also: the
+ * arena's size against tide_arena_plan's figure and the bound of docs/arena.md, and misuse.
+ */
+#include "e2e_util.h"
+
+#include "core/checks.h"
+#include "core/comm.h"
+#include "plan/arena_plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define BLOCKS 5
+#define GROUPS (BLOCKS + 1) /* the root is the last entry */
+#define ROOT BLOCKS
+#define STEPS 3
+#define MAX_P 3
+
+typedef struct {
+    int m, l, n;
+    tide_rs_mode_t mode;
+    tide_comm_t comms[E2E_MAX_RANKS];
+    tide_config_t cfg;
+    tide_param_shape_t shapes[GROUPS][MAX_P];
+    tide_group_desc_t desc[GROUPS];
+    tide_group_entry_t entries[GROUPS];
+    char names[GROUPS][16];
+    tide_group_t set[E2E_MAX_RANKS][GROUPS];
+    uint64_t fences[E2E_MAX_RANKS];
+    e2e_report_t rep[E2E_MAX_RANKS];
+} ctx_t;
+
+static void setup(ctx_t *c, int m, int l, tide_rs_mode_t mode) {
+    memset(c, 0, sizeof(*c));
+    c->m = m;
+    c->l = l;
+    c->n = m * l;
+    c->mode = mode;
+    tide_config_t cfg = TIDE_CONFIG_INIT;
+    cfg.nodes = m;
+    cfg.gpus_per_node = l;
+    cfg.mode = mode;
+    c->cfg = cfg;
+    for (int i = 0; i < GROUPS; ++i) {
+        /* Different sizes, rows not divisible by N (padding), the root the largest. */
+        const int np = i == ROOT ? 2 : 3;
+        for (int p = 0; p < np; ++p) {
+            c->shapes[i][p].dim0 = (uint64_t)(i == ROOT ? 37 + 3 * p : 5 + 3 * i + p);
+            c->shapes[i][p].inner = (uint64_t)(i == ROOT ? 24 : 7 + 2 * p + i);
+        }
+        c->desc[i] = (tide_group_desc_t){np, c->shapes[i], TIDE_DTYPE_BF16, TIDE_DTYPE_BF16,
+                                         TIDE_DTYPE_BF16};
+        snprintf(c->names[i], sizeof(c->names[i]), i == ROOT ? "root" : "layers.%d", i);
+        c->entries[i] = (tide_group_entry_t){&c->cfg, &c->desc[i],
+                                             i == ROOT ? TIDE_RING_OWN_SLOT : i % 2, c->names[i]};
+    }
+    assert_tide(TIDE_SUCCESS, tide_comm_init_all(TIDE_FABRIC_CPU, m, l, c->comms));
+}
+
+static void teardown(ctx_t *c) {
+    for (int r = 0; r < c->n; ++r)
+        assert_tide(TIDE_SUCCESS, tide_comm_destroy(c->comms[r]));
+}
+
+/* Wide-exponent bf16: exponents over 2^-40 .. 2^40, both signs. */
+static uint16_t wide_bf16(e2e_rng_t *g) {
+    const uint64_t x = e2e_rng_next(g);
+    const uint16_t exp = (uint16_t)(127 - 40 + (int)(x % 81));
+    return (uint16_t)(((x >> 20) & 1) << 15 | exp << 7 | ((x >> 32) & 0x7f));
+}
+
+static void fill(uint16_t *buf, uint64_t elems, uint64_t seed) {
+    e2e_rng_t g = {seed * 0x9e3779b97f4a7c15ull + 1};
+    for (uint64_t i = 0; i < elems; ++i)
+        buf[i] = wide_bf16(&g);
+}
+
+static uint64_t seed_of(int kind, int group, int rank, int step) {
+    return (uint64_t)kind << 48 | (uint64_t)group << 32 | (uint64_t)rank << 16 | (uint64_t)step;
+}
+
+/* ------------------------------------------------------------------ one rank's script */
+
+typedef struct {
+    tide_group_t set, alone;
+    const struct tide_plan *plan;
+    uint16_t *shards;  /* N shards of this step, S bytes each */
+    uint16_t *grads;   /* sum D_p K_p, this rank's, packed in parameter order */
+    float *out_set, *out_alone;
+} member_t;
+
+static void check_landing(ctx_t *c, int rank, member_t *mb, int step, const char *phase) {
+    e2e_report_t *rep = &c->rep[rank];
+    void *a = NULL, *b = NULL;
+    if (tide_group_landing(mb->set, 0, &a) != TIDE_SUCCESS ||
+        tide_group_landing(mb->alone, 0, &b) != TIDE_SUCCESS) {
+        e2e_note(rep, "landing: %s", tide_get_last_error());
+        return;
+    }
+    const tide_geom_t *g = &mb->plan->geom;
+    if (memcmp(a, b, g->group_bytes) != 0)
+        e2e_note(rep, "step %d %s: the shared arena's landing differs from the group alone's",
+                 step, phase);
+    /* And from the shards themselves: Landing(p, r) holds rank r's shard of p. */
+    for (int p = 0; p < g->num_params; ++p)
+        for (int r = 0; r < c->n; ++r) {
+            const uint8_t *want = (const uint8_t *)mb->shards + (uint64_t)r * g->shard_bytes +
+                                  g->params[p].offset;
+            if (memcmp((uint8_t *)a + tide_geom_landing(g, p, r), want,
+                       g->params[p].shard_bytes) != 0)
+                e2e_note(rep, "step %d %s: landing of p %d from rank %d is wrong", step, phase,
+                         p, r);
+        }
+}
+
+static tide_result_t gather(ctx_t *c, int rank, member_t *mb, int i, int step, bool resident) {
+    const tide_geom_t *g = &mb->plan->geom;
+    const uint16_t *mine = mb->shards + (uint64_t)rank * g->shard_bytes / 2;
+    if (resident) {
+        void *res = NULL;
+        TIDE_CHECK(tide_group_resident(mb->set, &res));
+        memcpy(res, mine, g->shard_bytes);
+    }
+    TIDE_CHECK(tide_all_gather(mb->set, resident ? NULL : mine, 0, NULL));
+    TIDE_CHECK(tide_all_gather(mb->alone, mine, 0, NULL));
+    check_landing(c, rank, mb, step, i == ROOT ? "root AG" : "AG");
+    return TIDE_SUCCESS;
+}
+
+static tide_result_t reduce(ctx_t *c, int rank, member_t *mb, int step) {
+    const tide_geom_t *g = &mb->plan->geom;
+    const void *grads_alone[MAX_P], *grads_set[MAX_P];
+    uint8_t *staged = NULL;
+    if (c->mode == TIDE_RS_SLOT_REUSE) {
+        void *slot = NULL;
+        TIDE_CHECK(tide_group_landing(mb->set, 0, &slot));
+        staged = slot; /* the vacated ring slot: the parameters are dead after backward */
+    } else {
+        TIDE_CHECK(tide_group_reshard(mb->set));
+    }
+    uint64_t off = 0;
+    for (int p = 0; p < g->num_params; ++p) {
+        const uint64_t bytes = g->params[p].dim0 * g->params[p].inner * 2;
+        grads_alone[p] = (const uint8_t *)mb->grads + off;
+        if (staged != NULL) memcpy(staged + off, grads_alone[p], bytes);
+        grads_set[p] = staged != NULL ? staged + off : grads_alone[p];
+        off += bytes;
+    }
+    const float alpha = tide_alpha_avg(c->n);
+    const int acc = step > 0;
+    TIDE_CHECK(tide_reduce_scatter(mb->set, grads_set, mb->out_set, alpha, acc, c->mode, NULL));
+    TIDE_CHECK(
+        tide_reduce_scatter(mb->alone, grads_alone, mb->out_alone, alpha, acc, c->mode, NULL));
+    if (memcmp(mb->out_set, mb->out_alone, g->fp32_shard_bytes) != 0)
+        e2e_note(&c->rep[rank], "step %d: RS output on the shared arena differs from alone",
+                 step);
+    bool nonzero = false;
+    for (uint64_t e = 0; e < g->shard_elems; ++e)
+        nonzero |= mb->out_set[e] != 0.0f;
+    if (!nonzero) e2e_note(&c->rep[rank], "step %d: RS output is all zero", step);
+    int live = -1;
+    TIDE_CHECK(tide_group_slot_live(mb->set, &live));
+    if (live) e2e_note(&c->rep[rank], "step %d: the slot is still live after its RS", step);
+    return TIDE_SUCCESS;
+}
+
+static void new_step(ctx_t *c, int rank, member_t *mb, int i, int step) {
+    const tide_geom_t *g = &mb->plan->geom;
+    for (int r = 0; r < c->n; ++r)
+        fill(mb->shards + (uint64_t)r * g->shard_bytes / 2, g->shard_bytes / 2,
+             seed_of(1, i, r, step));
+    uint64_t elems = 0;
+    for (int p = 0; p < g->num_params; ++p)
+        elems += g->params[p].dim0 * g->params[p].inner;
+    fill(mb->grads, elems, seed_of(2, i, rank, step));
+}
+
+static tide_result_t script(ctx_t *c, int rank, member_t *mb) {
+    for (int step = 0; step < STEPS; ++step) {
+        for (int i = 0; i < GROUPS; ++i)
+            new_step(c, rank, &mb[i], i, step);
+        /* Forward: the root stays gathered; each block is resharded after use. */
+        TIDE_CHECK(gather(c, rank, &mb[ROOT], ROOT, step, true));
+        for (int i = 0; i < BLOCKS; ++i) {
+            TIDE_CHECK(gather(c, rank, &mb[i], i, step, i % 2 == 0));
+            TIDE_CHECK(tide_group_reshard(mb[i].set));
+        }
+        /* Backward: gather again, reduce-scatter, in reverse; the root last. */
+        for (int i = BLOCKS - 1; i >= 0; --i) {
+            TIDE_CHECK(gather(c, rank, &mb[i], i, step, false));
+            TIDE_CHECK(reduce(c, rank, &mb[i], step));
+        }
+        TIDE_CHECK(reduce(c, rank, &mb[ROOT], step));
+    }
+    return TIDE_SUCCESS;
+}
+
+static void rank_main(int rank, void *p) {
+    ctx_t *c = p;
+    e2e_report_t *rep = &c->rep[rank];
+    member_t mb[GROUPS];
+    memset(mb, 0, sizeof(mb));
+    if (tide_groups_register(c->comms[rank], GROUPS, c->entries, c->set[rank]) != TIDE_SUCCESS) {
+        e2e_note(rep, "groups_register: %s", tide_get_last_error());
+        return;
+    }
+    bool ok = true;
+    for (int i = 0; i < GROUPS && ok; ++i) {
+        mb[i].set = c->set[rank][i];
+        mb[i].plan = mb[i].set->plan;
+        ok = tide_group_register(c->comms[rank], &c->cfg, &c->desc[i], &mb[i].alone) ==
+             TIDE_SUCCESS;
+        const tide_geom_t *g = &mb[i].plan->geom;
+        mb[i].shards = calloc((size_t)c->n, g->shard_bytes);
+        mb[i].grads = calloc(1, g->pack_bytes); /* >= sum D_p K_p x 2 */
+        mb[i].out_set = calloc(1, g->fp32_shard_bytes);
+        mb[i].out_alone = calloc(1, g->fp32_shard_bytes);
+    }
+    if (!ok || script(c, rank, mb) != TIDE_SUCCESS) e2e_note(rep, "%s", tide_get_last_error());
+    c->fences[rank] = 0;
+    for (int i = 0; i < GROUPS; ++i)
+        c->fences[rank] += mb[i].set->fences;
+    for (int i = 0; i < GROUPS; ++i) {
+        if (tide_group_deregister(mb[i].set) != TIDE_SUCCESS)
+            e2e_note(rep, "deregister: %s", tide_get_last_error());
+        if (mb[i].alone != NULL) tide_group_deregister(mb[i].alone);
+        free(mb[i].shards);
+        free(mb[i].grads);
+        free(mb[i].out_set);
+        free(mb[i].out_alone);
+    }
+}
+
+static void run_fsdp_order(int m, int l, tide_rs_mode_t mode) {
+    ctx_t *c = calloc(1, sizeof(*c));
+    assert_non_null(c);
+    setup(c, m, l, mode);
+    e2e_run_threads(c->n, rank_main, c);
+    e2e_assert_reports(c->rep, c->n);
+    /* Different groups take turns on the shared regions: fences must have run. */
+    for (int r = 0; r < c->n; ++r)
+        assert_true(c->fences[r] > 0);
+    teardown(c);
+    free(c);
+}
+
+static void test_fsdp_in_place_1x4(void **state) {
+    (void)state;
+    run_fsdp_order(1, 4, TIDE_RS_IN_PLACE);
+}
+static void test_fsdp_slot_reuse_1x4(void **state) {
+    (void)state;
+    run_fsdp_order(1, 4, TIDE_RS_SLOT_REUSE);
+}
+static void test_fsdp_in_place_2x2(void **state) {
+    (void)state;
+    run_fsdp_order(2, 2, TIDE_RS_IN_PLACE);
+}
+static void test_fsdp_slot_reuse_2x2(void **state) {
+    (void)state;
+    run_fsdp_order(2, 2, TIDE_RS_SLOT_REUSE);
+}
+
+/* ------------------------------------------------------------------ sizes */
+
+static void register_rank(int rank, void *p) {
+    ctx_t *c = p;
+    if (tide_groups_register(c->comms[rank], GROUPS, c->entries, c->set[rank]) != TIDE_SUCCESS)
+        e2e_note(&c->rep[rank], "groups_register: %s", tide_get_last_error());
+}
+
+static void deregister_rank(int rank, void *p) {
+    ctx_t *c = p;
+    for (int i = 0; i < GROUPS; ++i)
+        if (tide_group_deregister(c->set[rank][i]) != TIDE_SUCCESS)
+            e2e_note(&c->rep[rank], "deregister %d: %s", i, tide_get_last_error());
+}
+
+static void check_sizes(int m, int l, tide_rs_mode_t mode) {
+    ctx_t *c = calloc(1, sizeof(*c));
+    assert_non_null(c);
+    setup(c, m, l, mode);
+    tide_arena_plan_t ap = NULL;
+    assert_tide(TIDE_SUCCESS, tide_arena_plan_create(GROUPS, c->entries, &ap));
+    tide_arena_summary_t s;
+    assert_tide(TIDE_SUCCESS, tide_arena_plan_get_summary(ap, &s));
+    assert_int_equal(s.num_groups, GROUPS);
+    assert_int_equal(s.largest_group, ROOT);
+
+    /* The bound of docs/arena.md: 2 x the largest N S + the largest group's receive stage and
+     * RS regions + every resident shard and signal page + one alignment per region. */
+    tide_plan_t big;
+    assert_tide(TIDE_SUCCESS, tide_arena_plan_group(ap, s.largest_group, &big));
+    tide_region_info_t recv;
+    assert_tide(TIDE_SUCCESS, tide_plan_get_region(big, TIDE_REGION_RECV_STAGE, &recv));
+    const uint64_t blocks = TIDE_REGION_COUNT + 2 * GROUPS + GROUPS;
+    const uint64_t bound = 2 * s.largest_group_bytes + recv.bytes + s.largest_rs_bytes +
+                           s.region_bytes[TIDE_REGION_RESIDENT] +
+                           s.region_bytes[TIDE_REGION_SIGNALS] + blocks * TIDE_ARENA_ALIGN;
+    /* The root has an own slot: the ring's two slots hold the blocks, which are smaller. */
+    assert_true(s.total_bytes <= bound + s.own_slot_bytes);
+    assert_true(s.region_bytes[TIDE_REGION_LANDING0] + s.region_bytes[TIDE_REGION_LANDING1] <=
+                2 * s.largest_group_bytes);
+    assert_true(s.total_bytes < s.separate_bytes);
+    if (m == 1) { /* nothing for other nodes' data at M = 1: no receive stage, no outbox */
+        assert_int_equal(s.region_bytes[TIDE_REGION_RECV_STAGE], 0);
+        assert_int_equal(s.region_bytes[TIDE_REGION_OUTBOX], 0);
+    }
+
+    /* The registered arena is exactly the planned one, and each group's landing is its ring
+     * slot of the shared arena. */
+    e2e_run_threads(c->n, register_rank, c);
+    e2e_assert_reports(c->rep, c->n);
+    for (int r = 0; r < c->n; ++r) {
+        const struct tide_fabric_arena *a = c->set[r][0]->arena;
+        assert_int_equal(a->bytes, s.total_bytes);
+        for (int i = 0; i < GROUPS; ++i) {
+            void *land = NULL;
+            tide_region_info_t info;
+            assert_tide(TIDE_SUCCESS, tide_group_landing(c->set[r][i], 0, &land));
+            assert_tide(TIDE_SUCCESS, tide_arena_plan_get_region(ap, i, TIDE_REGION_LANDING0,
+                                                                 &info));
+            assert_ptr_equal(land, a->bases[r] + info.offset);
+            if (i != ROOT) {
+                tide_region_info_t slot;
+                assert_tide(TIDE_SUCCESS, tide_arena_plan_get_region(
+                                              ap, -1, (tide_region_t)(TIDE_REGION_LANDING0 + i % 2),
+                                              &slot));
+                assert_int_equal(info.offset, slot.offset);
+            }
+            void *ignored;
+            assert_tide(TIDE_ERR_INVALID_ARGUMENT, tide_group_landing(c->set[r][i], 1, &ignored));
+        }
+    }
+    /* Deregistration is collective and runs on the ranks' own threads. */
+    e2e_run_threads(c->n, deregister_rank, c);
+    e2e_assert_reports(c->rep, c->n);
+    tide_arena_plan_destroy(ap);
+    teardown(c);
+    free(c);
+}
+
+static void test_sizes(void **state) {
+    (void)state;
+    check_sizes(1, 4, TIDE_RS_IN_PLACE);
+    check_sizes(1, 8, TIDE_RS_SLOT_REUSE);
+    check_sizes(2, 2, TIDE_RS_IN_PLACE);
+    check_sizes(4, 2, TIDE_RS_SLOT_REUSE);
+}
+
+static void test_plan_errors(void **state) {
+    (void)state;
+    ctx_t *c = calloc(1, sizeof(*c));
+    assert_non_null(c);
+    setup(c, 1, 2, TIDE_RS_IN_PLACE);
+    tide_arena_plan_t ap = NULL;
+    c->entries[2].ring_slot = 2;
+    assert_tide(TIDE_ERR_INVALID_ARGUMENT, tide_arena_plan_create(GROUPS, c->entries, &ap));
+    assert_non_null(strstr(tide_get_last_error(), "layers.2"));
+    c->entries[2].ring_slot = 0;
+    tide_config_t other = c->cfg;
+    other.gpus_per_node = 1;
+    c->entries[3].config = &other;
+    assert_tide(TIDE_ERR_INVALID_ARGUMENT, tide_arena_plan_create(GROUPS, c->entries, &ap));
+    assert_non_null(strstr(tide_get_last_error(), "layers.3"));
+    assert_null(ap);
+    teardown(c);
+    free(c);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sizes),
+        cmocka_unit_test(test_plan_errors),
+        cmocka_unit_test(test_fsdp_in_place_1x4),
+        cmocka_unit_test(test_fsdp_slot_reuse_1x4),
+        cmocka_unit_test(test_fsdp_in_place_2x2),
+        cmocka_unit_test(test_fsdp_slot_reuse_2x2),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
