@@ -650,7 +650,9 @@ def register_set(comm, specs):
         name = spec.get("name")
         name_b = None if name is None else str(name).encode("utf-8")
         keep.extend([config, sig, name_b])
-        entries[i].config = ctypes.pointer(config)
+        # Config subclasses ConfigStruct; the entry's field is a ConfigStruct pointer.
+        entries[i].config = ctypes.cast(ctypes.pointer(config),
+                                         ctypes.POINTER(_lib.ConfigStruct))
         entries[i].group = ctypes.pointer(sig.desc)
         entries[i].ring_slot = slot
         entries[i].name = name_b
