@@ -304,14 +304,12 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
 def _register_tier1(module, comm, kept, mode):
     """Tier1Groups of `kept` [(spec, pg, module, config)], in execution order, on one
     shared arena where the library can (_ring.py)."""
-    entries = []
-    for spec, pg, m, _config in kept:
-        own = _ring.stays_unsharded(pg, m._get_fsdp_state(), m is module)
-        entries.append((spec.name, own))
-    slots = _ring.positions(entries)
-    groups, shared = _ring.register(comm, [k[0] for k in kept], [k[3] for k in kept],
-                                    [k[0].name for k in kept], slots)
-    ring = _ring.Ring(shared)
+    slots = _ring.positions([_ring.lifetime(pg, m is module)
+                             for _spec, pg, m, _config in kept])
+    groups, shared, reg_entries = _ring.register(comm, [k[0] for k in kept],
+                                                 [k[3] for k in kept],
+                                                 [k[0].name for k in kept], slots)
+    ring = _ring.Ring(shared, reg_entries)
     states = []
     try:
         for (spec, pg, _m, _config), g, slot in zip(kept, groups, slots):
@@ -389,8 +387,22 @@ def enabled(module):
     return getattr(module, "_tide_fsdp", None)
 
 
+def memory_report(module, file=None):
+    """Per-rank bytes by region with TIDE next to stock FSDP2's (a model of stock's; see
+    _memory.py); prints a table to `file` when given and returns the figures as a dict."""
+    from . import _memory
+
+    handle = enabled(module)
+    if handle is None:
+        raise ValueError("tide.fsdp.memory_report: TIDE is not enabled on this module")
+    rep = _memory.report(handle)
+    if file is not None:
+        print(_memory.format_report(rep), file=file)
+    return rep
+
+
 from . import _auto  # noqa: E402
 
 _auto.install_from_environment()
 
-__all__ = ["Enabled", "disable", "enable", "enabled"]
+__all__ = ["Enabled", "disable", "enable", "enabled", "memory_report"]

@@ -1,16 +1,13 @@
 """The all-gather ring of one communicator's Tier 1 groups (paper §5.3-5.4, docs/arena.md).
 
 Registration.  All Tier 1 groups of a communicator are registered as one set on one shared
-arena (tide_groups_register).  Ring positions follow the execution order of the groups that
-reshard after forward -- the order of the fully_shard modules in forward, which is their
-order in named_modules() for the models FSDP2 wraps (embedding, blocks, head) -- and the
-group at position g lands in ring slot g mod 2.  A group that stays unsharded through the
-forward (the FSDP2 root, whose lazy init turns resharding off, and reshard_after_forward=
-False) gets a landing of its own: its parameters are live while the other groups cycle
-through the ring, so sharing a slot would make them wait for the backward.  The paper's
-ring-tail folding (the last block kept in its ring slot into the backward) needs no special
-case here: the last block's slot is not gathered into by anyone else before the backward
-gathers it again, so it is the slot its own re-gather reuses.
+arena (tide_groups_register).  Ring positions follow the execution order -- the order of
+the fully_shard modules in forward, taken as their order in named_modules(), which is the
+forward order of the models FSDP2 wraps (blocks in a ModuleList) -- and the group at
+position g lands in ring slot g mod 2 (positions()).  The FSDP2 root is live across every
+other group's forward and gets a landing of its own; a reshard_after_forward=False group
+folds into the ring when at most one group follows it (the last block, paper App. F), else
+it gets its own landing too.  docs/memory.md gives each case's memory.
 
 When the library cannot put the set on one arena (the CUDA and NCCL fabrics in this
 release, or a library without tide_groups_register), every group is registered alone, with
@@ -33,32 +30,40 @@ from ..torch_binding import register_set
 logger = logging.getLogger("tide.fsdp")
 
 
-def stays_unsharded(pg, state, is_root):
-    """Whether a group keeps its parameters unsharded from its forward into its backward:
-    reshard_after_forward=False, or the root, whose resharding FSDPState._lazy_init turns
-    off unless the user set it (fully_shard(reshard_after_forward=...) explicitly or
-    set_reshard_after_forward)."""
+def lifetime(pg, is_root):
+    """"root" for the FSDP2 root (unsharded from the first forward to the end of the
+    backward: FSDPState._lazy_init turns its resharding off unless the user set it, and even
+    resharded it is live across every block's forward), "unsharded" for a group with
+    reshard_after_forward=False (live from its forward to its backward), else "ring"."""
+    if is_root:
+        return "root"
     if pg.post_forward_mesh_info is None:
-        return True
-    return is_root and bool(getattr(state, "_auto_reshard_after_forward", True))
+        return "unsharded"
+    return "ring"
 
 
-def positions(entries):
-    """Ring slots (0, 1 or None for an own landing) of entries [(name, stays_unsharded)] in
-    execution order."""
+def positions(kinds):
+    """Ring slots (0, 1, or None for a landing of its own) of groups in execution order,
+    given their lifetime() kinds.  A "ring" group at position g takes slot g mod 2.  An
+    "unsharded" group joins the ring (ring-tail folding, paper App. F) when at most one
+    group follows it: the next group lands in the other slot and nothing lands in its slot
+    before its backward, which comes right after that group's; otherwise, and for the root
+    (live while every other group cycles through the ring), it gets a landing of its own."""
     out, g = [], 0
-    for _name, own in entries:
-        if own:
-            out.append(None)
-        else:
+    for i, kind in enumerate(kinds):
+        after = sum(1 for k in kinds[i + 1:] if k != "root")
+        if kind == "ring" or (kind == "unsharded" and after <= 1):
             out.append(g % 2)
             g += 1
+        else:
+            out.append(None)
     return out
 
 
 class Ring:
-    def __init__(self, shared):
+    def __init__(self, shared, entries=()):
         self.shared = shared          # one arena for the set (else one per group)
+        self.entries = list(entries)  # what the set was registered with (memory_report)
         self.occupant = {}            # slot key -> Tier1Group last gathered there
         self.unchecked = {}           # slot key -> [Tier1Group] resharded, aliases unchecked
 
@@ -84,7 +89,7 @@ class Ring:
 
 def register(comm, specs, configs, names, slots):
     """TorchGroups for `specs` (GroupSpec, execution order) on one arena, or one arena each
-    when the library cannot share one; returns (groups, shared)."""
+    when the library cannot share one; returns (groups, shared, entries)."""
     entries = []
     for spec, config, name, slot in zip(specs, configs, names, slots):
         entries.append(dict(config=config, shapes=spec.shapes, ag_dtype=spec.ag_dtype,
@@ -93,7 +98,7 @@ def register(comm, specs, configs, names, slots):
     why = None
     if len(entries) > 1:
         try:
-            return register_set(comm, entries), True
+            return register_set(comm, entries), True, entries
         except OSError as exc:  # a library without the set API
             why = str(exc)
         except _lib.TideError as exc:
@@ -117,7 +122,7 @@ def register(comm, specs, configs, names, slots):
             except Exception:
                 pass
         raise
-    return groups, False
+    return groups, False, entries
 
 
 _TUNING_FIELDS = ("wave_width", "round_width", "passes", "staging_slots", "sum_ctas",
