@@ -163,6 +163,7 @@ class Tier1Group:
         self.zero_grad = None
         self._fallback_logged = False
         self._order_logged = False
+        self._defer_logged = False
         # The fp32-gradient companion group (see _wide_group), registered on first need.
         self.wide = None
         self.wide_grad_views = None
@@ -171,9 +172,15 @@ class Tier1Group:
         # ran on stock memory (the landing was held by another group).
         self.live = False
         self.on_stock = False
+        # pending: the arguments of an all-gather deferred until its parameters are waited
+        # for (its landing was held).  saved_in_slot: resharded in a forward that saved
+        # views of the landing for the backward, not gathered there since.
+        self.pending = None
+        self.saved_in_slot = False
         self.landing_addresses = []
         self.calls = {"all_gather": 0, "reduce_scatter": 0, "stock_reduce": 0, "copy_in": 0,
-                      "wide_reduce_scatter": 0, "stock_all_gather": 0, "reshard": 0}
+                      "wide_reduce_scatter": 0, "stock_all_gather": 0, "deferred_all_gather": 0,
+                      "reshard": 0}
         self._empty = torch.empty(0, dtype=spec.ag_dtype, device=g.device)
         self._adopt()
         # What holds each landing storage when nothing but TIDE and FSDP2 do (the view and
@@ -256,7 +263,10 @@ class Tier1Group:
         if backward or state == TrainingState.IDLE or not torch.is_grad_enabled():
             # No autograd graph may still hold views of the landing (the backward ran, or
             # the forward saved nothing): any tensor that does is a kept alias.
+            self.saved_in_slot = False
             self.ring.retire(self.slot_key, self)
+        else:
+            self.saved_in_slot = True
 
     def release_slot(self):
         """Tell the library this group's landing holds no live data (host side)."""
@@ -317,11 +327,34 @@ class Tier1Group:
                                "autograd (Traceable FSDP2); call tide.fsdp.disable() or "
                                "enable(..., tier=0)")
         self.check_params(fsdp_params)
-        holder = self.ring.claim(self.slot_key, self)
-        if holder is not None:
-            return self._stock_all_gather(holder, fsdp_params, group, async_op,
-                                          copy_in_stream, all_gather_stream, device,
-                                          all_gather_comm)
+        args = (group, async_op, copy_in_stream, all_gather_stream, device, all_gather_comm)
+        if self.ring.claim(self.slot_key, self) is not None:
+            # The landing is held by a live group (an order other than the planned one, e.g.
+            # prefetching two groups ahead): gather when the parameters are waited for, by
+            # which time the holder has usually resharded (copy_out).  Every rank defers
+            # alike: the order is the same program on every rank.
+            self.pending = args
+            self.calls["deferred_all_gather"] += 1
+            if not self._defer_logged:
+                self._defer_logged = True
+                logger.warning("tide.fsdp: group %s is unsharded ahead of time while group %s "
+                               "still holds their shared %s (prefetching deeper than the "
+                               "two-slot ring); such all-gathers of %s run when the parameters "
+                               "are waited for", self.spec.name,
+                               self.ring.occupant[self.slot_key].spec.name,
+                               _key_name(self.slot_key), self.spec.name)
+            result = AllGatherResult(self.landing0, None, None,
+                                     [[self.spec.ag_dtype] for _ in fsdp_params],
+                                     [[n] for n in self.numels], list(self.numels))
+            return _TideAllGatherResult(result)
+        return self._land(fsdp_params, *args)
+
+    def _land(self, fsdp_params, group, async_op, copy_in_stream, all_gather_stream, device,
+              all_gather_comm):
+        """TIDE-AG into the landing this group just claimed."""
+        from torch.distributed.device_mesh import _get_device_handle
+        from torch.distributed.fsdp._fully_shard._fsdp_collectives import AllGatherResult
+
         handle = _get_device_handle(device.type)
         with torch.no_grad(), handle.stream(copy_in_stream):
             # Adopted shards are read in place.  One whose storage was replaced since
@@ -334,14 +367,29 @@ class Tier1Group:
             self.calls["all_gather"] += 1
             event = all_gather_stream.record_event()
         self.live = True
+        self.saved_in_slot = False  # the landing holds this group's parameters again
         result = AllGatherResult(self.landing0, event, None,
                                  [[self.spec.ag_dtype] for _ in fsdp_params],
                                  [[n] for n in self.numels], list(self.numels))
         return _TideAllGatherResult(result)
 
-    def _stock_all_gather(self, holder, fsdp_params, group, async_op, copy_in_stream,
-                          all_gather_stream, device, all_gather_comm):
-        """This unshard on stock FSDP2's memory: the landing is held by a live group."""
+    def _land_pending(self, fsdp_params):
+        """The deferred all-gather, at the moment its parameters are needed: into the
+        landing if its holder has resharded since, else on stock FSDP2's memory."""
+        args, self.pending = self.pending, None
+        holder = self.ring.claim(self.slot_key, self)
+        if holder is None:
+            return self._land(fsdp_params, *args)
+        if self.saved_in_slot:
+            # Autograd saved views of this group's landing in forward; gathering elsewhere
+            # would leave them reading the holder's parameters.
+            raise RuntimeError(
+                "tide.fsdp: group %s must unshard for its backward while group %s holds their "
+                "shared %s, where the forward saved %s's parameters for the backward: an "
+                "execution order the two-slot ring cannot serve (prefetching or calling "
+                "modules out of the forward's order); disable TIDE for this model or keep "
+                "the prefetch depth at one" % (self.spec.name, holder.spec.name,
+                                               _key_name(self.slot_key), self.spec.name))
         if not self._order_logged:
             self._order_logged = True
             logger.warning(
@@ -350,13 +398,17 @@ class Tier1Group:
                 "explicit prefetching more than one group ahead, another order in eval); "
                 "such unshards of %s run on stock FSDP2 memory", self.spec.name,
                 holder.spec.name, _key_name(self.slot_key), self.spec.name)
+        group, async_op, copy_in_stream, all_gather_stream, device, all_gather_comm = args
         for fp in fsdp_params:
             fp.all_gather_outputs = []  # stock's copy-out allocates its own
         self.on_stock = True
         self.live = True
         self.calls["stock_all_gather"] += 1
-        return _ORIGINALS["foreach_all_gather"](fsdp_params, group, async_op, copy_in_stream,
-                                                all_gather_stream, device, all_gather_comm)
+        result = _ORIGINALS["foreach_all_gather"](fsdp_params, group, False, copy_in_stream,
+                                                  all_gather_stream, device, all_gather_comm)
+        _ORIGINALS["foreach_all_gather_copy_out"](result, fsdp_params, group)
+        self.bind_stock_outputs()
+        return None
 
     def bind_stock_outputs(self):
         """After stock's copy-out: the unsharded parameters onto its outputs."""
@@ -370,6 +422,10 @@ class Tier1Group:
     def copy_out(self, result, fsdp_params, group):
         from torch.distributed.device_mesh import _get_device_handle
 
+        if self.pending is not None:
+            result = self._land_pending(fsdp_params)
+            if result is None:
+                return  # on stock memory, bound already
         device = result.all_gather_output.device
         handle = _get_device_handle(device.type)
         if result.all_gather_event is not None:
