@@ -573,9 +573,10 @@ TIDE_API tide_result_t tide_group_name(tide_group_t group, const char **name_out
 /*
  * The read-done point of this rank's last reduce-scatter of the group: after it the call no
  * longer reads its gradients (Slot-Reuse: the staged ring slot), so the slot may be
- * overwritten.  CUDA fabric: *event_out is the cudaEvent_t recorded there (valid until the
- * next reduce-scatter of the group).  CPU fabric: *event_out = NULL, the call returned after
- * that point.  Other fabrics: TIDE_ERR_UNSUPPORTED.
+ * overwritten.  CUDA fabric, one process driving the ranks (tide_comm_init_all): *event_out
+ * is the cudaEvent_t recorded there (valid until the next reduce-scatter of the group).  CPU
+ * fabric: *event_out = NULL, the call returned after that point.  The one-process-per-rank
+ * CUDA fabric and the NCCL fabric: TIDE_ERR_UNSUPPORTED in this release.
  */
 TIDE_API tide_result_t tide_group_read_done_event(tide_group_t group, void **event_out);
 

@@ -650,10 +650,9 @@ def register_set(comm, specs):
         name = spec.get("name")
         name_b = None if name is None else str(name).encode("utf-8")
         keep.extend([config, sig, name_b])
-        # Config subclasses ConfigStruct; the entry's field is a ConfigStruct pointer.
-        entries[i].config = ctypes.cast(ctypes.pointer(config),
-                                         ctypes.POINTER(_lib.ConfigStruct))
-        entries[i].group = ctypes.pointer(sig.desc)
+        # Config subclasses ConfigStruct: a pointer cast keeps the entry's declared type.
+        entries[i].config = ctypes.cast(ctypes.pointer(config), ctypes.POINTER(_lib.ConfigStruct))
+        entries[i].group = ctypes.cast(ctypes.pointer(sig.desc), ctypes.POINTER(_lib.GroupDesc))
         entries[i].ring_slot = slot
         entries[i].name = name_b
         prepared.append((config, shapes, spec, slot, name))
@@ -664,4 +663,5 @@ def register_set(comm, specs):
         groups.append(TorchGroup(comm, config, shapes, spec["ag_dtype"], spec["grad_dtype"],
                                  spec.get("shard_dtype"),
                                  _registered=(handles[i], None if slot < 0 else slot, name)))
+        comm._groups.append(weakref.ref(groups[-1]))  # as Comm.register does
     return groups

@@ -23,8 +23,7 @@ int tide_set_landing(const struct tide_group *g) {
     return slot >= 0 ? slot : 2 + g->set_index;
 }
 
-static const char *landing_name(const struct tide_arena_set *set, int res, char *buf,
-                                size_t size) {
+static const char *landing_name(const struct tide_arena_set *set, int res, char *buf, size_t size) {
     if (res < 2)
         snprintf(buf, size, "ring slot %d", res);
     else
@@ -63,8 +62,7 @@ tide_result_t tide_set_fence(struct tide_group *g, const tide_set_use_t *use, vo
     struct tide_arena_set *set = g->set;
     const int me = g->set_index;
     const bool rs_handover = use->rs && used_by_other(set, TIDE_SET_RES_RS(set), me);
-    const bool need = rs_handover ||
-                      (use->landing >= 0 && used_by_other(set, use->landing, me)) ||
+    const bool need = rs_handover || (use->landing >= 0 && used_by_other(set, use->landing, me)) ||
                       (use->recv && used_by_other(set, TIDE_SET_RES_RECV(set), me));
     if (!need) return TIDE_SUCCESS;
     tide_binding_t b = {0};
@@ -139,8 +137,7 @@ static uint64_t set_signature(const struct tide_arena_plan *ap) {
     uint64_t h = 0xcbf29ce484222325ull;
     for (int i = 0; i < ap->num_groups; ++i) {
         const uint64_t v[3] = {tide_plan_signature(ap->groups[i].plan),
-                               (uint64_t)(int64_t)ap->groups[i].ring_slot,
-                               ap->layout.total_bytes};
+                               (uint64_t)(int64_t)ap->groups[i].ring_slot, ap->layout.total_bytes};
         for (int k = 0; k < 3; ++k)
             for (int b = 0; b < 8; ++b) {
                 h ^= (v[k] >> (8 * b)) & 0xff;
@@ -210,12 +207,11 @@ static tide_result_t resolve_entries(const struct tide_comm *comm, int n,
             cfgs[i].nodes = comm->topo.nodes;
             cfgs[i].gpus_per_node = comm->topo.gpus_per_node;
         }
-        TIDE_ARG_CHECK(cfgs[i].nodes == comm->topo.nodes &&
-                           cfgs[i].gpus_per_node == comm->topo.gpus_per_node,
-                       "groups_register: entry %d is for M = %d, L = %d, the communicator has "
-                       "M = %d, L = %d",
-                       i, cfgs[i].nodes, cfgs[i].gpus_per_node, comm->topo.nodes,
-                       comm->topo.gpus_per_node);
+        TIDE_ARG_CHECK(
+            cfgs[i].nodes == comm->topo.nodes && cfgs[i].gpus_per_node == comm->topo.gpus_per_node,
+            "groups_register: entry %d is for M = %d, L = %d, the communicator has "
+            "M = %d, L = %d",
+            i, cfgs[i].nodes, cfgs[i].gpus_per_node, comm->topo.nodes, comm->topo.gpus_per_node);
         out[i] = entries[i];
         out[i].config = &cfgs[i];
     }
@@ -315,8 +311,7 @@ tide_result_t tide_groups_register(tide_comm_t comm, int num_groups,
             for (int j = 0; j < num_groups; ++j) {
                 member_free(set->groups[j]);
                 if (j < i)
-                    tide_handle_release(set->groups[j], TIDE_HANDLE_GROUP,
-                                        sizeof(*set->groups[j]));
+                    tide_handle_release(set->groups[j], TIDE_HANDLE_GROUP, sizeof(*set->groups[j]));
                 else
                     free(set->groups[j]);
             }

@@ -234,7 +234,8 @@ static void describe_signature(tide_collective_t coll, uint64_t sig, char *buf, 
     float alpha;
     memcpy(&alpha, &bits, sizeof(alpha));
     char who[48] = "";
-    if (member > 0) snprintf(who, sizeof(who), "group %llu of the set, ", (unsigned long long)(member - 1));
+    if (member > 0)
+        snprintf(who, sizeof(who), "group %llu of the set, ", (unsigned long long)(member - 1));
     snprintf(buf, size, "%salpha %.9g (bits %08x), accumulate %d, mode %s", who, (double)alpha,
              bits, (int)(sig & 1), (sig >> 1 & 1) ? "slot-reuse" : "in-place");
 }

@@ -154,8 +154,8 @@ tide_result_t tide_arena_plan_create(int num_groups, const tide_group_entry_t *e
                                      tide_arena_plan_t *plan_out) {
     tide_error_clear();
     TIDE_ARG_CHECK(num_groups >= 1, "arena plan: num_groups = %d, need >= 1", num_groups);
-    TIDE_ARG_CHECK(num_groups <= TIDE_ARENA_MAX_GROUPS,
-                   "arena plan: num_groups = %d exceeds %d", num_groups, TIDE_ARENA_MAX_GROUPS);
+    TIDE_ARG_CHECK(num_groups <= TIDE_ARENA_MAX_GROUPS, "arena plan: num_groups = %d exceeds %d",
+                   num_groups, TIDE_ARENA_MAX_GROUPS);
     TIDE_ARG_CHECK(entries != NULL, "arena plan: entries is NULL");
     TIDE_ARG_CHECK(plan_out != NULL, "arena plan: plan_out is NULL");
     struct tide_arena_plan *ap = calloc(1, sizeof(*ap));
@@ -208,20 +208,20 @@ tide_result_t tide_arena_plan_get_region(tide_arena_plan_t ap, int group, tide_r
                                          tide_region_info_t *info_out) {
     tide_error_clear();
     TIDE_ARG_CHECK(ap != NULL && info_out != NULL, "arena plan region: plan and info_out must "
-                                                    "be non-NULL");
+                                                   "be non-NULL");
     TIDE_ARG_CHECK(group >= -1 && group < ap->num_groups,
                    "arena plan region: group = %d outside [-1, %d)", group, ap->num_groups);
     TIDE_ARG_CHECK((int)region >= 0 && region < TIDE_REGION_COUNT,
                    "arena plan region: region = %d is not a tide_region_t", (int)region);
-    *info_out = group < 0 ? ap->layout.regions[region]
-                          : ap->groups[group].plan->arena.regions[region];
+    *info_out =
+        group < 0 ? ap->layout.regions[region] : ap->groups[group].plan->arena.regions[region];
     return TIDE_SUCCESS;
 }
 
 tide_result_t tide_arena_plan_group(tide_arena_plan_t ap, int group, tide_plan_t *plan_out) {
     tide_error_clear();
     TIDE_ARG_CHECK(ap != NULL && plan_out != NULL, "arena plan group: plan and plan_out must be "
-                                                    "non-NULL");
+                                                   "non-NULL");
     TIDE_ARG_CHECK(group >= 0 && group < ap->num_groups,
                    "arena plan group: group = %d outside [0, %d)", group, ap->num_groups);
     *plan_out = ap->groups[group].plan;

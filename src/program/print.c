@@ -33,6 +33,7 @@ static void ctr_name(int ctr, char *buf, size_t size) {
         {TIDE_CTR_AG_CE_DONE, 1, "AG_CE_DONE"},
         {TIDE_CTR_AG_ARRIVED, TIDE_CTR_AG_MAX_ROUNDS, "AG_ARRIVED"},
         {TIDE_CTR_AG_CREDIT, TIDE_CTR_AG_MAX_ROUNDS, "AG_CREDIT"},
+        {TIDE_CTR_FENCE, 1, "FENCE"},
         {TIDE_CTR_RS_STAGED, 1, "RS_STAGED"},
         {TIDE_CTR_RS_PUSHED, 1, "RS_PUSHED"},
         {TIDE_CTR_RS_SUMMED, 1, "RS_SUMMED"},

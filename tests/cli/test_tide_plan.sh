@@ -113,6 +113,37 @@ fi
 expect_rc 0 "$TP" memory --nodes 64 --gpus-per-node 8 --round-width 4 --inbox-generations 2 &&
   { grep -q "0.594" "$TMP/out" || fail "memory text lacks 0.594"; }
 
+# ---------------------------------------------------------------- memory --model (docs/arena.md)
+# Llama-3.1-70B at N = 64, blocks only (the issue's accounting): stock about 24 GiB per GPU,
+# TIDE In-Place about 22.5; the shared arena a small fraction of one arena per group.
+if expect_rc 0 "$TP" memory --model llama-3.1-70b --nodes 8 --gpus-per-node 8 --no-root --json; then
+  cp "$TMP/out" "$TMP/model.json"
+  check_json "$TMP/model.json" "
+G = 2.0 ** 30
+assert d['groups'] == 80 and not d['root']
+assert 23.0 < d['stock']['total'] / G < 25.0, d['stock']['total'] / G
+assert 21.5 < d['tide']['total'] / G < 23.0, d['tide']['total'] / G
+a = d['arena']
+assert a['landing0'] == a['landing1'] == d['bounds_ns']['unit_bytes']
+assert a['total'] < 2 * a['landing0'] + a['recv_stage'] + a['staging'] + a['outbox'] + a['spare'] + a['inbox'] + a['signals'] + 20 * 4096
+assert a['separate_arenas'] > 50 * a['total']
+assert d['tide']['arena'] == a['total']
+"
+fi
+if expect_rc 0 "$TP" memory --model Llama-3.1-70B --nodes 8 --gpus-per-node 8 --mode slot-reuse --json; then
+  cp "$TMP/out" "$TMP/model_sr.json"
+  check_json "$TMP/model_sr.json" "
+assert d['groups'] == 81 and d['root'] and d['mode'] == 'slot-reuse'
+assert d['tide']['autograd_grads'] == 0 and d['stock']['root_unsharded'] > 0
+assert d['arena']['own_slots'] == d['stock']['root_unsharded']
+"
+fi
+expect_rc 0 "$TP" memory --model qwen3-30b-a3b --nodes 1 --gpus-per-node 8 &&
+  { grep -q "TIDE arena by region" "$TMP/out" || fail "memory --model text lacks the regions"; }
+expect_rc 2 "$TP" memory --model gpt-5 --nodes 1 --gpus-per-node 8 || true
+expect_rc 2 "$TP" memory --model llama-3.1-8b --nodes 1 --gpus-per-node 8 --round-width 2 || true
+expect_rc 2 "$TP" memory --nodes 1 --gpus-per-node 8 --round-width 2 --inbox-generations 1 --mode slot-reuse || true
+
 # ---------------------------------------------------------------- solve (App. G)
 if expect_rc 0 "$TP" solve --nodes 8 --gpus-per-node 8 --bw-nic 47.5 --bw-sum 99 --bw-land 21 \
   --bw-cap 90 --t-round 1.3 --bytes 32MiB --json; then

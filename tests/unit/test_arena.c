@@ -13,6 +13,7 @@
 #include "core/checks.h"
 #include "core/comm.h"
 #include "plan/arena_plan.h"
+#include "program/check_ring.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -91,8 +92,8 @@ static uint64_t seed_of(int kind, int group, int rank, int step) {
 typedef struct {
     tide_group_t set, alone;
     const struct tide_plan *plan;
-    uint16_t *shards;  /* N shards of this step, S bytes each */
-    uint16_t *grads;   /* sum D_p K_p, this rank's, packed in parameter order */
+    uint16_t *shards; /* N shards of this step, S bytes each */
+    uint16_t *grads;  /* sum D_p K_p, this rank's, packed in parameter order */
     float *out_set, *out_alone;
 } member_t;
 
@@ -106,17 +107,17 @@ static void check_landing(ctx_t *c, int rank, member_t *mb, int step, const char
     }
     const tide_geom_t *g = &mb->plan->geom;
     if (memcmp(a, b, g->group_bytes) != 0)
-        e2e_note(rep, "step %d %s: the shared arena's landing differs from the group alone's",
-                 step, phase);
+        e2e_note(rep, "step %d %s: the shared arena's landing differs from the group alone's", step,
+                 phase);
     /* And from the shards themselves: Landing(p, r) holds rank r's shard of p. */
     for (int p = 0; p < g->num_params; ++p)
         for (int r = 0; r < c->n; ++r) {
-            const uint8_t *want = (const uint8_t *)mb->shards + (uint64_t)r * g->shard_bytes +
-                                  g->params[p].offset;
-            if (memcmp((uint8_t *)a + tide_geom_landing(g, p, r), want,
-                       g->params[p].shard_bytes) != 0)
-                e2e_note(rep, "step %d %s: landing of p %d from rank %d is wrong", step, phase,
-                         p, r);
+            const uint8_t *want =
+                (const uint8_t *)mb->shards + (uint64_t)r * g->shard_bytes + g->params[p].offset;
+            if (memcmp((uint8_t *)a + tide_geom_landing(g, p, r), want, g->params[p].shard_bytes) !=
+                0)
+                e2e_note(rep, "step %d %s: landing of p %d from rank %d is wrong", step, phase, p,
+                         r);
         }
 }
 
@@ -159,8 +160,7 @@ static tide_result_t reduce(ctx_t *c, int rank, member_t *mb, int step) {
     TIDE_CHECK(
         tide_reduce_scatter(mb->alone, grads_alone, mb->out_alone, alpha, acc, c->mode, NULL));
     if (memcmp(mb->out_set, mb->out_alone, g->fp32_shard_bytes) != 0)
-        e2e_note(&c->rep[rank], "step %d: RS output on the shared arena differs from alone",
-                 step);
+        e2e_note(&c->rep[rank], "step %d: RS output on the shared arena differs from alone", step);
     bool nonzero = false;
     for (uint64_t e = 0; e < g->shard_elems; ++e)
         nonzero |= mb->out_set[e] != 0.0f;
@@ -215,8 +215,8 @@ static void rank_main(int rank, void *p) {
     for (int i = 0; i < GROUPS && ok; ++i) {
         mb[i].set = c->set[rank][i];
         mb[i].plan = mb[i].set->plan;
-        ok = tide_group_register(c->comms[rank], &c->cfg, &c->desc[i], &mb[i].alone) ==
-             TIDE_SUCCESS;
+        ok =
+            tide_group_register(c->comms[rank], &c->cfg, &c->desc[i], &mb[i].alone) == TIDE_SUCCESS;
         const tide_geom_t *g = &mb[i].plan->geom;
         mb[i].shards = calloc((size_t)c->n, g->shard_bytes);
         mb[i].grads = calloc(1, g->pack_bytes); /* >= sum D_p K_p x 2 */
@@ -325,14 +325,14 @@ static void check_sizes(int m, int l, tide_rs_mode_t mode) {
             void *land = NULL;
             tide_region_info_t info;
             assert_tide(TIDE_SUCCESS, tide_group_landing(c->set[r][i], 0, &land));
-            assert_tide(TIDE_SUCCESS, tide_arena_plan_get_region(ap, i, TIDE_REGION_LANDING0,
-                                                                 &info));
+            assert_tide(TIDE_SUCCESS,
+                        tide_arena_plan_get_region(ap, i, TIDE_REGION_LANDING0, &info));
             assert_ptr_equal(land, a->bases[r] + info.offset);
             if (i != ROOT) {
                 tide_region_info_t slot;
-                assert_tide(TIDE_SUCCESS, tide_arena_plan_get_region(
-                                              ap, -1, (tide_region_t)(TIDE_REGION_LANDING0 + i % 2),
-                                              &slot));
+                assert_tide(TIDE_SUCCESS,
+                            tide_arena_plan_get_region(
+                                ap, -1, (tide_region_t)(TIDE_REGION_LANDING0 + i % 2), &slot));
                 assert_int_equal(info.offset, slot.offset);
             }
             void *ignored;
@@ -375,10 +375,231 @@ static void test_plan_errors(void **state) {
     free(c);
 }
 
+/* ------------------------------------------------------------------ misuse */
+
+#define EXPECT(rep, code, call, ...)                                                               \
+    do {                                                                                           \
+        const tide_result_t got_ = (call);                                                         \
+        if (got_ != (code))                                                                        \
+            e2e_note((rep), "line %d: %s returned %d, expected %d (%s)", __LINE__, #call,          \
+                     (int)got_, (int)(code), tide_get_last_error());                               \
+        const char *names_[] = {__VA_ARGS__};                                                      \
+        for (size_t k_ = 0; got_ == (code) && k_ < sizeof(names_) / sizeof(*names_); ++k_)         \
+            if (strstr(tide_get_last_error(), names_[k_]) == NULL)                                 \
+                e2e_note((rep), "line %d: the message does not name %s: %s", __LINE__, names_[k_], \
+                         tide_get_last_error());                                                   \
+    } while (0)
+
+#define EXPECT_OK(rep, call)                                                                       \
+    do {                                                                                           \
+        if ((call) != TIDE_SUCCESS)                                                                \
+            e2e_note((rep), "line %d: %s failed: %s", __LINE__, #call, tide_get_last_error());     \
+    } while (0)
+
+static void misuse_rank(int rank, void *p) {
+    ctx_t *c = p;
+    e2e_report_t *rep = &c->rep[rank];
+    tide_group_t *g = c->set[rank];
+    if (tide_groups_register(c->comms[rank], GROUPS, c->entries, g) != TIDE_SUCCESS) {
+        e2e_note(rep, "groups_register: %s", tide_get_last_error());
+        return;
+    }
+    const struct tide_plan *pa = g[0]->plan;
+    uint8_t *shard = calloc(1, g[ROOT]->plan->geom.fp32_shard_bytes * 4);
+    float *out = calloc(1, g[ROOT]->plan->geom.fp32_shard_bytes);
+    memset(shard, 0x3c, g[ROOT]->plan->geom.fp32_shard_bytes * 4);
+    void *slot0 = NULL, *slot1 = NULL;
+    tide_group_landing(g[0], 0, &slot0);
+    tide_group_landing(g[1], 0, &slot1);
+
+    EXPECT_OK(rep, tide_all_gather(g[0], shard, 0, NULL));
+    EXPECT_OK(rep, tide_all_gather(g[1], shard, 0, NULL));
+    uint8_t *before = malloc(pa->geom.group_bytes);
+    memcpy(before, slot0, pa->geom.group_bytes);
+    /* layers.2 shares ring slot 0 with layers.0, which is live. */
+    EXPECT(rep, TIDE_ERR_INVALID_ARGUMENT, tide_all_gather(g[2], shard, 0, NULL), "\"layers.2\"",
+           "\"layers.0\"", "ring slot 0");
+    if (memcmp(before, slot0, pa->geom.group_bytes) != 0)
+        e2e_note(rep, "a refused all-gather changed the live slot");
+    EXPECT(rep, TIDE_ERR_INVALID_ARGUMENT, tide_group_reshard(g[2]), "layers.2");
+    EXPECT(rep, TIDE_ERR_INVALID_ARGUMENT, tide_all_gather(g[1], shard, 1, NULL), "layers.1");
+    int live = 0;
+    tide_group_slot_live(g[0], &live);
+    if (!live) e2e_note(rep, "layers.0 should hold its slot");
+    EXPECT_OK(rep, tide_group_reshard(g[0]));
+    EXPECT(rep, TIDE_ERR_INVALID_ARGUMENT, tide_group_reshard(g[0]), "layers.0");
+    EXPECT_OK(rep, tide_all_gather(g[2], shard, 0, NULL));
+
+    /* Gradients in a landing that is not the group's (the root's own slot), and staged in a
+     * ring slot another group holds live (layers.3 shares slot 1 with layers.1; layers.0
+     * slot 0 with layers.2). */
+    const void *grads[MAX_P];
+    void *root_slot = NULL;
+    tide_group_landing(g[ROOT], 0, &root_slot);
+    for (int q = 0; q < g[3]->plan->geom.num_params; ++q)
+        grads[q] = root_slot;
+    EXPECT(rep, TIDE_ERR_INVALID_ARGUMENT,
+           tide_reduce_scatter(g[3], grads, out, 1.0f, 0, c->mode, NULL), "arena");
+    for (int q = 0; q < g[3]->plan->geom.num_params; ++q)
+        grads[q] = slot1;
+    EXPECT(rep, TIDE_ERR_INVALID_ARGUMENT,
+           tide_reduce_scatter(g[3], grads, out, 1.0f, 0, c->mode, NULL), "\"layers.3\"",
+           "\"layers.1\"");
+    for (int q = 0; q < pa->geom.num_params; ++q)
+        grads[q] = slot0;
+    EXPECT(rep, TIDE_ERR_INVALID_ARGUMENT,
+           tide_reduce_scatter(g[0], grads, out, 1.0f, 0, c->mode, NULL), "\"layers.0\"",
+           "\"layers.2\"");
+    /* Nothing was poisoned: the groups still work. */
+    for (int q = 0; q < g[2]->plan->geom.num_params; ++q)
+        grads[q] = slot0;
+    EXPECT_OK(rep, tide_reduce_scatter(g[2], grads, out, 1.0f, 0, c->mode, NULL));
+    tide_group_slot_live(g[2], &live);
+    if (live) e2e_note(rep, "layers.2's RS from its slot should have released it");
+    EXPECT_OK(rep, tide_all_gather(g[0], shard, 0, NULL));
+    free(before);
+    free(shard);
+    free(out);
+    for (int i = 0; i < GROUPS; ++i)
+        EXPECT_OK(rep, tide_group_deregister(g[i]));
+}
+
+/* ------------------------------------------------------------------ the ring model */
+
+/* A call sequence of check_ring.h replayed on the CPU fabric: the runtime must refuse exactly
+ * the call the model reports (or none), naming both groups. */
+typedef struct {
+    ctx_t *c;
+    int slots[GROUPS];
+    const tide_ring_call_t *calls;
+    int num_calls;
+    int refused_at[E2E_MAX_RANKS]; /* -1: every call succeeded */
+    char message[E2E_MAX_RANKS][320];
+} replay_t;
+
+static void replay_rank(int rank, void *p) {
+    replay_t *rp = p;
+    ctx_t *c = rp->c;
+    e2e_report_t *rep = &c->rep[rank];
+    tide_group_t *g = c->set[rank];
+    rp->refused_at[rank] = -1;
+    if (tide_groups_register(c->comms[rank], GROUPS, c->entries, g) != TIDE_SUCCESS) {
+        e2e_note(rep, "groups_register: %s", tide_get_last_error());
+        return;
+    }
+    const uint64_t big = g[ROOT]->plan->geom.pack_bytes;
+    uint8_t *buf = calloc(1, big);
+    float *out = calloc(1, big);
+    for (int k = 0; k < rp->num_calls && rp->refused_at[rank] < 0; ++k) {
+        tide_group_t grp = g[rp->calls[k].group];
+        const struct tide_plan *pl = grp->plan;
+        const void *grads[MAX_P];
+        void *slot = NULL;
+        tide_group_landing(grp, 0, &slot);
+        tide_result_t res = TIDE_SUCCESS;
+        switch (rp->calls[k].kind) {
+        case TIDE_RING_CALL_AG:
+            res = tide_all_gather(grp, buf, 0, NULL);
+            break;
+        case TIDE_RING_CALL_RESHARD:
+            res = tide_group_reshard(grp);
+            break;
+        default: {
+            const bool staged = rp->calls[k].kind == TIDE_RING_CALL_RS_STAGED;
+            uint64_t off = 0;
+            for (int q = 0; q < pl->geom.num_params; ++q) {
+                grads[q] = (staged ? (uint8_t *)slot : buf) + off;
+                off += pl->geom.params[q].dim0 * pl->geom.params[q].inner * 2;
+            }
+            res = tide_reduce_scatter(grp, grads, out, 1.0f, 0, c->mode, NULL);
+        }
+        }
+        if (res != TIDE_SUCCESS) {
+            rp->refused_at[rank] = k;
+            snprintf(rp->message[rank], sizeof(rp->message[rank]), "%s", tide_get_last_error());
+            if (res != TIDE_ERR_INVALID_ARGUMENT)
+                e2e_note(rep, "call %d: %s", k, rp->message[rank]);
+        }
+    }
+    free(buf);
+    free(out);
+    for (int i = 0; i < GROUPS; ++i)
+        if (tide_group_deregister(g[i]) != TIDE_SUCCESS)
+            e2e_note(rep, "deregister: %s", tide_get_last_error());
+}
+
+static void replay(ctx_t *c, replay_t *rp, const tide_ring_report_t *model) {
+    for (int i = 0; i < GROUPS; ++i)
+        c->entries[i].ring_slot = rp->slots[i];
+    rp->c = c;
+    e2e_run_threads(c->n, replay_rank, rp);
+    e2e_assert_reports(c->rep, c->n);
+    for (int r = 0; r < c->n; ++r) {
+        if (rp->refused_at[r] != model->call)
+            print_error("rank %d: runtime refused call %d, the model %d (%s / %s)\n", r,
+                        rp->refused_at[r], model->call, rp->message[r], model->message);
+        assert_int_equal(rp->refused_at[r], model->call);
+        if (model->call >= 0) {
+            assert_non_null(strstr(rp->message[r], c->names[model->holder]));
+            assert_non_null(strstr(rp->message[r], c->names[rp->calls[model->call].group]));
+        }
+    }
+}
+
+static void test_ring_model(void **state) {
+    (void)state;
+    for (int mode = 0; mode < TIDE_RS_MODE_COUNT; ++mode) {
+        ctx_t *c = calloc(1, sizeof(*c));
+        replay_t *rp = calloc(1, sizeof(*rp));
+        assert_true(c != NULL && rp != NULL);
+        setup(c, 1, 2, (tide_rs_mode_t)mode);
+        tide_ring_call_t *calls = NULL, mutated[128];
+        int n = 0;
+        assert_tide(TIDE_SUCCESS,
+                    tide_ring_fsdp_calls(BLOCKS, 1, (tide_rs_mode_t)mode, 2, &calls, &n));
+        assert_true(n <= 128);
+        const char *names[GROUPS];
+        for (int i = 0; i < GROUPS; ++i)
+            names[i] = c->names[i];
+        for (int f = -1; f < TIDE_RING_FAULT_KIND_COUNT; ++f) {
+            for (int i = 0; i < GROUPS; ++i)
+                rp->slots[i] = i == ROOT ? TIDE_RING_OWN_SLOT : i % 2;
+            memcpy(mutated, calls, (size_t)n * sizeof(*calls));
+            if (f >= 0)
+                assert_tide(TIDE_SUCCESS, tide_ring_fault_inject((tide_ring_fault_t)f, 3, GROUPS,
+                                                                 rp->slots, n, mutated));
+            tide_ring_seq_t seq = {GROUPS, rp->slots, names, n, mutated};
+            tide_ring_report_t model;
+            assert_tide(TIDE_SUCCESS, tide_ring_check(&seq, &model));
+            assert_int_equal(model.ok, f < 0);
+            rp->calls = mutated;
+            rp->num_calls = n;
+            replay(c, rp, &model);
+        }
+        free(calls);
+        teardown(c);
+        free(c);
+        free(rp);
+    }
+}
+
+static void test_misuse(void **state) {
+    (void)state;
+    ctx_t *c = calloc(1, sizeof(*c));
+    assert_non_null(c);
+    setup(c, 1, 2, TIDE_RS_SLOT_REUSE);
+    e2e_run_threads(c->n, misuse_rank, c);
+    e2e_assert_reports(c->rep, c->n);
+    teardown(c);
+    free(c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_plan_errors),
+        cmocka_unit_test(test_misuse),
+        cmocka_unit_test(test_ring_model),
         cmocka_unit_test(test_fsdp_in_place_1x4),
         cmocka_unit_test(test_fsdp_slot_reuse_1x4),
         cmocka_unit_test(test_fsdp_in_place_2x2),

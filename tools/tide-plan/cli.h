@@ -25,6 +25,9 @@
 int cli_cmd_show(int argc, char **argv);
 int cli_cmd_validate(int argc, char **argv);
 int cli_cmd_memory(int argc, char **argv);
+/* `tide-plan memory --model NAME` (memory_model.c); returns the exit code. */
+int cli_memory_model(const char *cmd, const char *model, int nodes, int gpus_per_node,
+                     tide_rs_mode_t mode, bool with_root, bool json);
 int cli_cmd_solve(int argc, char **argv);
 int cli_cmd_program(int argc, char **argv);
 

@@ -38,7 +38,9 @@ static const cli_command_t commands[] = {
      "tide-plan validate --gpus-per-node L --max-nodes Mmax [--jobs n] [--json]"},
     {"memory", cli_cmd_memory,
      "tide-plan memory --nodes M --gpus-per-node L --round-width k --inbox-generations n\n"
-     "                 [--json]"},
+     "                 [--json]\n"
+     "  tide-plan memory --model llama-3.1-8b|llama-3.1-70b|qwen3-30b-a3b --nodes M\n"
+     "                 --gpus-per-node L [--mode in-place|slot-reuse] [--no-root] [--json]"},
     {"solve", cli_cmd_solve,
      "tide-plan solve --nodes M --gpus-per-node L --bw-nic GBps --bw-sum GBps --bw-land GBps\n"
      "                --bw-cap GBps --t-round ms --bytes B [--wave-width W] [--passes n]\n"

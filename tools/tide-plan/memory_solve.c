@@ -12,7 +12,8 @@
 
 /* ------------------------------------------------------------------ memory */
 
-enum { MEM_NODES = 256, MEM_GPUS, MEM_ROUND, MEM_GENERATIONS, MEM_JSON, MEM_HELP };
+enum { MEM_NODES = 256, MEM_GPUS, MEM_ROUND, MEM_GENERATIONS, MEM_JSON, MEM_HELP, MEM_MODEL,
+       MEM_MODE, MEM_NO_ROOT };
 
 static const struct option memory_options[] = {
     {"nodes", required_argument, NULL, MEM_NODES},
@@ -21,6 +22,9 @@ static const struct option memory_options[] = {
     {"inbox-generations", required_argument, NULL, MEM_GENERATIONS},
     {"json", no_argument, NULL, MEM_JSON},
     {"help", no_argument, NULL, MEM_HELP},
+    {"model", required_argument, NULL, MEM_MODEL},
+    {"mode", required_argument, NULL, MEM_MODE},
+    {"no-root", no_argument, NULL, MEM_NO_ROOT},
     {NULL, 0, NULL, 0},
 };
 
@@ -30,9 +34,26 @@ int cli_cmd_memory(int argc, char **argv) {
     int v[4];
     bool have[4] = {false, false, false, false};
     bool json = false;
+    const char *model = NULL;
+    tide_rs_mode_t mode = TIDE_RS_IN_PLACE;
+    bool have_mode = false, with_root = true;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":", memory_options, NULL)) != -1) {
+        if (c == MEM_NO_ROOT) {
+            with_root = false;
+            continue;
+        }
+        if (c == MEM_MODEL) {
+            model = optarg;
+            continue;
+        }
+        if (c == MEM_MODE) {
+            if (!cli_parse_mode(optarg, &mode))
+                return cli_usage_error(cmd, "--mode '%s': need in-place or slot-reuse", optarg);
+            have_mode = true;
+            continue;
+        }
         if (c == MEM_JSON) {
             json = true;
             continue;
@@ -49,6 +70,17 @@ int cli_cmd_memory(int argc, char **argv) {
     }
     int rc = cli_no_operands(cmd, argc, argv);
     if (rc >= 0) return rc;
+    if (model != NULL) {
+        /* A whole model: the planner picks k and n_par per group. */
+        for (int i = 0; i < 2; ++i)
+            if (!have[i]) return cli_usage_error(cmd, "--%s is required", memory_options[i].name);
+        if (have[2] || have[3])
+            return cli_usage_error(cmd, "--model plans every group: --round-width and "
+                                        "--inbox-generations do not apply");
+        return cli_memory_model(cmd, model, v[0], v[1], mode, with_root, json);
+    }
+    if (have_mode || !with_root)
+        return cli_usage_error(cmd, "--mode and --no-root apply to --model only");
     for (int i = 0; i < 4; ++i)
         if (!have[i]) return cli_usage_error(cmd, "--%s is required", memory_options[i].name);
 
