@@ -120,6 +120,7 @@ def report(handle):
         plan = {"total": sum(st.group.plan.summary["arena_bytes"] for st in states),
                 "regions": {}, "separate": None}
     tide = {"arena": plan["total"], "arena_regions": plan["regions"],
+            "arena_own_landings": plan.get("own_slots", 0),
             "arena_if_separate": plan.get("separate"),
             "shards_outside_arena": sum(st.packed.numel() * st.packed.element_size()
                                         for st in states if st.packed is not None),
@@ -152,6 +153,8 @@ def format_report(rep):
     for name, b in sorted(tide["arena_regions"].items(), key=lambda kv: REGION_NAMES.index(
             kv[0])):
         lines.append("  arena %-12s %s" % (name, mib(b)))
+    if tide.get("arena_own_landings"):
+        lines.append("  arena own landings %s" % mib(tide["arena_own_landings"]))
     lines.append("  arena total        %s" % mib(tide["arena"]))
     if tide.get("arena_if_separate"):
         lines.append("  (one arena per group would be %s)" % mib(tide["arena_if_separate"]))
