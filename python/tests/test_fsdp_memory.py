@@ -141,3 +141,45 @@ def test_ring_positions():
     cases, positions = _positions_case()
     for kinds, want in cases:
         assert positions(kinds) == want, kinds
+
+
+def _tuning_job(rank, world):
+    from tide.plan import PAPER_CALIBRATION, solve
+
+    out = {}
+    model = fsdp_model.build(layers=2)
+    # 2 x 2 ranks: the solver has a rail to feed.
+    rec = tide.fsdp.enable(model, nodes=2, gpus_per_node=2)
+    out["solver"] = {}
+    for st in rec.states:
+        want = solve(2, 2, fp32_shard_bytes=4 * sum(st.numels), grad_dtype="bf16"
+                     if st.spec.grad_dtype == torch.bfloat16 else "fp32", **PAPER_CALIBRATION)
+        got = {k: getattr(st.group.config, k) for k in ("round_width", "sum_ctas",
+                                                        "landing_ctas")}
+        out["solver"][st.spec.name] = (got, {k: want[k] for k in got})
+    tide.fsdp.disable(model)
+    rec = tide.fsdp.enable(model, tuning=lambda name, nbytes: {"passes": 2, "sum_ctas": 3}
+                           if name == "<root>" else {"staging_slots": 3})
+    out["callable"] = {st.spec.name: (st.group.config.passes, st.group.config.sum_ctas,
+                                      st.group.config.staging_slots) for st in rec.states}
+    x, y = fsdp_model.batch(0, rank)
+    F.cross_entropy(model(x).reshape(-1, 37), y.reshape(-1)).backward()
+    tide.fsdp.disable(model)
+    model.zero_grad(set_to_none=True)
+    try:
+        tide.fsdp.enable(model, tuning={"bogus": 1})
+    except ValueError as exc:
+        out["bad"] = str(exc)
+    out["after_bad"] = tide.fsdp.enabled(model)
+    return out
+
+
+def test_tuning_reaches_the_groups(tmp_path):
+    records = fsdp_harness.run(4, _tuning_job, tmp_path, timeout=200)
+    for rec in records:
+        res = rec["result"]
+        for name, (got, want) in res["solver"].items():
+            assert got == want, (name, got, want)
+        assert res["callable"]["<root>"] == (2, 3, 0)
+        assert all(v == (0, 0, 3) for k, v in res["callable"].items() if k != "<root>")
+        assert "bogus" in res["bad"] and res["after_bad"] is None

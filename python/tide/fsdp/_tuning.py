@@ -5,6 +5,7 @@
   calibration (tide.plan.PAPER_CALIBRATION), or with the rates given as
   {"solver": {rate: value, ...}}.  It picks the round width k and the Level-1 sum and
   landing CTA budgets; a group the solver refuses keeps the planner's defaults (logged).
+  On one node (M = 1) there is no rail for the solver to feed: the planner's defaults.
 - "default": the planner's defaults (every knob 0).
 - a dict of tide_config_t fields (wave_width, round_width, passes, staging_slots, sum_ctas,
   landing_ctas) for every group;
@@ -47,6 +48,10 @@ def _checked(knobs, what):
 
 
 def _solver_knobs(spec, nodes, gpus_per_node, rates):
+    if nodes == 1:
+        # One node: no rail to feed (t_NIC = 0), so eqs. 13-14 size nothing useful (they
+        # would lower the sum CTAs below the default): the planner's defaults.
+        return {}
     try:
         out = solve(nodes, gpus_per_node, fp32_shard_bytes=fp32_shard_bytes(spec),
                     grad_dtype=tide_dtype(spec.grad_dtype), **rates)
