@@ -1,9 +1,10 @@
 /*
  * test_arena.c - a set of groups on one shared arena (docs/arena.md) on the CPU fabric.
  *
- * FSDP order over several steps: the root (own slot) gathered first and kept, the blocks
- * gathered and resharded one by one in forward, then gathered again and reduce-scattered in
- * reverse in backward (Slot-Reuse: gradients staged in the block's own ring slot).  Every call
+ * FSDP order over several steps, with prefetch (tide_ring_fsdp_calls): the root (own slot)
+ * gathered first and kept, the blocks gathered and resharded in forward, then gathered again
+ * and reduce-scattered in reverse in backward (Slot-Reuse: gradients staged in the block's
+ * own ring slot).  Every call
  * is repeated on the same groups registered alone, and the landings and outputs must be equal
  * bit for bit (wide-exponent bf16 data, so a changed summation order would show).  Also: the
  * arena's size against tide_arena_plan's figure and the bound of docs/arena.md, and misuse.
@@ -143,8 +144,6 @@ static tide_result_t reduce(ctx_t *c, int rank, member_t *mb, int step) {
         void *slot = NULL;
         TIDE_CHECK(tide_group_landing(mb->set, 0, &slot));
         staged = slot; /* the vacated ring slot: the parameters are dead after backward */
-    } else {
-        TIDE_CHECK(tide_group_reshard(mb->set));
     }
     uint64_t off = 0;
     for (int p = 0; p < g->num_params; ++p) {
@@ -182,24 +181,35 @@ static void new_step(ctx_t *c, int rank, member_t *mb, int i, int step) {
     fill(mb->grads, elems, seed_of(2, i, rank, step));
 }
 
+/* FSDP2's order with prefetch depth one (tide_ring_fsdp_calls): the root gathered first and
+ * kept, block b + 1 gathered before block b is resharded in forward, block b - 1 before
+ * block b's reduce-scatter in backward. */
 static tide_result_t script(ctx_t *c, int rank, member_t *mb) {
-    for (int step = 0; step < STEPS; ++step) {
-        for (int i = 0; i < GROUPS; ++i)
-            new_step(c, rank, &mb[i], i, step);
-        /* Forward: the root stays gathered; each block is resharded after use. */
-        TIDE_CHECK(gather(c, rank, &mb[ROOT], ROOT, step, true));
-        for (int i = 0; i < BLOCKS; ++i) {
-            TIDE_CHECK(gather(c, rank, &mb[i], i, step, i % 2 == 0));
-            TIDE_CHECK(tide_group_reshard(mb[i].set));
+    tide_ring_call_t *calls = NULL;
+    int n = 0;
+    TIDE_CHECK(tide_ring_fsdp_calls(BLOCKS, 1, c->mode, STEPS, &calls, &n));
+    tide_result_t res = TIDE_SUCCESS;
+    const int per_step = n / STEPS;
+    for (int k = 0; k < n && res == TIDE_SUCCESS; ++k) {
+        const int step = k / per_step, i = calls[k].group;
+        if (k % per_step == 0)
+            for (int q = 0; q < GROUPS; ++q)
+                new_step(c, rank, &mb[q], q, step);
+        switch (calls[k].kind) {
+        case TIDE_RING_CALL_AG:
+            /* The root and the even blocks read the resident region in forward. */
+            res = gather(c, rank, &mb[i], i, step, k % per_step < per_step / 2 && i % 2 == 0);
+            break;
+        case TIDE_RING_CALL_RESHARD:
+            res = tide_group_reshard(mb[i].set);
+            break;
+        default: /* RS (In-Place, after the reshard) or RS_STAGED (Slot-Reuse) */
+            res = reduce(c, rank, &mb[i], step);
+            break;
         }
-        /* Backward: gather again, reduce-scatter, in reverse; the root last. */
-        for (int i = BLOCKS - 1; i >= 0; --i) {
-            TIDE_CHECK(gather(c, rank, &mb[i], i, step, false));
-            TIDE_CHECK(reduce(c, rank, &mb[i], step));
-        }
-        TIDE_CHECK(reduce(c, rank, &mb[ROOT], step));
     }
-    return TIDE_SUCCESS;
+    free(calls);
+    return res;
 }
 
 static void rank_main(int rank, void *p) {
