@@ -380,9 +380,12 @@ class Tier1Group:
         holder = self.ring.claim(self.slot_key, self)
         if holder is None:
             return self._land(fsdp_params, *args)
-        if self.saved_in_slot:
-            # Autograd saved views of this group's landing in forward; gathering elsewhere
-            # would leave them reading the holder's parameters.
+        from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState
+
+        if self.saved_in_slot and self.param_group._training_state == TrainingState.PRE_BACKWARD:
+            # Autograd saved views of this group's landing in forward, and its backward is
+            # about to read them; gathering elsewhere would leave them reading the holder's
+            # parameters.  (A forward may gather elsewhere: the backward re-gathers.)
             raise RuntimeError(
                 "tide.fsdp: group %s must unshard for its backward while group %s holds their "
                 "shared %s, where the forward saved %s's parameters for the backward: an "
