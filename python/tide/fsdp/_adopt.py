@@ -18,6 +18,28 @@ Two backing buffers:
 import torch
 
 
+class _CudaBytes:
+    """__cuda_array_interface__ of bytes inside `owner` (a CUDA tensor), keeping it alive."""
+
+    def __init__(self, ptr, nbytes, owner):
+        self._owner = owner
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
+                                         "data": (ptr, False), "version": 3, "strides": None}
+
+
+def _own_storage(base, storage, start, end):
+    """A 1-D uint8 tensor over bytes [start, end) of base's storage, at offset 0 of a storage
+    of its own that keeps base's alive."""
+    try:
+        piece = storage[start:end]  # UntypedStorage slicing: a view that holds its base
+    except (NotImplementedError, RuntimeError, TypeError):
+        if base.device.type != "cuda":
+            raise
+        ptr = storage.data_ptr() + start
+        return torch.as_tensor(_CudaBytes(ptr, end - start, base), device=base.device)
+    return torch.empty(0, dtype=torch.uint8, device=base.device).set_(piece, 0, (end - start,))
+
+
 def zero_offset_views(base, numels):
     """1-D tensors of `numels[i]` items of base's dtype, back to back from base's first item,
     each at offset 0 of its own slice of base's storage."""
@@ -27,8 +49,8 @@ def zero_offset_views(base, numels):
     out = []
     for n in numels:
         end = start + n * itemsize
-        t = torch.empty(0, dtype=base.dtype, device=base.device)
-        t.set_(storage[start:end], 0, (n,))
+        t = _own_storage(base, storage, start, end).view(base.dtype)
+        assert t.storage_offset() == 0 and t.numel() == n
         out.append(t)
         start = end
     return out
