@@ -62,6 +62,11 @@ def _ring(rank, world):
     out["slot_reuse_equal"] = torch.equal(got, ref)
     out["released"] = not g2.slot_live()
     out["event"] = g2.read_done_event()
+    # The registered arena is the planner's: the slots sit where arena_plan says.
+    plan = tb.arena_plan(specs)
+    base = ptr[0] - plan["groups"][0]["landing0"][0]
+    out["plan_slots"] = all(ptr[i] - base == plan["groups"][i]["landing0"][0] for i in range(3))
+    out["plan_total"] = plan["total_bytes"] == g0.plan.summary["arena_bytes"]
     for g in groups:
         g.close()
     comm.close()
@@ -78,3 +83,4 @@ def test_register_set_ring(tmp_path):
         assert r["live"] and not r["live_after"]
         assert r["slot_reuse_equal"] and r["released"]
         assert r["event"] is None
+        assert r["plan_slots"] and r["plan_total"]

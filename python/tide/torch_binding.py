@@ -624,17 +624,13 @@ class TorchGroup:
 __all__ = ["Comm", "TorchGroup", "default_topology", "tide_dtype", "torch_dtype"]
 
 
-def register_set(comm, specs):
-    """Register a set of groups on one shared arena (collective; docs/arena.md).
-
-    specs: a list of dicts with keys config, shapes, ag_dtype, grad_dtype, shard_dtype
-    (optional), ring_slot (0, 1 or None for a landing of its own) and name (optional), in
-    execution order.  Returns one TorchGroup per spec; landing(0) is the group's ring slot.
-    Close every group to release the arena (it goes with the last one)."""
+def _set_entries(specs, what):
+    """tide_group_entry_t array for specs (see register_set), the ctypes objects it points
+    to (keep them alive through the call) and each spec's (config, shapes, slot, name)."""
     specs = list(specs)
     if not specs:
-        raise ValueError("register_set: no groups")
-    keep = []  # ctypes objects referenced by the entries, alive through the call
+        raise ValueError("%s: no groups" % what)
+    keep = []
     entries = (_lib.GroupEntryStruct * len(specs))()
     prepared = []
     for i, spec in enumerate(specs):
@@ -655,11 +651,53 @@ def register_set(comm, specs):
         entries[i].group = ctypes.cast(ctypes.pointer(sig.desc), ctypes.POINTER(_lib.GroupDesc))
         entries[i].ring_slot = slot
         entries[i].name = name_b
-        prepared.append((config, shapes, spec, slot, name))
+        prepared.append((config, shapes, slot, name))
+    return entries, keep, prepared
+
+
+def arena_plan(specs):
+    """The planner's figures for a set of groups on one arena (tide_arena_plan_create; pure,
+    no communicator): a dict of tide_arena_summary_t's fields, region_bytes by region name,
+    and "groups": per spec, its regions {name: (offset, bytes)} inside the arena.  Every
+    spec's config must name the topology (nodes, gpus_per_node > 0)."""
+    entries, keep, prepared = _set_entries(specs, "arena_plan")
+    handle = ctypes.c_void_p()
+    _lib.call("tide_arena_plan_create", len(prepared), entries, ctypes.byref(handle))
+    try:
+        s = _lib.ArenaSummaryStruct()
+        _lib.call("tide_arena_plan_get_summary", handle, ctypes.byref(s))
+        out = {name: getattr(s, name) for name, _ in s._fields_ if name != "region_bytes"}
+        names = [_lib.lib().tide_region_name(k).decode() for k in range(_lib.REGION_COUNT)]
+        out["region_bytes"] = {names[k]: s.region_bytes[k] for k in range(_lib.REGION_COUNT)}
+        out["groups"] = []
+        info = _lib.RegionInfoStruct()
+        for i in range(len(prepared)):
+            regions = {}
+            for k in range(_lib.REGION_COUNT):
+                _lib.call("tide_arena_plan_get_region", handle, i, k, ctypes.byref(info))
+                regions[names[k]] = (info.offset, info.bytes)
+            out["groups"].append(regions)
+        return out
+    finally:
+        _lib.require("tide_arena_plan_destroy")(handle)
+        del keep
+
+
+def register_set(comm, specs):
+    """Register a set of groups on one shared arena (collective; docs/arena.md).
+
+    specs: a list of dicts with keys config, shapes, ag_dtype, grad_dtype, shard_dtype
+    (optional), ring_slot (0, 1 or None for a landing of its own) and name (optional), in
+    execution order.  Returns one TorchGroup per spec; landing(0) is the group's ring slot.
+    Close every group to release the arena (it goes with the last one)."""
+    specs = list(specs)
+    entries, keep, prepared = _set_entries(specs, "register_set")
     handles = (ctypes.c_void_p * len(specs))()
     _lib.call("tide_groups_register", comm._h(), len(specs), entries, handles)
+    del keep
     groups = []
-    for i, (config, shapes, spec, slot, name) in enumerate(prepared):
+    for i, (config, shapes, slot, name) in enumerate(prepared):
+        spec = specs[i]
         groups.append(TorchGroup(comm, config, shapes, spec["ag_dtype"], spec["grad_dtype"],
                                  spec.get("shard_dtype"),
                                  _registered=(handles[i], None if slot < 0 else slot, name)))
