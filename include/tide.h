@@ -435,8 +435,10 @@ TIDE_API tide_result_t tide_all_gather(tide_group_t group, const void *shard, in
  * and compares them with every other rank's; a disagreement returns
  * TIDE_ERR_INVALID_ARGUMENT on every rank naming both values, and, like any failure after a
  * call started, leaves the group unusable (deregister it).  A rank that never makes the call
- * is reported as TIDE_ERR_TIMEOUT after TIDE_TIMEOUT_MS.  The CUDA fabric (one thread
- * enqueues every rank) does not compare calls yet.
+ * is reported as TIDE_ERR_TIMEOUT after TIDE_TIMEOUT_MS.  The CUDA fabric with one process
+ * per rank compares them the same way (through host memory the group's processes share).
+ * The single-process CUDA fabric (one thread may enqueue every rank, so no rank can wait for
+ * another) and the NCCL fabric do not compare calls yet.
  */
 TIDE_API tide_result_t tide_reduce_scatter(tide_group_t group, const void *const *grads, float *out,
                                            float alpha, int accumulate, tide_rs_mode_t mode,

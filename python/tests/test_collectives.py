@@ -421,3 +421,35 @@ def test_ranks_that_disagree_are_refused(what):
         msgs = world.run(body)
         for m in msgs:
             assert m is not None and "disagree" in m, msgs
+
+
+_EXIT_WORLD = """
+import tide
+worlds = []
+for _ in range(2):
+    w = tide.World(1, 2)
+    groups = w.register(tide.Config(1, 2), [(8, 4), (3,)])
+    view = groups[0].landing(0)
+    try:
+        w.close()  # refused: a view of the arena is alive
+    except ValueError:
+        pass
+    worlds.append((w, groups, view))
+print("exiting", flush=True)
+"""
+
+
+def test_open_world_at_exit_finalised_without_collectives(tmp_path):
+    """A World left open (close() refused while a view was alive) does not keep its process
+    from exiting: its finaliser starts no thread and runs no collective, and says so once."""
+    script = tmp_path / "exit_world.py"
+    script.write_text(_EXIT_WORLD)
+    env = dict(os.environ)
+    pkg = str(pathlib.Path(tide.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = pkg + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "exiting" in proc.stdout
+    assert proc.stderr.count("tide.World 1x2 finalised with 1 group registration") == 1, \
+        proc.stderr

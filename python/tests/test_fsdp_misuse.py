@@ -116,6 +116,19 @@ def _lifecycle(rank, world):
 
     out["checkpoint_equal"] = checkpointed(True) == checkpointed(False)
 
+    # CTA budgets reach every registered group, and the numerics do not depend on them;
+    # an invalid budget is refused before any collective, ranks that disagree on one too.
+    out["bad_ctas"] = _error(tide.fsdp.enable, fsdp_model.build(), sum_ctas=0)
+    model = fsdp_model.build()
+    rec = tide.fsdp.enable(model, sum_ctas=2, landing_ctas=3)
+    out["ctas"] = sorted({(st.group.config.sum_ctas, st.group.config.landing_ctas)
+                          for st in rec.states})
+    tuned = [_step(model, rank, s) for s in (0, 1)]
+    tide.fsdp.disable(model)
+    ref = fsdp_model.build()
+    out["ctas_equal"] = tuned == [_step(ref, rank, s) for s in (0, 1)]
+    out["ctas_disagree"] = _error(tide.fsdp.enable, fsdp_model.build(), sum_ctas=2 + rank)
+
     # Ranks that disagree on a group: rank 1's MLP is wider.
     model = fsdp_model.build(hidden=44 + 4 * rank)
     out["disagree"] = _error(tide.fsdp.enable, model)
@@ -135,6 +148,10 @@ def test_lifecycle_and_refusals(tmp_path):
         assert r["closed"]
         assert r["checkpoint_equal"]
         assert r["disagree"][0] == "RuntimeError" and "disagree" in r["disagree"][1]
+        assert r["bad_ctas"][0] == "ValueError" and "sum_ctas" in r["bad_ctas"][1]
+        assert r["ctas"] == [(2, 3)]
+        assert r["ctas_equal"]
+        assert r["ctas_disagree"][0] == "RuntimeError" and "disagree" in r["ctas_disagree"][1]
 
 
 # ------------------------------------------------------------------------ torch internals

@@ -82,6 +82,35 @@ def test_collectives_across_processes(ag, shard, mode, topology, tmp_path):
         assert rec["result"]["rel_err"] < 1e-5
 
 
+def test_checked_entry_points(group, monkeypatch):
+    """The binding calls the checked entry points (lengths verified by the library), and a
+    reduce-scatter mode other than the group's is refused before any call."""
+    g = group
+    called = []
+    real = tb._lib.call
+
+    def spy(name, *args):
+        called.append(name)
+        return real(name, *args)
+
+    monkeypatch.setattr(tb._lib, "call", spy)
+    g.all_gather(torch.zeros(g.shard_numel), 0)
+    g.all_gather(None, 1)
+    out = torch.zeros(g.out_numel)
+    g.reduce_scatter([torch.ones(s) for s in SHAPES], out, alpha=0.5, mode=g.mode)
+    collectives = [n for n in called if "gather" in n or "scatter" in n]
+    assert collectives == ["tide_all_gather_checked"] * 2 + ["tide_reduce_scatter_checked"]
+    other = "slot-reuse" if g.mode == "in-place" else "in-place"
+    with pytest.raises(ValueError, match="mode .*the group's"):
+        g.reduce_scatter([torch.ones(s) for s in SHAPES], out, mode=other)
+    assert len([n for n in called if "scatter" in n]) == 1
+    # One rank: out = 0.5 * 1 on every row of the shard, +0 on the padding rows.
+    for geo in g.params:
+        begin = geo.fp32_offset // 4
+        rows = out[begin:begin + geo.rows_per_rank * geo.inner].view(geo.rows_per_rank, -1)
+        assert torch.equal(rows[:geo.dim0], torch.full((geo.dim0, geo.inner), 0.5))
+
+
 @pytest.fixture
 def group():
     comm = tb.Comm(1, 1, 0, _name("g"))
@@ -227,3 +256,40 @@ def test_nccl_fabric_refused_on_a_gloo_group(tmp_path, monkeypatch):
         comm.close()
     finally:
         dist.destroy_process_group()
+
+
+_EXIT_COMM = """
+import os, torch
+from tide import torch_binding as tb
+keep = []
+for k in range(2):
+    c = tb.Comm(1, 1, 0, "exitcomm-%d-%d" % (os.getpid(), k))
+    g = c.register([(8, 4), (3,)], torch.float32, torch.float32)
+    view = g.landing(0)
+    try:
+        g.close()  # refused: a view of the arena is alive
+    except ValueError:
+        pass
+    keep.append((c, g, view))
+print("exiting", flush=True)
+"""
+
+
+def test_open_comm_at_exit_finalised_locally(tmp_path):
+    """A communicator whose group could not be closed does not keep its process from
+    exiting, is not destroyed under its registered group, and warns once."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "exit_comm.py"
+    script.write_text(_EXIT_COMM)
+    env = dict(os.environ)
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(tide.__file__)))
+    env["PYTHONPATH"] = pkg + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "exiting" in proc.stdout
+    assert proc.stderr.count("finalised with 1 group(s) still registered") == 1, proc.stderr
+    # Never destroyed under its group (the library would refuse, and log it).
+    assert "comm_destroy" not in proc.stderr, proc.stderr

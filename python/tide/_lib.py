@@ -6,12 +6,16 @@ callers fill (tide_config_t) through its size/magic/version header, and the test
 the rest against the values the library writes.
 """
 
+import atexit
 import ctypes
 import ctypes.util
 import enum
 import os
 import pathlib
+import sys
 import threading
+import warnings
+import weakref
 
 # TIDE_VERSION_CODE of the header this module mirrors (TIDE_MAJOR 0, TIDE_MINOR 1, TIDE_PATCH 0).
 VERSION_CODE = 100
@@ -105,6 +109,53 @@ def mode_name(mode):
 
 
 # ------------------------------------------------------------------------------- structs
+
+
+# ------------------------------------------------------------------------------- shutdown
+
+# Objects whose finalisers must not run collectives or start threads (tide.World, and the
+# torch binding's Comm): a collective needs every rank, and threads started while the
+# interpreter shuts down may never be joined, so a World left open used to keep its process
+# from exiting.  At exit each open one is finalised once, locally (_finalize), in the order
+# of creation; a finaliser that runs later (garbage collection) does the same.
+_open = weakref.WeakValueDictionary()
+_open_seq = iter(range(1 << 62))
+_warned = set()
+
+
+def track(obj):
+    """Finalise obj (an object with _finalize()) at interpreter exit if it is still open."""
+    _open[next(_open_seq)] = obj
+
+
+def warn_once(key, message):
+    """One warning per key and process, also while the interpreter shuts down (when the
+    warnings machinery may be gone: then on stderr)."""
+    if key in _warned:
+        return
+    _warned.add(key)
+    try:
+        if sys.is_finalizing():
+            raise RuntimeError
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+    except Exception:
+        try:
+            sys.stderr.write("tide: warning: %s\n" % message)
+        except Exception:
+            pass
+
+
+def _finalize_open():
+    for key in sorted(list(_open.keys())):
+        obj = _open.get(key)
+        if obj is not None:
+            try:
+                obj._finalize()
+            except Exception:
+                pass
+
+
+atexit.register(_finalize_open)
 
 
 class Closeable:

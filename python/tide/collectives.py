@@ -119,6 +119,7 @@ class World(_lib.Closeable):
         _lib.call("tide_comm_init_all", _lib.FABRIC_CPU, self.nodes, self.gpus_per_node, comms)
         self._comms = [comms[r] for r in range(ranks)]
         self._closed = False
+        _lib.track(self)
 
     @property
     def ranks(self):
@@ -231,6 +232,35 @@ class World(_lib.Closeable):
         self._closed = True
         if error is not None:
             raise error
+
+    def _finalize(self):
+        """What a finaliser may do (garbage collection, interpreter exit): no threads, no
+        collective.  Groups still registered (close() was not called, or refused while an
+        arena view was alive) cannot be deregistered, as that is collective: they and the
+        communicators under them are left to the process's exit, with one warning.  Without
+        any, the communicators are released (local)."""
+        if getattr(self, "_closed", True):
+            return
+        live = sum(1 for gs in self._registrations if any(not g._closed for g in gs))
+        if live:
+            _lib.warn_once("world-open",
+                           "tide.World %dx%d finalised with %d group registration(s) still "
+                           "registered (close() was not called, or refused while an arena "
+                           "view was alive): not deregistered, which is collective; the "
+                           "process's exit releases them"
+                           % (self.nodes, self.gpus_per_node, live))
+            return
+        destroy = _lib.require("tide_comm_destroy")
+        for comm in self._comms:
+            destroy(comm)
+        self._comms = []
+        self._closed = True
+
+    def __del__(self):
+        try:
+            self._finalize()
+        except Exception:
+            pass
 
     def __repr__(self):
         return "<tide.World %dx%d%s>" % (self.nodes, self.gpus_per_node,

@@ -178,10 +178,15 @@ class Comm:
             _lib.check(init(self.fabric, self.nodes, self.gpus_per_node, self.rank,
                             name.encode(), ctypes.byref(handle)))
         self._handle = handle.value
+        _lib.track(self)
 
     def _setup(self, nodes, gpus_per_node, rank, device):
         self._handle = None
         self._groups = []
+        # Groups registered and not yet deregistered, counted rather than found through the
+        # weak references: at exit the garbage collector clears those before it runs the
+        # groups' finalisers.
+        self._registered = 0
         self.device = _device(device)
         i32 = (-2**31, 2**31 - 1)
         self.nodes = _int(nodes, "nodes", *i32)
@@ -210,6 +215,7 @@ class Comm:
             _lib.check(_comm_init_nccl_comm()(ctypes.c_void_p(nccl_comm), self.nodes,
                                               self.gpus_per_node, ctypes.byref(handle)))
         self._handle = handle.value
+        _lib.track(self)
         got = ctypes.c_int()
         _lib.call("tide_comm_rank", self._handle, ctypes.byref(got))
         if got.value != self.rank:
@@ -277,6 +283,7 @@ class Comm:
         # Weak: a group dropped without close() must be collectable, so that its finaliser
         # can say so (it cannot deregister, which is collective).
         self._groups.append(weakref.ref(group))
+        self._registered += 1
         return group
 
     def _live_groups(self):
@@ -296,14 +303,28 @@ class Comm:
     def closed(self):
         return self._handle is None
 
+    def _finalize(self):
+        """What a finaliser may do (garbage collection, interpreter exit): destroying a
+        communicator is local, but it needs every group deregistered, which is collective.
+        A communicator with live groups (not closed, or close() refused while an arena view
+        was alive) is left to the process's exit, with one warning."""
+        if getattr(self, "_handle", None) is None:
+            return
+        live = self._registered
+        if live:
+            _lib.warn_once("comm-open",
+                           "tide communicator (rank %d) finalised with %d group(s) still "
+                           "registered (close() was not called, or refused while an arena "
+                           "view was alive): not deregistered, which is collective; the "
+                           "process's exit releases them" % (self.rank, live))
+            return
+        self.close()
+
     def __del__(self):
-        # Destroying a communicator is local, but it needs every group deregistered, which
-        # is collective: a communicator with live groups is left alone.
-        if getattr(self, "_handle", None) is not None and not self._live_groups():
-            try:
-                self.close()
-            except Exception:
-                pass
+        try:
+            self._finalize()
+        except Exception:
+            pass
 
     def __repr__(self):
         return "<tide.torch_binding.Comm rank %d of %dx%d on %s (%s fabric)%s>" % (
@@ -478,6 +499,7 @@ class TorchGroup:
         handle, self._handle = self._handle, None
         self._buffers = []
         _lib.call("tide_group_deregister", handle)
+        self.comm._registered -= 1
 
     def __del__(self):
         if getattr(self, "_handle", None) is not None:
@@ -571,22 +593,27 @@ class TorchGroup:
         slot, landing_ptr = self._slot_ptr(slot)
         s = self._stream(stream)
         if shard is None:
-            ptr = None
+            ptr, nbytes = None, 0
         else:
             self._check_tensor(shard, "shard", self.shard_dtype, self.shard_numel)
             if _overlap(_span(shard), (landing_ptr, landing_ptr + self.group_bytes)):
                 raise ValueError("shard overlaps landing slot %d" % slot)
-            ptr = shard.data_ptr()
-        _lib.call("tide_all_gather", self._h(), ptr, slot, s)
+            ptr, nbytes = shard.data_ptr(), shard.numel() * shard.element_size()
+        # The checked entry point: the library verifies the length too (tide.h).
+        _lib.call("tide_all_gather_checked", self._h(), ptr, nbytes, slot, s)
 
     def reduce_scatter(self, grads, out, alpha=1.0, accumulate=False, mode=None,
                        stream=None):
         """TIDE-RS (collective): out = (accumulate ? out : 0) + alpha sum_u G_p^(u)[my rows],
         in fp32.  grads: P contiguous tensors of the grad dtype, D_p K_p items each; out: a
         contiguous float32 tensor of S_fp32 / 4 items that no gradient overlaps.  mode: None
-        (the registered mode), "in-place" or "slot-reuse"."""
+        or the group's mode ("in-place" or "slot-reuse"): the mode is given once, at
+        registration (tide_reduce_scatter_checked runs the group's mode)."""
         h = self._h()
-        mode = self.config.mode if mode is None else _lib.parse_mode(mode)
+        if mode is not None and _lib.parse_mode(mode) != self.config.mode:
+            raise ValueError("mode %r: the reduce-scatter mode is the group's (%s), given once "
+                             "at registration; register a group with that mode instead"
+                             % (mode, self.mode))
         if isinstance(alpha, bool):
             raise ValueError("alpha: expected a number, got %r" % (alpha,))
         try:
@@ -601,6 +628,7 @@ class TorchGroup:
             raise ValueError("grads: %d tensors, expected %d" % (len(grads), len(self.params)))
         out_span = _span(out)
         ptrs = (ctypes.c_void_p * len(self.params))()
+        lens = (ctypes.c_uint64 * len(self.params))()
         for p, (g, geo) in enumerate(zip(grads, self.params)):
             what = "grads[%d]" % p
             self._check_tensor(g, what, self.grad_dtype, geo.dim0 * geo.inner)
@@ -610,9 +638,11 @@ class TorchGroup:
             if _overlap(_span(g), out_span):
                 raise ValueError("%s overlaps out" % what)
             ptrs[p] = g.data_ptr()
+            lens[p] = g.numel() * g.element_size()
         out_ptr = ctypes.cast(ctypes.c_void_p(out.data_ptr()), ctypes.POINTER(ctypes.c_float))
-        _lib.call("tide_reduce_scatter", h, ptrs, out_ptr, alpha, 1 if accumulate else 0, mode,
-                  s)
+        # The checked entry point: the library verifies every length too (tide.h).
+        _lib.call("tide_reduce_scatter_checked", h, ptrs, lens, len(self.params), out_ptr,
+                  out.numel() * 4, alpha, 1 if accumulate else 0, s)
         return out
 
     def __repr__(self):

@@ -23,15 +23,6 @@ typedef struct {
 #define WHERE_FMT "rank %d queue %s op %d (%s)"
 #define WHERE_ARGS(w) (w)->rank, tide_queue_name((w)->q), (w)->index, tide_op_kind_name((w)->kind)
 
-const char *tide_op_kind_name(int kind) {
-    static const char *const names[TIDE_OP_KIND_COUNT] = {
-        [TIDE_OP_COPY] = "copy", [TIDE_OP_COPY2D] = "copy2d", [TIDE_OP_SIGNAL] = "signal",
-        [TIDE_OP_WAIT] = "wait", [TIDE_OP_SUM] = "sum",       [TIDE_OP_LAND] = "land",
-        [TIDE_OP_ZERO] = "zero", [TIDE_OP_CAST] = "cast",     [TIDE_OP_EVENT] = "event",
-    };
-    return kind >= 0 && kind < TIDE_OP_KIND_COUNT ? names[kind] : "?";
-}
-
 uint64_t tide_bind_shard_bytes(const struct tide_plan *plan) {
     /* 4 sum R_p K_p = S_fp32, which the geometry bounded. */
     return plan->geom.cast ? plan->geom.fp32_shard_bytes : plan->geom.shard_bytes;

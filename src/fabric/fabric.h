@@ -109,9 +109,6 @@ tide_result_t tide_bind_sum(const tide_binding_t *b, const tide_program_t *prog,
 tide_result_t tide_bind_land(const tide_binding_t *b, const tide_program_t *prog, tide_queue_t q,
                              int index, tide_land_args_t *args_out);
 
-/* Static name of an op kind ("copy", "wait", ...), or "?". */
-const char *tide_op_kind_name(int kind);
-
 /* ------------------------------------------------------------------ the provider vtable */
 
 struct tide_fabric_ops {

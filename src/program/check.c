@@ -31,12 +31,7 @@ const char *tide_check_invariant_name(tide_check_invariant_t inv) {
 }
 
 const char *chk_op_name(int kind) {
-    static const char *const names[TIDE_OP_KIND_COUNT] = {
-        [TIDE_OP_COPY] = "copy", [TIDE_OP_COPY2D] = "copy2d", [TIDE_OP_SIGNAL] = "signal",
-        [TIDE_OP_WAIT] = "wait", [TIDE_OP_SUM] = "sum",       [TIDE_OP_LAND] = "land",
-        [TIDE_OP_ZERO] = "zero", [TIDE_OP_CAST] = "cast",     [TIDE_OP_EVENT] = "event",
-    };
-    return kind >= 0 && kind < TIDE_OP_KIND_COUNT ? names[kind] : "?";
+    return tide_op_kind_name(kind);
 }
 
 void chk_site(tide_check_site_t *s, int rank, int queue, int op, int kind, int call) {

@@ -69,9 +69,7 @@ static uint64_t dst_elem(const tide_program_t *prog, const tide_ref_t *ref) {
 }
 
 static const char *kind_name(int kind) {
-    static const char *const names[TIDE_OP_KIND_COUNT] = {"copy", "copy2d", "signal", "wait", "sum",
-                                                          "land", "zero",   "cast",   "event"};
-    return kind >= 0 && kind < TIDE_OP_KIND_COUNT ? names[kind] : "?";
+    return tide_op_kind_name(kind);
 }
 
 /* Index of the last SUM before op i of the queue, or -1. */

@@ -178,6 +178,16 @@ static inline const char *tide_queue_name(tide_queue_t q) {
     return (unsigned)q < TIDE_Q_COUNT ? names[q] : "?";
 }
 
+/* Static name of an op kind ("copy", "wait", ...), or "?". */
+static inline const char *tide_op_kind_name(int kind) {
+    static const char *const names[TIDE_OP_KIND_COUNT] = {
+        [TIDE_OP_COPY] = "copy", [TIDE_OP_COPY2D] = "copy2d", [TIDE_OP_SIGNAL] = "signal",
+        [TIDE_OP_WAIT] = "wait", [TIDE_OP_SUM] = "sum",       [TIDE_OP_LAND] = "land",
+        [TIDE_OP_ZERO] = "zero", [TIDE_OP_CAST] = "cast",     [TIDE_OP_EVENT] = "event",
+    };
+    return kind >= 0 && kind < TIDE_OP_KIND_COUNT ? names[kind] : "?";
+}
+
 /* Op constructors shared by the compilers: every field zero, no fused signal. */
 static inline tide_op_t tide_op_new(tide_op_kind_t kind) {
     tide_op_t op = {0};

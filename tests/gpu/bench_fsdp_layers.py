@@ -272,7 +272,8 @@ def _tide_rank(rank, world, cfg):
         torch.cuda.set_device(0)
     block, pg = _shard_layer(_layer(cfg["dim"], cfg["hidden"], cfg["heads"],
                                     _dtype(cfg["dtype"])), world, cfg["device"])
-    rec = tide.fsdp.enable(block, mode=cfg["mode"], tier=1)
+    rec = tide.fsdp.enable(block, mode=cfg["mode"], tier=1, sum_ctas=cfg.get("sum_ctas"),
+                           landing_ctas=cfg.get("landing_ctas"))
     if [t for _, t in rec.groups] != [1] or rec.fallbacks:
         raise RuntimeError("TIDE did not take the layer: %s" % rec)
     st = rec.states[0]
@@ -399,6 +400,10 @@ def main():
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"))
     ap.add_argument("--mode", default="in_place", choices=("in_place", "slot_reuse"))
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--sum-ctas", type=int, default=None,
+                    help="TIDE-RS sum CTA budget (tide.fsdp.enable; default: the library's)")
+    ap.add_argument("--landing-ctas", type=int, default=None,
+                    help="TIDE-RS landing CTA budget (default: the library's)")
     ap.add_argument("--timeout", type=int, default=120, help="seconds per side and world")
     ap.add_argument("--json")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
@@ -413,7 +418,8 @@ def main():
     import torch
 
     cfg = dict(dim=args.dim, hidden=args.hidden, heads=args.heads, dtype=args.dtype,
-               mode=args.mode, iters=args.iters, device=args.device)
+               mode=args.mode, iters=args.iters, device=args.device, sum_ctas=args.sum_ctas,
+               landing_ctas=args.landing_ctas)
     cuda = args.device == "cuda"
     report = {"torch": torch.__version__, "config": cfg, "roofline_bytes_per_s": ROOFLINE,
               "device": torch.cuda.get_device_name(0) if cuda else "cpu"}

@@ -6,9 +6,12 @@
 #   TIDE_GPU_QUICK=1                   tests only (no sanitizers, no benchmarks)
 #   TIDE_GPU_CTEST_EXCLUDE=REGEX       ctest -E REGEX (e.g. 'matrix|_mp' for a short run)
 #   TIDE_GPU_STEPS="a b ..."           after the tests, only these steps (default: all but
-#                                      sum-variants): memcheck racecheck bench-kernels
-#                                      bench-fabric bench-torch bench-torch-unfused
-#                                      interference enqueue sum-variants tide-bench
+#                                      sum-variants): mps-tests fsdp-layers memcheck racecheck
+#                                      bench-kernels bench-fabric bench-torch
+#                                      bench-torch-unfused interference enqueue sum-variants
+#                                      tide-bench
+#   TIDE_GPU_LAYER_ARGS="..."          extra bench_fsdp_layers / bench_layer_single arguments
+#                                      (e.g. "--sum-ctas 32 --landing-ctas 32")
 #   TIDE_GPU_RACECHECK=0               skip the (slow) racecheck of the kernels
 #   TIDE_GPU_ENQUEUE=0                 skip bench_enqueue
 #   TIDE_GPU_INTERFERENCE=0            skip bench_interference
@@ -18,6 +21,12 @@
 #
 # sum-variants (tests/gpu/sum_variants.sh) builds and times the TMA sum's build-time variants;
 # tide-bench runs the main job on the GPU (`tide-bench --fabric cuda`, one process).
+# mps-tests: the tests labelled mps (8 processes x 50 AG + RS calls, a killed and a stopped
+# rank) again under a private MPS daemon (tests/gpu/mps.sh), which ctest -L gpu ran without.
+# fsdp-layers (issue 25): bench_fsdp_layers' layer at N = 2, 4, 8 processes (tide.fsdp, the
+# one-process-per-rank fabric) without MPS and with a private MPS daemon, then the same layer
+# on the single-process fabric at the same N (bench_layer_single.py), which prints the
+# multi-process / single-process ratios of both runs (the bar: 1.25x) and the roofline shares.
 #
 # Safety: NVLink multicast never runs here.  These are exported for every process this
 # script starts, and nothing in TIDE calls cuMulticast* or issues multimem instructions.
@@ -60,10 +69,18 @@ step ctest-gpu bash -c "cd '$b' && ctest -L gpu --output-on-failure ${TIDE_GPU_C
 # the CPU fabric too.
 [ "${TIDE_GPU_FUSED_MATRIX:-1}" = 1 ] &&
     step matrix-unfused env TIDE_TEST_CUDA_DIRECT=7 "$b/tests/gpu/test_fabric_cuda" --matrix --max-seconds "${TIDE_GPU_MATRIX_SECONDS:-120}"
-steps=${TIDE_GPU_STEPS:-memcheck racecheck bench-kernels bench-fabric bench-torch bench-torch-unfused interference enqueue tide-bench}
+steps=${TIDE_GPU_STEPS:-mps-tests fsdp-layers memcheck racecheck bench-kernels bench-fabric bench-torch bench-torch-unfused interference enqueue tide-bench}
 want() { [ "${TIDE_GPU_QUICK:-0}" != 1 ] && [[ " $steps " == *" $1 "* ]]; }
 div=${TIDE_BENCH_DIVISOR:-2}
 torch_bench="python3 '$root/tests/gpu/bench_torch_baseline.py' --lib '$b/libtide.so' --divisor $div --sum-ctas 16 --landing-ctas 16"
+. "$root/tests/gpu/mps.sh"
+want mps-tests && step ctest-mps with_mps "$out/mps-tests" bash -c "cd '$b' && ctest -L mps --output-on-failure"
+if want fsdp-layers; then
+    layer="python3 '$root/tests/gpu/bench_fsdp_layers.py' --lib '$b/libtide.so' --worlds 2,4,8 ${TIDE_GPU_LAYER_ARGS:-}"
+    step fsdp-layers bash -c "set -o pipefail; $layer --json '$out/fsdp_layers.json' | tee '$out/fsdp_layers.txt'"
+    step fsdp-layers-mps with_mps "$out/mps-layers" bash -c "set -o pipefail; $layer --json '$out/fsdp_layers_mps.json' | tee '$out/fsdp_layers_mps.txt'"
+    step layer-single bash -c "set -o pipefail; python3 '$root/tests/gpu/bench_layer_single.py' --lib '$b/libtide.so' --worlds 2,4,8 ${TIDE_GPU_LAYER_ARGS:-} --json '$out/layer_single.json' --mp-json '$out/fsdp_layers.json' --mp-json '$out/fsdp_layers_mps.json' | tee '$out/layer_single.txt'"
+fi
 if command -v compute-sanitizer >/dev/null; then
     want memcheck && step memcheck-fabric compute-sanitizer --tool memcheck --error-exitcode 3 \
         "$b/tests/gpu/test_fabric_cuda" --small

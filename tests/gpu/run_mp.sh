@@ -3,7 +3,8 @@
 # the one-process-per-rank checks (killed and stopped rank, the matrix with batched and per-op
 # copies, the matrix and fail-stop with the cross-node puts as rail steps (TIDE_CUDA_MP_RAILS=1),
 # enqueue time both ways, legacy IPC, memcheck of a short matrix) with every process on
-# device 0.  Results: OUTDIR/mp.log and OUTDIR/mp-summary.txt.
+# device 0; the repeated calls and the killed / stopped rank also under a private MPS daemon.
+# Results: OUTDIR/mp.log and OUTDIR/mp-summary.txt.
 #   TIDE_MP_SECONDS=S   matrix budget (default 60)
 # Safety: NVLink multicast never runs; these are exported for every process started here.
 set -uo pipefail
@@ -46,6 +47,14 @@ step mp-kill-rails 90 env TIDE_CUDA_MP_RAILS=1 "$t" --kill
 step mp-stop-rails 90 env TIDE_CUDA_MP_RAILS=1 "$t" --stop
 step mp-enqueue-rails 120 env TIDE_CUDA_MP_RAILS=1 "$t" --enqueue
 step mp-legacy-ipc 90 env TIDE_CUDA_IPC=legacy "$t" --seconds 5
+# No hang under MPS (processes share the SMs) nor time-sliced: 8 processes x 50 AG + RS calls,
+# a killed and a stopped rank (tests/gpu/mps.sh starts and stops a private daemon).
+# `timeout` runs programs, not shell functions: with_mps runs in a bash of its own.
+mps=(bash -c '. "$1"; shift; with_mps "$@"' with_mps "$root/tests/gpu/mps.sh")
+step mp-repeat 180 "$t" --repeat 8 50
+step mp-repeat-mps 240 "${mps[@]}" "$out/mps-repeat" "$t" --repeat 8 50
+step mp-kill-mps 150 "${mps[@]}" "$out/mps-kill" "$t" --kill
+step mp-stop-mps 150 "${mps[@]}" "$out/mps-stop" "$t" --stop
 if command -v compute-sanitizer >/dev/null; then
     step mp-memcheck 180 compute-sanitizer --tool memcheck --target-processes all --error-exitcode 9 \
         "$t" --seconds 2

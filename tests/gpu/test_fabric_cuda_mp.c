@@ -9,6 +9,8 @@
  *   test_fabric_cuda_mp --stop          a rank hung mid-run: the others fail stop at the
  *                                       deadline, naming it; resumed, it fails too
  *   test_fabric_cuda_mp --enqueue       host enqueue time per rank per call, P = 30, M = 8
+ *   test_fabric_cuda_mp --repeat N C    N processes (M = 1, L = N) make C AG + RS calls each:
+ *                                       none may hang (run under MPS too), the last RS checked
  *
  * The parent never touches CUDA: it draws every configuration's inputs, runs the CPU fabric
  * (a thread per rank) as the oracle, then forks the N ranks of a topology once; every child
@@ -576,6 +578,118 @@ static int kill_test(int sig) {
     return ok ? 0 : 1;
 }
 
+/* ------------------------------------------------------------------ repeated calls */
+
+typedef struct {
+    int step[MAX_RANKS]; /* 0: passed, else the step that failed */
+    float got[MAX_RANKS];
+    double seconds[MAX_RANKS];
+    char msg[MAX_RANKS][320];
+} repeat_report_t;
+
+static int repeat_fail(repeat_report_t *rep, int r, int step) {
+    rep->step[r] = step;
+    snprintf(rep->msg[r], sizeof(rep->msg[r]), "%s", tide_get_last_error());
+    return 0;
+}
+
+/* `calls` AG + RS calls on each of n processes (M = 1, L = n), then a sync: every call must
+ * succeed, within the children's alarm (a hang fails), and the last RS must give n times the
+ * gradients' value (every byte 0x3f: bf16 0x3f3f = 0.74609375; the sum is exact). */
+static int repeat_child(int n, int r, const char *name, int calls, repeat_report_t *rep) {
+    const double t0 = now_s();
+    if (cudaSetDevice(0) != cudaSuccess) return repeat_fail(rep, r, 2);
+    tide_comm_t comm;
+    if (tide_comm_init_rank(TIDE_FABRIC_CUDA, 1, n, r, name, &comm) != TIDE_SUCCESS)
+        return repeat_fail(rep, r, 3);
+    tide_param_shape_t shapes[2] = {{64, 32}, {7, 5}};
+    tide_group_desc_t desc = {2, shapes, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16};
+    tide_config_t cfg = TIDE_CONFIG_INIT;
+    cfg.nodes = 1;
+    cfg.gpus_per_node = n;
+    tide_group_t grp;
+    if (tide_group_register(comm, &cfg, &desc, &grp) != TIDE_SUCCESS)
+        return repeat_fail(rep, r, 4);
+    const tide_geom_t *g = &grp->plan->geom;
+    void *shard = NULL, *grads[2] = {NULL, NULL};
+    float *out = NULL;
+    if (cudaMalloc(&shard, g->shard_bytes) != cudaSuccess ||
+        cudaMalloc((void **)&out, g->fp32_shard_bytes) != cudaSuccess)
+        return repeat_fail(rep, r, 5);
+    cudaMemset(shard, r, g->shard_bytes);
+    for (int p = 0; p < 2; ++p) {
+        const size_t b = g->params[p].dim0 * g->params[p].inner * g->grad_item;
+        if (cudaMalloc(&grads[p], b) != cudaSuccess) return repeat_fail(rep, r, 6);
+        cudaMemset(grads[p], 0x3f, b);
+    }
+    cudaStream_t s;
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
+        return repeat_fail(rep, r, 7);
+    cudaDeviceSynchronize();
+    for (int e = 0; e < calls; ++e) {
+        if (tide_all_gather(grp, shard, e % 2, s) != TIDE_SUCCESS) return repeat_fail(rep, r, 10);
+        if (tide_reduce_scatter(grp, (const void *const *)grads, out, 1.0f, 0, TIDE_RS_IN_PLACE,
+                                s) != TIDE_SUCCESS)
+            return repeat_fail(rep, r, 11);
+    }
+    if (tide_cuda_mp_sync(grp->arena, TIDE_COLL_ALL_GATHER) != TIDE_SUCCESS ||
+        tide_cuda_mp_sync(grp->arena, TIDE_COLL_REDUCE_SCATTER) != TIDE_SUCCESS)
+        return repeat_fail(rep, r, 12);
+    if (cudaMemcpy(&rep->got[r], out, sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess)
+        return repeat_fail(rep, r, 13);
+    tide_group_deregister(grp);
+    cudaFree(shard);
+    cudaFree(out);
+    for (int p = 0; p < 2; ++p)
+        cudaFree(grads[p]);
+    cudaStreamDestroy(s);
+    tide_comm_destroy(comm);
+    rep->seconds[r] = now_s() - t0;
+    return 0;
+}
+
+static int repeat_test(int n, int calls) {
+    if (n < 1 || n > MAX_RANKS || calls < 1) {
+        fprintf(stderr, "--repeat N CALLS: 1 <= N <= %d, CALLS >= 1\n", MAX_RANKS);
+        return 2;
+    }
+    repeat_report_t *rep = shared_alloc(sizeof(*rep));
+    char name[64];
+    snprintf(name, sizeof(name), "mprep%ld", (long)getpid());
+    pid_t pids[MAX_RANKS];
+    const double t0 = now_s();
+    for (int r = 0; r < n; ++r) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            alarm(120); /* a hang is a failure, not a stuck job */
+            _exit(repeat_child(n, r, name, calls, rep));
+        }
+    }
+    const float want = (float)n * 0.74609375f;
+    bool ok = true;
+    for (int r = 0; r < n; ++r) {
+        int st = 0;
+        waitpid(pids[r], &st, 0);
+        const bool good = WIFEXITED(st) && WEXITSTATUS(st) == 0 && rep->step[r] == 0 &&
+                          rep->got[r] == want;
+        if (good)
+            printf("ok   rank %d: %d AG + %d RS calls in %.2f s\n", r, calls, calls,
+                   rep->seconds[r]);
+        else if (WIFSIGNALED(st))
+            printf("FAIL rank %d: killed by signal %d (SIGALRM: it hung)\n", r, WTERMSIG(st));
+        else if (rep->step[r] != 0)
+            printf("FAIL rank %d: step %d: %s\n", r, rep->step[r], rep->msg[r]);
+        else
+            printf("FAIL rank %d: out[0] = %.9g, want %.9g\n", r, (double)rep->got[r],
+                   (double)want);
+        ok = ok && good;
+    }
+    printf("%s: %d processes x %d AG + RS calls on one GPU (%.1f s)%s\n", ok ? "PASS" : "FAIL",
+           n, calls, now_s() - t0,
+           getenv("CUDA_MPS_PIPE_DIRECTORY") ? " (CUDA_MPS_PIPE_DIRECTORY set)" : "");
+    return ok ? 0 : 1;
+}
+
 /* ------------------------------------------------------------------ enqueue time */
 
 typedef struct {
@@ -693,6 +807,8 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--kill") == 0) return kill_test(SIGKILL);
         if (strcmp(argv[i], "--stop") == 0) return kill_test(SIGSTOP);
         if (strcmp(argv[i], "--enqueue") == 0) return enqueue_test();
+        if (strcmp(argv[i], "--repeat") == 0 && i + 2 < argc)
+            return repeat_test(atoi(argv[i + 1]), atoi(argv[i + 2]));
         if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) seconds = atof(argv[++i]);
         if (strcmp(argv[i], "--topology") == 0 && i + 2 < argc) {
             only_m = atoi(argv[++i]);

@@ -253,6 +253,68 @@ static void test_control_block(void **state) {
     }
 }
 
+/* Poll check `seq` until every rank posted it (10 s at most): 1, or 0 on the deadline. */
+static int compare_all(tide_mp_ctl_t *c, int f, uint64_t seq, uint64_t sig, int *other,
+                       uint64_t *other_sig) {
+    const int64_t t0 = ms_now();
+    while (tide_mp_ctl_compare(c, f, seq, sig, other, other_sig) == 0) {
+        if (ms_now() - t0 > 10000) return 0;
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+    return 1;
+}
+
+/* Argument checks through the control block: agreeing ranks; rank 2 passing another
+ * signature (every rank names the lowest rank that differs from it); rank 3 not posting (the
+ * others see it missing), then posting a later check (it gave up: counted, not compared). */
+static int check_child(const char *name, int rank, int ranks) {
+    tide_mp_boot_t b;
+    if (tide_mp_boot_open(name, rank, ranks, 10000, &b) != TIDE_SUCCESS) return 10;
+    tide_mp_ctl_t c;
+    if (tide_mp_ctl_open(&b, 10000, &c) != TIDE_SUCCESS) return 11;
+    int other = -2;
+    uint64_t other_sig = 1;
+    tide_mp_ctl_post(&c, 1, 0, 7);
+    if (!compare_all(&c, 1, 0, 7, &other, &other_sig)) return 12;
+    if (other != -1 || other_sig != 0) return 13;
+    /* The all-gather's checks are separate: nobody posted one. */
+    if (tide_mp_ctl_compare(&c, 0, 0, 7, &other, &other_sig) != 0 || other != 0) return 14;
+    const uint64_t mine = rank == 2 ? 9 : 7;
+    tide_mp_ctl_post(&c, 1, 1, mine);
+    if (!compare_all(&c, 1, 1, mine, &other, &other_sig)) return 15;
+    if (rank == 2 ? (other != 0 || other_sig != 7) : (other != 2 || other_sig != 9)) return 16;
+    if (rank != 3) tide_mp_ctl_post(&c, 1, 2, 7);
+    if (tide_mp_boot_barrier(&b, 1, 10000) != TIDE_SUCCESS) return 17;
+    if (rank != 3) {
+        if (tide_mp_ctl_compare(&c, 1, 2, 7, &other, &other_sig) != 0 || other != 3) return 18;
+    }
+    if (tide_mp_boot_barrier(&b, 2, 10000) != TIDE_SUCCESS) return 19;
+    /* Rank 3 moves on to check 4 (the slot of check 2): the others' check 2 completes
+     * without comparing it. */
+    if (rank == 3) tide_mp_ctl_post(&c, 1, 4, 5);
+    if (tide_mp_boot_barrier(&b, 3, 10000) != TIDE_SUCCESS) return 20;
+    if (rank != 3) {
+        if (tide_mp_ctl_compare(&c, 1, 2, 7, &other, &other_sig) != 1 || other != -1) return 21;
+    }
+    if (tide_mp_boot_barrier(&b, 4, 10000) != TIDE_SUCCESS) return 22;
+    tide_mp_ctl_close(&c);
+    tide_mp_boot_close(&b);
+    return 0;
+}
+
+static void test_argument_checks(void **state) {
+    (void)state;
+    char name[64];
+    job_name(name, sizeof(name), "k");
+    int status[16];
+    run_children(4, check_child, name, status);
+    for (int r = 0; r < 4; ++r) {
+        if (status[r] != 0) print_error("rank %d: step %d\n", r, status[r]);
+        assert_int_equal(status[r], 0);
+    }
+}
+
 /* A block that was never opened (the NCCL fabric's arenas): every call is safe and says
  * "no control block" (before, enter and enqueued wrote through NULL counters). */
 static void test_closed_control_block(void **state) {
@@ -270,6 +332,11 @@ static void test_closed_control_block(void **state) {
     assert_non_null(strstr(why, "no control block"));
     assert_true(tide_mp_ctl_abort(&c, "first"));
     assert_int_equal(tide_mp_ctl_aborted(&c, NULL, 0), -1);
+    int other = -2;
+    uint64_t other_sig = 1;
+    tide_mp_ctl_post(&c, 1, 0, 7); /* nothing to write to */
+    assert_int_equal(tide_mp_ctl_compare(&c, 1, 0, 7, &other, &other_sig), 1);
+    assert_int_equal(other, -1);
     tide_mp_ctl_close(&c);
     assert_null(c.hdr);
 }
@@ -282,6 +349,7 @@ int main(void) {
         cmocka_unit_test(test_missing_rank),
         cmocka_unit_test(test_dead_rank),
         cmocka_unit_test(test_control_block),
+        cmocka_unit_test(test_argument_checks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -198,11 +198,23 @@ def _agree(pg, payload, what):
                            % (what, ", ".join(d[:12] for d in everyone)))
 
 
-def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None):
+def _ctas(value, what):
+    """None (the library's choice) or a CTA budget >= 1."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1024:
+        raise ValueError("%s: expected None or an int in [1, 1024], got %r" % (what, value))
+    return value
+
+
+def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, sum_ctas=None,
+           landing_ctas=None):
     """Switch `module`'s FSDP2 parameter groups to TIDE (collective; see the module doc).
     Returns an Enabled record.  mode: "in_place" or "slot_reuse"; tier: None (best
     available), 1 or 0; nodes / gpus_per_node: the topology (default: see
-    tide.torch_binding.default_topology)."""
+    tide.torch_binding.default_topology); sum_ctas / landing_ctas: the CTA budgets of the
+    reduce-scatter's sum and landing kernels (tide_config_t; None: the library's default),
+    the same on every rank."""
     from torch.distributed.fsdp import FSDPModule
 
     if not isinstance(module, FSDPModule):
@@ -214,6 +226,9 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None):
     if mode not in _MODES:
         raise ValueError("mode: expected 'in_place' or 'slot_reuse', got %r" % (mode,))
     mode = _MODES[mode]
+    tuning = {k: v for k, v in (("sum_ctas", _ctas(sum_ctas, "sum_ctas")),
+                                ("landing_ctas", _ctas(landing_ctas, "landing_ctas")))
+              if v is not None}
     groups = _param_groups(module)
     for name, _m, pg in groups:
         if any(id(fp) in _tier1._OWNERS for fp in pg.fsdp_params) or getattr(
@@ -248,8 +263,9 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None):
         module._tide_fsdp = Enabled(mode, None, [], fallbacks, None)
         return module._tide_fsdp
     nodes, gpus_per_node = _topology(agree_pg, nodes, gpus_per_node)
-    _agree(agree_pg, (tier, mode, nodes, gpus_per_node, [s.key() for s, _ in specs],
-                      [f[0] for f in fallbacks]), "the TIDE group signatures")
+    _agree(agree_pg, (tier, mode, nodes, gpus_per_node, sorted(tuning.items()),
+                      [s.key() for s, _ in specs], [f[0] for f in fallbacks]),
+           "the TIDE group signatures")
     if not specs:
         module._tide_fsdp = Enabled(mode, None, [], fallbacks, None)
         return module._tide_fsdp
@@ -259,7 +275,7 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None):
     try:
         for spec, pg in specs:
             try:
-                states.append(cls(pg, comm, spec, mode))
+                states.append(cls(pg, comm, spec, mode, tuning))
             except _lib.TideError as exc:
                 # The library plans a group locally before the collective registration, so
                 # a group it does not serve is refused on every rank alike: stock for it.

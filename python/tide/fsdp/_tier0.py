@@ -26,7 +26,7 @@ class Tier0Group:
 
     tier = 0
 
-    def __init__(self, param_group, comm, spec, mode):
+    def __init__(self, param_group, comm, spec, mode, tuning=None):
         from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
 
         self.param_group = param_group
@@ -35,8 +35,9 @@ class Tier0Group:
         n_ag = sum(geo_numel for geo_numel in spec.shard_numels)
         self.n_ag = n_ag
         self.n_rs = n_ag  # per-rank numel of the reduce-scatter output (same padding)
+        # tuning: tide_config_t fields (enable's sum_ctas, ...)
         self.group = comm.register([(self.world, n_ag)], spec.ag_dtype, spec.rs_dtype,
-                                   mode=mode)
+                                   mode=mode, **dict(tuning or {}))
         g = self.group
         self.landing0 = g.landing(0)
         self.scratch = torch.empty(n_ag, dtype=spec.ag_dtype, device=g.device)

@@ -120,15 +120,16 @@ class Tier1Group:
 
     tier = 1
 
-    def __init__(self, param_group, comm, spec, mode):
+    def __init__(self, param_group, comm, spec, mode, tuning=None):
         self.param_group = param_group
         self.comm = comm
         self.spec = spec
         self.mode = mode
+        self.tuning = dict(tuning or {})  # tide_config_t fields (enable's sum_ctas, ...)
         self.fsdp_params = list(param_group.fsdp_params)
         self.index = {id(fp): p for p, fp in enumerate(self.fsdp_params)}
         self.group = comm.register(spec.shapes, spec.ag_dtype, spec.grad_dtype,
-                                   spec.shard_dtype, mode=mode)
+                                   spec.shard_dtype, mode=mode, **self.tuning)
         g = self.group
         self.world = g.ranks
         self.shard = torch.empty(g.shard_numel, dtype=spec.shard_dtype, device=g.device)
@@ -302,7 +303,7 @@ class Tier1Group:
         if self.wide is None and self.wide_refused is None:
             try:
                 self.wide = self.comm.register(self.spec.shapes, torch.float32, torch.float32,
-                                               torch.float32, mode=self.mode)
+                                               torch.float32, mode=self.mode, **self.tuning)
             except _lib.TideError as exc:
                 # Planned locally before the collective: refused on every rank alike.
                 if exc.code != _lib.Result.UNSUPPORTED:

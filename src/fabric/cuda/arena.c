@@ -7,7 +7,7 @@
  * each with cudaMalloc on its rank's device (plain device memory, never managed memory); the
  * other ranks attach to it and compare the group signature.  Every view sees the same N base
  * pointers, which UVA and peer access make usable from any device.  The SIGNALS region stays
- * unused: counters are resolved into events on the host (schedule.c).
+ * unused: counters are resolved into events on the host (program/schedule.c).
  *
  * The memory goes with the last view, after the last enqueued calls completed.
  */

@@ -129,17 +129,17 @@ static tide_result_t runs_push(runs_t *l, run_t r) {
 static tide_result_t find_runs(const tide_cuda_shared_t *sh, const tide_cuda_prepared_t *pp,
                                const tide_program_t *prog, int form, uint64_t max_bytes,
                                run_t *open, runs_t *out) {
-    const tide_cuda_schedule_t *s = &pp->sched;
+    const tide_schedule_t *s = &pp->sched;
     for (int t = 0; t < s->num_threads; ++t)
         open[t].copies = 0;
     for (int i = 0; i <= s->num_cmds[form]; ++i) {
         const bool end = i == s->num_cmds[form];
-        const tide_cuda_cmd_t *c = end ? NULL : &s->cmds[form][i];
+        const tide_sched_cmd_t *c = end ? NULL : &s->cmds[form][i];
         int close_from = 0, close_to = s->num_threads; /* at the end: every thread */
         if (c != NULL) {
             const int t = c->thread;
-            if (c->kind == TIDE_CUDA_CMD_OP) {
-                const tide_op_t *op = tide_cuda_op(prog, s, c->arg, t);
+            if (c->kind == TIDE_SCHED_CMD_OP) {
+                const tide_op_t *op = tide_schedule_op(prog, s, c->arg, t);
                 /* A SIGNAL issues nothing; neither does a copy direct mode elides. */
                 if (op->kind == TIDE_OP_SIGNAL || (pp->elide != NULL && pp->elide[c->arg]))
                     continue;
@@ -172,10 +172,10 @@ static bool is_copy(const tide_op_t *op) {
  * The sizes are the program's, the same in every call. */
 static int32_t batch_ctas(const tide_cuda_shared_t *sh, const tide_cuda_prepared_t *pp,
                           const tide_program_t *prog, const run_t *r) {
-    const tide_cuda_schedule_t *s = &pp->sched;
+    const tide_schedule_t *s = &pp->sched;
     uint64_t total = 0;
     for (int id = r->first_op; id <= r->last_op; ++id) {
-        const tide_op_t *op = tide_cuda_op(prog, s, id, r->thread);
+        const tide_op_t *op = tide_schedule_op(prog, s, id, r->thread);
         if (is_copy(op) && !tide_add_u64(total, copy_bytes(op), &total)) total = UINT64_MAX;
     }
     const uint64_t sms = (uint64_t)sh->sm_count[tide_cuda_device_of(sh, r->thread / TIDE_CUDA_Q)];
@@ -192,7 +192,7 @@ static int count_over_threshold(const tide_cuda_shared_t *sh, const tide_cuda_pr
     for (int k = 0; k < whole->n; ++k) {
         const run_t *r = &whole->v[k];
         for (int id = r->first_op; id <= r->last_op; ++id) {
-            const tide_op_t *op = tide_cuda_op(prog, &pp->sched, id, r->thread);
+            const tide_op_t *op = tide_schedule_op(prog, &pp->sched, id, r->thread);
             count += is_copy(op) && !(pp->elide != NULL && pp->elide[id]) &&
                      over_threshold(sh->batch_max_bytes, copy_bytes(op));
         }
@@ -204,15 +204,15 @@ static int count_over_threshold(const tide_cuda_shared_t *sh, const tide_cuda_pr
  * (slot_of[id], -1: none); then the batches and the command lists with BATCH commands. */
 static tide_result_t build(const tide_cuda_shared_t *sh, tide_cuda_prepared_t *pp,
                            const tide_program_t *prog, const runs_t *runs, int32_t *slot_of) {
-    const tide_cuda_schedule_t *s = &pp->sched;
+    const tide_schedule_t *s = &pp->sched;
     const int n = s->num_ranks;
     for (int id = 0; id < s->num_ops; ++id)
         slot_of[id] = -1;
-    for (int f = 0; f < TIDE_CUDA_FORMS; ++f)
+    for (int f = 0; f < TIDE_SCHED_FORMS; ++f)
         for (int k = 0; k < runs[f].n; ++k) {
             const run_t *r = &runs[f].v[k];
             for (int id = r->first_op; id <= r->last_op; ++id)
-                if (is_copy(tide_cuda_op(prog, s, id, r->thread)) &&
+                if (is_copy(tide_schedule_op(prog, s, id, r->thread)) &&
                     !(pp->elide != NULL && pp->elide[id]))
                     slot_of[id] = 0;
         }
@@ -237,7 +237,7 @@ static tide_result_t build(const tide_cuda_shared_t *sh, tide_cuda_prepared_t *p
                 pp->slot_op[slot_of[id]] = id;
                 pp->slot_thread[slot_of[id]] = t;
             }
-    for (int f = 0; f < TIDE_CUDA_FORMS; ++f) {
+    for (int f = 0; f < TIDE_SCHED_FORMS; ++f) {
         /* Command i: -1 keep, -2 drop (a later copy of a run, or a SIGNAL inside one), else
          * the batch it starts. */
         int32_t *fate = calloc((size_t)s->num_cmds[f] + 1, sizeof(*fate));
@@ -271,8 +271,8 @@ static tide_result_t build(const tide_cuda_shared_t *sh, tide_cuda_prepared_t *p
             res = TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda fabric: %d commands", kept);
         for (int i = 0; i < s->num_cmds[f] && res == TIDE_SUCCESS; ++i) {
             if (fate[i] == -2) continue;
-            tide_cuda_cmd_t c = s->cmds[f][i];
-            if (fate[i] >= 0) c = (tide_cuda_cmd_t){TIDE_CUDA_CMD_BATCH, c.thread, fate[i]};
+            tide_sched_cmd_t c = s->cmds[f][i];
+            if (fate[i] >= 0) c = (tide_sched_cmd_t){TIDE_SCHED_CMD_BATCH, c.thread, fate[i]};
             pp->bcmds[f][pp->num_bcmds[f]++] = c;
         }
         free(fate);
@@ -356,9 +356,9 @@ void tide_cuda_batch_free(tide_cuda_prepared_t *pp, int ranks) {
 
 tide_result_t tide_cuda_batch_prepare(tide_cuda_shared_t *sh, tide_cuda_prepared_t *pp,
                                       const tide_program_t *prog) {
-    const tide_cuda_schedule_t *s = &pp->sched;
+    const tide_schedule_t *s = &pp->sched;
     tide_result_t res = TIDE_SUCCESS;
-    runs_t runs[TIDE_CUDA_FORMS], whole;
+    runs_t runs[TIDE_SCHED_FORMS], whole;
     memset(runs, 0, sizeof(runs));
     memset(&whole, 0, sizeof(whole));
     run_t *open = calloc((size_t)s->num_threads, sizeof(*open));
@@ -367,7 +367,7 @@ tide_result_t tide_cuda_batch_prepare(tide_cuda_shared_t *sh, tide_cuda_prepared
         res = TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda fabric: copy runs of %d ops", s->num_ops);
         goto done;
     }
-    for (int f = 0; f < TIDE_CUDA_FORMS; ++f) {
+    for (int f = 0; f < TIDE_SCHED_FORMS; ++f) {
         TIDE_CHECK_GOTO(find_runs(sh, pp, prog, f, sh->batch_max_bytes, open, &runs[f]), res,
                         done);
         pp->over_threshold[f] = 0;
@@ -396,7 +396,7 @@ void tide_cuda_batch_fill(tide_cuda_prepared_t *pp, int rank) {
     const tide_program_t *prog = pp->checked[rank];
     for (int k = pp->slot_base[rank]; k < pp->slot_base[rank + 1]; ++k) {
         const int id = pp->slot_op[k], t = pp->slot_thread[k];
-        const tide_op_t *op = tide_cuda_op(prog, &pp->sched, id, t);
+        const tide_op_t *op = tide_schedule_op(prog, &pp->sched, id, t);
         const tide_bound_op_t *b = &pp->bound[id].op;
         const bool flat = op->kind == TIDE_OP_COPY;
         pp->desc_call[k] = (tide_cuda_copy_desc_t){

@@ -6,16 +6,16 @@
  * every device through UVA and peer access.
  *
  * Signals and waits never poll on the device.  A program's counters are resolved on the host
- * when its schedule is built (schedule.c): an abstract execution of two consecutive calls of
+ * when its schedule is built (program/schedule.c): an abstract execution of two consecutive calls of
  * all ranks gives a global order of every op and, for every WAIT, the SIGNAL instances that
  * satisfy it.  At run time each (rank, queue) is a CUDA stream, a signalling op records an
- * event, a WAIT becomes cudaStreamWaitEvent on the events of its signals (commands.c), and
+ * event, a WAIT becomes cudaStreamWaitEvent on the events of its signals (program/schedule_commands.c), and
  * the host enqueues a whole call of all ranks in the global order once the last rank called
  * execute (execute.c).  Every dependency then points backwards in enqueue order, which is why
  * no aliasing of streams onto hardware queues can deadlock.
  *
- * The schedule part (tide_cuda_schedule_t and its builder) is plain C without CUDA types: it
- * lives in schedule.h and the CPU build compiles and tests it.
+ * The schedule (tide_schedule_t and its builder) belongs to the program layer: it needs no
+ * GPU, lives in program/schedule.h, and the CPU build compiles and tests it.
  */
 #ifndef TIDE_FABRIC_CUDA_CUDA_H_
 #define TIDE_FABRIC_CUDA_CUDA_H_
@@ -26,14 +26,18 @@
 #endif
 
 #include "fabric/cuda/batch_copy.h"
-#include "fabric/cuda/schedule.h"
 #include "fabric/fabric.h"
 #include "kernels/launch.h"
+#include "program/schedule.h"
 
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+
+/* Streams per rank: one per queue of the program (a schedule's thread is rank * TIDE_CUDA_Q +
+ * queue). */
+#define TIDE_CUDA_Q TIDE_Q_COUNT
 
 /* TIDE_CUDA_SLICE_US / TIDE_CUDA_SLICES (slices.c): each sum and landing as launches of about
  * `us` microseconds, or as `count` launches; both 0: one launch. */
@@ -165,7 +169,7 @@ typedef struct {
 /* A program's device-side state: its schedule, events, and segment tables. */
 typedef struct {
     bool ready;
-    tide_cuda_schedule_t sched;
+    tide_schedule_t sched;
     cudaEvent_t *events[2];         /* [parity][slot] */
     void **table_mem;               /* [N]: one device allocation per rank */
     const void ***table_dev;        /* [N][table]: device copy of each segment table */
@@ -173,12 +177,12 @@ typedef struct {
     tide_cuda_bound_t *bound;       /* [num_ops]: the pending call's ops */
     /* Batched copies (batch.c), when the world batches and the program has a run to batch. */
     bool batched;
-    tide_cuda_cmd_t *bcmds[TIDE_CUDA_FORMS]; /* the command lists with BATCH commands */
-    int num_bcmds[TIDE_CUDA_FORMS];
+    tide_sched_cmd_t *bcmds[TIDE_SCHED_FORMS]; /* the command lists with BATCH commands */
+    int num_bcmds[TIDE_SCHED_FORMS];
     tide_cuda_batch_t *batches;
     int num_batches;
     int max_batch;                       /* largest count */
-    int over_threshold[TIDE_CUDA_FORMS]; /* copies of runs kept per op by the size threshold */
+    int over_threshold[TIDE_SCHED_FORMS]; /* copies of runs kept per op by the size threshold */
     int num_desc;                        /* descriptor slots of all ranks */
     int *slot_base;                      /* [N + 1]: first slot of each rank */
     int32_t *slot_op;                    /* [num_desc]: op id of each slot */
@@ -273,10 +277,44 @@ tide_result_t tide_cuda_direct_fuse_upload(tide_cuda_shared_t *sh, tide_cuda_pre
                                            int parity, int r, cudaStream_t stream,
                                            uint64_t *uploads);
 
+
+/* ------------------------------------------------------------------ ops (ops.c) */
+
+/* What every CUDA executor does the same way with a rank's ops (ops.c), whatever carries the
+ * signals between ranks. */
+
+/* Copy rank `rank`'s segment tables into one allocation of the current device (on `util`,
+ * synchronised): *mem_out (NULL when there is none) and *dev_out[table] (NULL for an empty
+ * one); both set only on success, the caller frees them. */
+tide_result_t tide_cuda_tables_upload(const tide_rank_program_t *rp, int rank, cudaStream_t util,
+                                      void **mem_out, const void ***dev_out);
+
+/* How a rank's ops are bound for a call (tide_cuda_bind_rank). */
+typedef struct {
+    const void *const *table_dev; /* [tables]: the rank's device segment tables */
+    const void *const *own;       /* device gradient pointer table of the call's parity */
+    const uint8_t *skip;          /* [num_ops] or NULL: ops another path binds (rail puts) */
+    int direct_l;                 /* > 0: direct sums read the L - 1 peers' rows of `own` */
+    int num_params;               /* P: pointers per rank in a row of `own` */
+} tide_cuda_bind_env_t;
+
+/* Bind rank b->rank's ops of `prog` into bound[op id of sched]. */
+tide_result_t tide_cuda_bind_rank(const tide_cuda_bind_env_t *env, const tide_schedule_t *sched,
+                                  const tide_program_t *prog, const tide_binding_t *b,
+                                  tide_cuda_bound_t *bound);
+
+/* How data ops are launched on the rank's device (tide_cuda_op_issue). */
+typedef struct {
+    size_t max_pitch; /* cudaMemcpy2DAsync's pitch limit */
+    int sm_count;
+    int sum_ctas, landing_ctas;
+    const tide_cuda_slicing_t *slicing;
+} tide_cuda_op_env_t;
+
 /* Counts of the last enqueued call (host enqueue figures). */
 typedef struct {
     uint64_t calls;       /* calls enqueued so far */
-    int form;             /* tide_cuda_form_t of the last call */
+    int form;             /* tide_sched_form_t of the last call */
     uint64_t descriptors; /* copies, memsets and kernel launches */
     uint64_t waits;       /* cudaStreamWaitEvent, including forks and joins */
     uint64_t records;     /* cudaEventRecord */
@@ -294,6 +332,29 @@ typedef struct {
     uint64_t ce_batched;  /* copies of `batched` run by cudaMemcpyBatchAsync (mp_batch.c) */
     uint64_t sliced;      /* sum and landing launches past one per op (slices.c) */
 } tide_cuda_stats_t;
+
+/* Issue op `index` of queue q of rank `rank` (program rp), bound to b, on stream s when it is
+ * a data op (COPY, COPY2D, ZERO, CAST, SUM, LAND), counting into st; other kinds are the
+ * executor's (nothing is issued).  A failure names rank, queue and op. */
+tide_result_t tide_cuda_op_issue(const tide_cuda_op_env_t *env, const tide_rank_program_t *rp,
+                                 int rank, int q, int index, const tide_cuda_bound_t *b,
+                                 cudaStream_t s, tide_cuda_stats_t *st);
+/* The checks at the entry of an execute: program and binding of this arena's rank (ranks
+ * of the world), and the caller's stream (NULL: the default stream) on `device`;
+ * *caller_out is the stream.  Messages start with `fabric`. */
+tide_result_t tide_cuda_call_check(const char *fabric, const tide_program_t *prog,
+                                   const tide_binding_t *binding,
+                                   const struct tide_fabric_arena *arena, int ranks, int device,
+                                   void *stream, cudaStream_t *caller_out);
+/* Call bookkeeping: CLOCK_MONOTONIC in ns; the stats of a call about to be enqueued in form
+ * `form` (the running count of calls of `prev`, every per-call count 0); the end of its
+ * enqueue, started at t0_ns (counts the call, times it, publishes it into *out). */
+uint64_t tide_cuda_now_ns(void);
+tide_cuda_stats_t tide_cuda_stats_begin(const tide_cuda_stats_t *prev, int form);
+void tide_cuda_stats_end(tide_cuda_stats_t *st, uint64_t t0_ns, tide_cuda_stats_t *out);
+/* A failed launch of op `index` of queue q of rank `rank`, reported once. */
+tide_result_t tide_cuda_op_failed(cudaError_t err, int rank, int q, int index, int kind,
+                                  const char *call);
 
 /* The calls of one collective on one group: AG, or RS (both modes share the RS counters). */
 typedef struct tide_cuda_family {

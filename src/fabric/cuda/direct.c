@@ -89,11 +89,11 @@ bool tide_cuda_direct_world(const tide_cuda_shared_t *sh, int gpus_per_node) {
 /* The writes of every op of the program into arena regions (SUM outputs included). */
 static tide_result_t collect_writes(const tide_cuda_prepared_t *pp, const tide_program_t *prog,
                                     writes_t *w) {
-    const tide_cuda_schedule_t *s = &pp->sched;
+    const tide_schedule_t *s = &pp->sched;
     for (int t = 0; t < s->num_threads; ++t) {
         const int rank = t / TIDE_CUDA_Q;
         for (int id = s->op_base[t]; id < s->op_base[t + 1]; ++id) {
-            const tide_op_t *op = tide_cuda_op(prog, s, id, t);
+            const tide_op_t *op = tide_schedule_op(prog, s, id, t);
             write_t x = {id, -1, 0, op->kind, op->bank_dep, 0, 0};
             if (op->kind == TIDE_OP_COPY || op->kind == TIDE_OP_ZERO ||
                 op->kind == TIDE_OP_COPY2D) {
@@ -238,11 +238,11 @@ static tide_result_t land_sources(tide_cuda_prepared_t *pp, const tide_program_t
 /* Rule (c): a candidate stays one only if no landing segment reads it partly. */
 static void drop_partial(const tide_cuda_prepared_t *pp, const tide_program_t *prog,
                          const writes_t *w, uint8_t *cand) {
-    const tide_cuda_schedule_t *s = &pp->sched;
+    const tide_schedule_t *s = &pp->sched;
     for (int t = 0; t < s->num_threads; ++t) {
         const int rank = t / TIDE_CUDA_Q;
         for (int id = s->op_base[t]; id < s->op_base[t + 1]; ++id) {
-            const tide_op_t *op = tide_cuda_op(prog, s, id, t);
+            const tide_op_t *op = tide_schedule_op(prog, s, id, t);
             if (op->kind != TIDE_OP_LAND) continue;
             const tide_table_t *tb = &prog->ranks[rank].tables[op->table];
             for (int g = 0; g < tb->num_segs; ++g)
@@ -262,7 +262,7 @@ static void drop_partial(const tide_cuda_prepared_t *pp, const tide_program_t *p
     }
 }
 
-static int thread_of(const tide_cuda_schedule_t *s, int id) {
+static int thread_of(const tide_schedule_t *s, int id) {
     int lo = 0, hi = s->num_threads - 1;
     while (lo < hi) {
         const int mid = (lo + hi + 1) / 2;
@@ -285,7 +285,7 @@ static int sum_writing(const tide_cuda_prepared_t *pp, const tide_program_t *pro
             lo + bytes > x->hi)
             continue;
         const int t = thread_of(&pp->sched, x->op);
-        const tide_op_t *op = tide_cuda_op(prog, &pp->sched, x->op, t);
+        const tide_op_t *op = tide_schedule_op(prog, &pp->sched, x->op, t);
         const tide_table_t *tb = &prog->ranks[t / TIDE_CUDA_Q].tables[op->table];
         for (int j = 0; j < tb->num_segs; ++j)
             if (tb->out.offset + tb->sum_segs[j].out_off * 4u == lo &&
@@ -301,14 +301,14 @@ static int sum_writing(const tide_cuda_prepared_t *pp, const tide_program_t *pro
 static const tide_table_t *op_table(const tide_cuda_prepared_t *pp, const tide_program_t *prog,
                                     int id) {
     const int t = thread_of(&pp->sched, id);
-    const tide_op_t *op = tide_cuda_op(prog, &pp->sched, id, t);
+    const tide_op_t *op = tide_schedule_op(prog, &pp->sched, id, t);
     return &prog->ranks[t / TIDE_CUDA_Q].tables[op->table];
 }
 
 /* Which SUMs store their segments as the landings that read them (see the top). */
 static tide_result_t fuse_plan(tide_cuda_prepared_t *pp, const tide_program_t *prog,
                                const writes_t *w, int L) {
-    const tide_cuda_schedule_t *s = &pp->sched;
+    const tide_schedule_t *s = &pp->sched;
     const int n = s->num_ops;
     pp->fuse = calloc((size_t)n + 1, sizeof(*pp->fuse));
     pp->fused_land = calloc((size_t)n + 1, 1);
@@ -329,7 +329,7 @@ static tide_result_t fuse_plan(tide_cuda_prepared_t *pp, const tide_program_t *p
         bool ok = true;
         for (int o2 = 0; ok && o2 < n; ++o2) {
             if (o2 == id || thread_of(s, o2) / TIDE_CUDA_Q != lrank) continue;
-            const tide_op_t *op2 = tide_cuda_op(prog, s, o2, thread_of(s, o2));
+            const tide_op_t *op2 = tide_schedule_op(prog, s, o2, thread_of(s, o2));
             if (op2->kind != TIDE_OP_LAND) continue;
             const tide_table_t *t2 = op_table(pp, prog, o2);
             for (int g = 0; ok && g < lt->num_segs; ++g)
@@ -352,7 +352,7 @@ static tide_result_t fuse_plan(tide_cuda_prepared_t *pp, const tide_program_t *p
                 ok = false;
                 break;
             }
-            const tide_op_t *copy = tide_cuda_op(prog, s, o->copy, thread_of(s, o->copy));
+            const tide_op_t *copy = tide_schedule_op(prog, s, o->copy, thread_of(s, o->copy));
             int j;
             const int sum = sum_writing(pp, prog, w, copy->src.rank, copy->src.region,
                                         copy->src.offset + o->delta,
@@ -434,7 +434,7 @@ done:
 
 static tide_result_t analyse(tide_cuda_prepared_t *pp, const tide_program_t *prog, int mask,
                              writes_t *w, uint8_t **cand_out) {
-    const tide_cuda_schedule_t *s = &pp->sched;
+    const tide_schedule_t *s = &pp->sched;
     TIDE_CHECK(collect_writes(pp, prog, w));
     uint8_t *cand = calloc((size_t)w->n + 1, 1);
     *cand_out = cand;
@@ -447,7 +447,7 @@ static tide_result_t analyse(tide_cuda_prepared_t *pp, const tide_program_t *pro
         int t = 0;
         while (t + 1 < s->num_threads && s->op_base[t + 1] <= x->op)
             ++t;
-        cand[i] = alias_candidate(w, x, tide_cuda_op(prog, s, x->op, t));
+        cand[i] = alias_candidate(w, x, tide_schedule_op(prog, s, x->op, t));
     }
     drop_partial(pp, prog, w, cand);
     /* Staging pushes: every copy into STAGING. */
@@ -462,7 +462,7 @@ static tide_result_t analyse(tide_cuda_prepared_t *pp, const tide_program_t *pro
     }
     for (int t = 0; t < s->num_threads; ++t)
         for (int id = s->op_base[t]; id < s->op_base[t + 1]; ++id) {
-            const tide_op_t *op = tide_cuda_op(prog, s, id, t);
+            const tide_op_t *op = tide_schedule_op(prog, s, id, t);
             if (op->kind == TIDE_OP_LAND)
                 TIDE_CHECK(land_sources(pp, prog, w, cand, mask, id, t / TIDE_CUDA_Q, op));
         }
@@ -518,13 +518,13 @@ void tide_cuda_direct_row(const tide_cuda_family_t *fam, int L, int r, const voi
 tide_result_t tide_cuda_direct_lands(tide_cuda_shared_t *sh, tide_cuda_prepared_t *pp,
                                      int parity) {
     if (!pp->direct) return TIDE_SUCCESS;
-    const tide_cuda_schedule_t *s = &pp->sched;
+    const tide_schedule_t *s = &pp->sched;
     for (int t = 0; t < s->num_threads; ++t) {
         const int rank = t / TIDE_CUDA_Q;
         for (int id = s->op_base[t]; id < s->op_base[t + 1]; ++id) {
             if (pp->land_src[id] == NULL || (pp->fused_land != NULL && pp->fused_land[id]))
                 continue;
-            const tide_op_t *op = tide_cuda_op(pp->checked[rank], s, id, t);
+            const tide_op_t *op = tide_schedule_op(pp->checked[rank], s, id, t);
             const tide_table_t *tb = &pp->checked[rank]->ranks[rank].tables[op->table];
             const tide_land_args_t *la = &pp->bound[id].land;
             const size_t n = (size_t)tb->num_segs * (size_t)tb->num_in;
@@ -577,7 +577,7 @@ tide_result_t tide_cuda_direct_fuse_upload(tide_cuda_shared_t *sh, tide_cuda_pre
                                            uint64_t *uploads) {
     (void)sh;
     if (pp->fuse == NULL) return TIDE_SUCCESS;
-    const tide_cuda_schedule_t *s = &pp->sched;
+    const tide_schedule_t *s = &pp->sched;
     for (int t = r * TIDE_CUDA_Q; t < (r + 1) * TIDE_CUDA_Q; ++t)
         for (int id = s->op_base[t]; id < s->op_base[t + 1]; ++id) {
             tide_cuda_fuse_t *f = pp->fuse[id];
@@ -605,7 +605,7 @@ tide_result_t tide_cuda_direct_fuse_upload(tide_cuda_shared_t *sh, tide_cuda_pre
                 if (f->segs[q].land < 0) continue; /* an empty segment: nothing is stored */
                 const int lid = f->segs[q].land;
                 const int lt = thread_of(s, lid);
-                const tide_op_t *lop = tide_cuda_op(pp->checked[lt / TIDE_CUDA_Q], s, lid, lt);
+                const tide_op_t *lop = tide_schedule_op(pp->checked[lt / TIDE_CUDA_Q], s, lid, lt);
                 const tide_table_t *tb =
                     &pp->checked[lt / TIDE_CUDA_Q]->ranks[lt / TIDE_CUDA_Q].tables[lop->table];
                 const tide_land_args_t *la = &pp->bound[lid].land;

@@ -84,10 +84,10 @@ static tide_result_t access(spans_t *out, int id, const tide_op_t *op, const tid
  * regions. */
 static tide_result_t collect(const tide_cuda_prepared_t *pp, const tide_program_t *prog,
                              spans_t *out) {
-    const tide_cuda_schedule_t *s = &pp->sched;
+    const tide_schedule_t *s = &pp->sched;
     for (int t = 0; t < s->num_threads; ++t)
         for (int id = s->op_base[t]; id < s->op_base[t + 1]; ++id) {
-            const tide_op_t *op = tide_cuda_op(prog, s, id, t);
+            const tide_op_t *op = tide_schedule_op(prog, s, id, t);
             const bool copies = op->kind == TIDE_OP_COPY || op->kind == TIDE_OP_COPY2D;
             if (copies || op->kind == TIDE_OP_ZERO || op->kind == TIDE_OP_CAST)
                 TIDE_CHECK(access(out, id, op, &op->dst, span_of(op, true), true));
@@ -121,7 +121,7 @@ tide_result_t tide_cuda_direct_ag_prepare(tide_cuda_shared_t *sh, tide_cuda_prep
     if (prog->coll != TIDE_COLL_ALL_GATHER || !(sh->direct & TIDE_CUDA_DIRECT_AG) ||
         prog->plan->config.nodes < 2)
         return TIDE_SUCCESS;
-    const tide_cuda_schedule_t *s = &pp->sched;
+    const tide_schedule_t *s = &pp->sched;
     const int n = sh->ranks;
     spans_t sp = {0};
     tide_result_t res = collect(pp, prog, &sp);
@@ -143,7 +143,7 @@ tide_result_t tide_cuda_direct_ag_prepare(tide_cuda_shared_t *sh, tide_cuda_prep
         while (t + 1 < s->num_threads && s->op_base[t + 1] <= c->op)
             ++t;
         const int sender = t / TIDE_CUDA_Q;
-        const tide_op_t *op = tide_cuda_op(prog, s, c->op, t);
+        const tide_op_t *op = tide_schedule_op(prog, s, c->op, t);
         if (op->src.kind != TIDE_REF_SHARD ||                                    /* (a) */
             tide_cuda_device_of(sh, sender) != tide_cuda_device_of(sh, c->rank) || /* (d) */
             !stage_clean(&sp, c))                                               /* (b), (c) */

@@ -2,7 +2,7 @@
  * execute.c - a call on the CUDA fabric: every rank's execute binds its ops; the last rank's
  * execute enqueues the call of all ranks.
  *
- * The commands of a program's schedule (commands.c) span all ranks, so a call can only be
+ * The commands of a program's schedule (program/schedule_commands.c) span all ranks, so a call can only be
  * enqueued once all N bindings are known.  execute for rank r therefore validates and binds
  * rank r's ops into the pending call and returns; the N-th execute replays the command list
  * of the call's form on the streams and returns.  One thread may drive all ranks (rank 0 to
@@ -45,12 +45,6 @@
 #include <string.h>
 #include <time.h>
 
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* ------------------------------------------------------------------ enqueue */
 
 typedef struct {
@@ -87,51 +81,11 @@ static tide_result_t record_on(issue_t *is, cudaEvent_t ev, cudaStream_t s) {
     return TIDE_SUCCESS;
 }
 
-/* A failed launch names the op. */
-static tide_result_t op_failed(cudaError_t err, int t, int index, const tide_op_t *op,
-                               const char *call) {
-    char what[160];
-    snprintf(what, sizeof(what), "rank %d queue %s op %d (%s): %s", t / TIDE_CUDA_Q,
-             tide_queue_name((tide_queue_t)(t % TIDE_CUDA_Q)), index, tide_op_kind_name(op->kind),
-             call);
-    return tide_cuda_error(err, __FILE__, __LINE__, what);
-}
-
-static tide_result_t copy_2d(issue_t *is, const tide_op_t *op, const tide_bound_op_t *b,
-                             cudaStream_t s, int t, int index) {
-    const size_t max_pitch = is->sh->max_pitch[is->cur_dev];
-    cudaError_t e;
-    if (op->src_pitch <= max_pitch && op->dst_pitch <= max_pitch) {
-        ++is->st.descriptors;
-        e = cudaMemcpy2DAsync(b->dst, (size_t)op->dst_pitch, b->src, (size_t)op->src_pitch,
-                              (size_t)op->bytes, (size_t)op->rows, cudaMemcpyDefault, s);
-        return e == cudaSuccess ? TIDE_SUCCESS : op_failed(e, t, index, op, "cudaMemcpy2DAsync");
-    }
-    /* Pitches past the device limit: one flat copy per row. */
-    for (uint64_t r = 0; r < op->rows; ++r) {
-        ++is->st.descriptors;
-        e = cudaMemcpyAsync((uint8_t *)b->dst + r * op->dst_pitch,
-                            (const uint8_t *)b->src + r * op->src_pitch, (size_t)op->bytes,
-                            cudaMemcpyDefault, s);
-        if (e != cudaSuccess) return op_failed(e, t, index, op, "cudaMemcpyAsync (2D row)");
-    }
-    return TIDE_SUCCESS;
-}
-
-static int cast_ctas(const issue_t *is, uint64_t n) {
-    const uint64_t per_cta = (uint64_t)TIDE_CAST_THREADS * 8u;
-    uint64_t ctas = (n + per_cta - 1) / per_cta;
-    const uint64_t cap = (uint64_t)is->sh->sm_count[is->cur_dev];
-    return (int)(ctas < 1 ? 1 : ctas > cap ? cap : ctas);
-}
-
 static tide_result_t issue_op(issue_t *is, int id, int t) {
-    const int rank = t / TIDE_CUDA_Q, index = id - is->pp->sched.op_base[t];
-    const tide_op_t *op = &is->pp->checked[rank]->ranks[rank].queues[t % TIDE_CUDA_Q].ops[index];
-    const tide_cuda_bound_t *b = &is->pp->bound[id];
+    const int rank = t / TIDE_CUDA_Q, q = t % TIDE_CUDA_Q, index = id - is->pp->sched.op_base[t];
+    const tide_rank_program_t *rp = &is->pp->checked[rank]->ranks[rank];
+    const tide_op_t *op = &rp->queues[q].ops[index];
     const cudaStream_t s = is->sh->stream[t];
-    cudaError_t e = cudaSuccess;
-    const char *call = "";
     if (is->pp->elide != NULL && is->pp->elide[id]) {
         ++is->st.elided;
         return TIDE_SUCCESS; /* direct mode: nothing reads what it would write (direct.c) */
@@ -140,43 +94,7 @@ static tide_result_t issue_op(issue_t *is, int id, int t) {
         ++is->st.fused;
         return TIDE_SUCCESS; /* direct mode: a fused sum stored this landing (direct.c) */
     }
-    switch (op->kind) {
-    case TIDE_OP_COPY:
-        if (op->bytes == 0) return TIDE_SUCCESS;
-        ++is->st.descriptors;
-        call = "cudaMemcpyAsync";
-        e = cudaMemcpyAsync(b->op.dst, b->op.src, (size_t)op->bytes, cudaMemcpyDefault, s);
-        break;
-    case TIDE_OP_COPY2D:
-        if (op->bytes == 0 || op->rows == 0) return TIDE_SUCCESS;
-        return copy_2d(is, op, &b->op, s, t, index);
-    case TIDE_OP_ZERO:
-        if (op->bytes == 0) return TIDE_SUCCESS;
-        ++is->st.descriptors;
-        call = "cudaMemsetAsync";
-        e = cudaMemsetAsync(b->op.dst, 0, (size_t)op->bytes, s);
-        break;
-    case TIDE_OP_CAST:
-        if (op->bytes == 0) return TIDE_SUCCESS;
-        ++is->st.descriptors;
-        call = "tide_cuda_cast_bf16";
-        e = tide_cuda_cast_bf16(b->op.src, b->op.dst, op->bytes / 2, cast_ctas(is, op->bytes / 2),
-                                0, s);
-        break;
-    case TIDE_OP_SUM:
-        ++is->st.descriptors;
-        call = "tide_cuda_sum";
-        e = tide_cuda_issue_sum(&is->pp->checked[rank]->ranks[rank].tables[op->table], &b->sum,
-                                is->fam->sum_ctas, &is->sh->slicing, s, &is->st.sliced);
-        break;
-    case TIDE_OP_LAND:
-        ++is->st.descriptors;
-        call = "tide_cuda_land";
-        e = tide_cuda_issue_land(&is->pp->checked[rank]->ranks[rank].tables[op->table],
-                                 &b->land, is->fam->landing_ctas, &is->sh->slicing, s,
-                                 &is->st.sliced);
-        break;
-    case TIDE_OP_EVENT:
+    if (op->kind == TIDE_OP_EVENT) {
         /* Direct mode: the node's sums read this rank's gradients until the node's call
          * ends; read-done is recorded then (enqueue_commands). */
         if (is->pp->direct_sum && op->event == TIDE_EVENT_READ_DONE) return TIDE_SUCCESS;
@@ -184,10 +102,16 @@ static tide_result_t issue_op(issue_t *is, int id, int t) {
          * call-done is recorded then (enqueue_commands). */
         if (is->pp->direct_ag && op->event == TIDE_EVENT_CALL_DONE) return TIDE_SUCCESS;
         return record_on(is, is->fam->user[rank * TIDE_EVENT_COUNT + op->event], s);
-    default:
-        return TIDE_SUCCESS; /* SIGNAL: its record follows as a command */
     }
-    return e == cudaSuccess ? TIDE_SUCCESS : op_failed(e, t, index, op, call);
+    const tide_cuda_op_env_t env = {
+        .max_pitch = is->sh->max_pitch[is->cur_dev],
+        .sm_count = is->sh->sm_count[is->cur_dev],
+        .sum_ctas = is->fam->sum_ctas,
+        .landing_ctas = is->fam->landing_ctas,
+        .slicing = &is->sh->slicing,
+    };
+    /* SIGNAL: its record follows as a command. */
+    return tide_cuda_op_issue(&env, rp, rank, q, index, &is->pp->bound[id], s, &is->st);
 }
 
 /* Refresh rank r's gradient pointer table of this parity (skipped when unchanged). */
@@ -270,33 +194,34 @@ static tide_result_t issue_batch(issue_t *is, int b, int t) {
     const cudaError_t e = tide_cuda_batch_copy(table, bt->count, bt->ctas, is->sh->stream[t]);
     if (e == cudaSuccess) return TIDE_SUCCESS;
     const int id = pp->slot_op[bt->first];
-    const tide_op_t *op = tide_cuda_op(pp->checked[bt->rank], &pp->sched, id, t);
-    return op_failed(e, t, id - pp->sched.op_base[t], op, "tide_cuda_batch_copy");
+    const tide_op_t *op = tide_schedule_op(pp->checked[bt->rank], &pp->sched, id, t);
+    return tide_cuda_op_failed(e, t / TIDE_CUDA_Q, t % TIDE_CUDA_Q, id - pp->sched.op_base[t],
+                               op->kind, "tide_cuda_batch_copy");
 }
 
-static tide_result_t issue_cmd(issue_t *is, const tide_cuda_cmd_t *c) {
+static tide_result_t issue_cmd(issue_t *is, const tide_sched_cmd_t *c) {
     const int t = c->thread, r = t / TIDE_CUDA_Q;
     const cudaStream_t s = is->sh->stream[t];
     TIDE_CHECK(on_device_of(is, r));
     switch (c->kind) {
-    case TIDE_CUDA_CMD_FORK:
+    case TIDE_SCHED_CMD_FORK:
         return wait_on(is, s, is->sh->start[r]);
-    case TIDE_CUDA_CMD_OP:
+    case TIDE_SCHED_CMD_OP:
         return issue_op(is, c->arg, t);
-    case TIDE_CUDA_CMD_RECORD:
+    case TIDE_SCHED_CMD_RECORD:
         return record_on(is, is->pp->events[is->parity][c->arg], s);
-    case TIDE_CUDA_CMD_WAIT:
+    case TIDE_SCHED_CMD_WAIT:
         return wait_on(is, s, is->pp->events[is->parity][c->arg]);
-    case TIDE_CUDA_CMD_WAIT_PREV:
+    case TIDE_SCHED_CMD_WAIT_PREV:
         return wait_on(is, s, is->pp->events[is->parity ^ 1][c->arg]);
-    case TIDE_CUDA_CMD_UPLOAD:
+    case TIDE_SCHED_CMD_UPLOAD:
         return issue_upload(is, t);
-    case TIDE_CUDA_CMD_UPLOAD_WAIT:
+    case TIDE_SCHED_CMD_UPLOAD_WAIT:
         return wait_on(is, s, is->fam->own_done[is->parity][r]);
-    case TIDE_CUDA_CMD_JOIN:
+    case TIDE_SCHED_CMD_JOIN:
         TIDE_CHECK(record_on(is, is->sh->end[t], s));
         return wait_on(is, caller_of(is, r), is->sh->end[t]);
-    case TIDE_CUDA_CMD_BATCH:
+    case TIDE_SCHED_CMD_BATCH:
         return issue_batch(is, c->arg, t);
     default:
         return TIDE_ERR(TIDE_ERR_INTERNAL, "cuda fabric: command kind %d", c->kind);
@@ -317,7 +242,7 @@ static tide_result_t enqueue_commands(issue_t *is, int form, uint64_t epoch, int
         TIDE_CHECK(record_on(is, sh->start[r], caller_of(is, r)));
     }
     const bool batched = is->pp->batched;
-    const tide_cuda_cmd_t *cmds = batched ? is->pp->bcmds[form] : is->pp->sched.cmds[form];
+    const tide_sched_cmd_t *cmds = batched ? is->pp->bcmds[form] : is->pp->sched.cmds[form];
     const int num_cmds = batched ? is->pp->num_bcmds[form] : is->pp->sched.num_cmds[form];
     for (int i = 0; i < num_cmds; ++i)
         TIDE_CHECK(issue_cmd(is, &cmds[i]));
@@ -363,9 +288,9 @@ static tide_result_t enqueue_commands(issue_t *is, int form, uint64_t epoch, int
 tide_result_t tide_cuda_enqueue(tide_cuda_group_t *g, tide_cuda_family_t *fam) {
     const int pi = fam->pending_prep;
     const uint64_t e = fam->pending_epoch;
-    const uint64_t t0 = now_ns();
+    const uint64_t t0 = tide_cuda_now_ns();
     const bool steady = e >= 1 && fam->last_epoch == (int64_t)e - 1 && fam->last_prep == pi;
-    const int form = steady ? TIDE_CUDA_STEADY : TIDE_CUDA_FRESH;
+    const int form = steady ? TIDE_SCHED_STEADY : TIDE_SCHED_FRESH;
     /* STEADY waits reach back one call: the fence covers the one before.  FRESH waits reach
      * nothing of earlier calls: the fence covers all of them. */
     const int64_t fence = steady ? (int64_t)e - 2 : (int64_t)e - 1;
@@ -375,7 +300,7 @@ tide_result_t tide_cuda_enqueue(tide_cuda_group_t *g, tide_cuda_family_t *fam) {
                         "missing (last call %lld)",
                         (unsigned long long)e, (long long)fence, (long long)fam->last_epoch);
     if (!steady && fam->last_epoch >= 0 && fam->last_prep != pi &&
-        !tide_cuda_schedule_incs_match(&fam->prep[pi].sched, &fam->prep[fam->last_prep].sched))
+        !tide_schedule_incs_match(&fam->prep[pi].sched, &fam->prep[fam->last_prep].sched))
         return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
                         "cuda fabric: call %llu switches programs whose "
                         "counters count differently per call",
@@ -388,11 +313,7 @@ tide_result_t tide_cuda_enqueue(tide_cuda_group_t *g, tide_cuda_family_t *fam) {
     is.pp = &fam->prep[pi];
     is.parity = (int)(e % 2);
     is.cur_dev = -1;
-    is.st = fam->stats;
-    is.st.form = form;
-    is.st.descriptors = is.st.waits = is.st.records = is.st.uploads = 0;
-    is.st.batches = is.st.batched = is.st.unbatched = is.st.elided = is.st.fused = 0;
-    is.st.sliced = 0;
+    is.st = tide_cuda_stats_begin(&fam->stats, form);
     /* The threshold's copies are plain OP commands of the lists; their count is the
      * program's (batch.c). */
     is.st.over_threshold = (uint64_t)is.pp->over_threshold[form];
@@ -403,9 +324,7 @@ tide_result_t tide_cuda_enqueue(tide_cuda_group_t *g, tide_cuda_family_t *fam) {
     if (res != TIDE_SUCCESS) return res;
     fam->last_epoch = (int64_t)e;
     fam->last_prep = pi;
-    ++is.st.calls;
-    is.st.enqueue_ns = now_ns() - t0;
-    fam->stats = is.st;
+    tide_cuda_stats_end(&is.st, t0, &fam->stats);
     return TIDE_SUCCESS;
 }
 
@@ -414,44 +333,15 @@ tide_result_t tide_cuda_enqueue(tide_cuda_group_t *g, tide_cuda_family_t *fam) {
 static tide_result_t bind_rank(tide_cuda_family_t *fam, tide_cuda_prepared_t *pp,
                                const tide_program_t *prog, const tide_binding_t *b) {
     const int r = b->rank, parity = (int)(b->epoch % 2);
-    for (int q = 0; q < TIDE_CUDA_Q; ++q) {
-        const tide_queue_ops_t *qo = &prog->ranks[r].queues[q];
-        const int base = pp->sched.op_base[r * TIDE_CUDA_Q + q];
-        for (int i = 0; i < qo->num_ops; ++i) {
-            tide_cuda_bound_t *out = &pp->bound[base + i];
-            const tide_op_t *op = &qo->ops[i];
-            switch (op->kind) {
-            case TIDE_OP_WAIT:
-            case TIDE_OP_SIGNAL:
-                break; /* resolved into events by the schedule */
-            case TIDE_OP_SUM:
-                TIDE_CHECK(tide_bind_sum(b, prog, (tide_queue_t)q, i, &out->sum));
-                out->sum.segs = pp->table_dev[r][op->table];
-                out->sum.own = (const void *const *)fam->own_dev[parity][r];
-                if (pp->direct_sum && out->sum.num_staged > 0) {
-                    /* The other local ranks' gradients in place (direct.c). */
-                    if (out->sum.num_staged != pp->direct_l - 1)
-                        return TIDE_ERR(TIDE_ERR_INTERNAL,
-                                        "cuda fabric: rank %d: a sum of %d staged "
-                                        "contributions on a node of %d ranks",
-                                        r, out->sum.num_staged, pp->direct_l);
-                    const int np = fam->num_params;
-                    out->sum.peers = out->sum.own;
-                    out->sum.peer_stride = np;
-                    out->sum.own = out->sum.own + (size_t)(pp->direct_l - 1) * (size_t)np;
-                }
-                break;
-            case TIDE_OP_LAND:
-                TIDE_CHECK(tide_bind_land(b, prog, (tide_queue_t)q, i, &out->land));
-                out->land.segs = pp->table_dev[r][op->table];
-                break;
-            default:
-                TIDE_CHECK(tide_bind_op(b, prog, (tide_queue_t)q, i, &out->op));
-                break;
-            }
-        }
-    }
-    return TIDE_SUCCESS;
+    const tide_cuda_bind_env_t env = {
+        .table_dev = pp->table_dev[r],
+        /* Programs without sums have no gradient tables. */
+        .own = fam->own_dev[parity] != NULL ? (const void *const *)fam->own_dev[parity][r] : NULL,
+        .skip = NULL,
+        .direct_l = pp->direct_sum ? pp->direct_l : 0,
+        .num_params = fam->num_params,
+    };
+    return tide_cuda_bind_rank(&env, &pp->sched, prog, b, pp->bound);
 }
 
 /* Fail-stop: ranks that recorded this call already returned; all later calls fail. */
@@ -535,7 +425,7 @@ static tide_result_t record_call(tide_cuda_group_t *g, tide_cuda_family_t *fam, 
         if (res != TIDE_SUCCESS) return family_break(sh, fam, res);
     }
     if (pp->checked[r] != prog) {
-        if (tide_cuda_rank_hash(prog, r) != pp->sched.rank_hash[r])
+        if (tide_schedule_rank_hash(prog, r) != pp->sched.rank_hash[r])
             return family_break(sh, fam,
                                 TIDE_ERR(TIDE_ERR_INTERNAL,
                                          "cuda fabric: rank %d's program differs from the one its "
@@ -571,30 +461,9 @@ tide_result_t tide_cuda_execute(struct tide_fabric_arena *arena, const tide_prog
     tide_cuda_group_t *g = a->group;
     tide_cuda_shared_t *sh = g->shared;
     const int r = arena->world->rank;
-    if (prog->num_ranks != sh->ranks || binding->rank != r || binding->arena != arena ||
-        (prog->coll != TIDE_COLL_ALL_GATHER && prog->coll != TIDE_COLL_REDUCE_SCATTER) ||
-        (unsigned)prog->mode >= TIDE_RS_MODE_COUNT)
-        return TIDE_ERR(TIDE_ERR_INTERNAL,
-                        "cuda fabric: program of %d ranks / binding of rank "
-                        "%d does not match rank %d of %d",
-                        prog->num_ranks, binding->rank, r, sh->ranks);
-    cudaStream_t caller = (cudaStream_t)stream;
-    if (caller != NULL) {
-        int dev = -1;
-        cudaError_t e = cudaStreamGetDevice(caller, &dev);
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError();
-            return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
-                            "cuda fabric: rank %d: stream is not a "
-                            "valid cudaStream_t (%s)",
-                            r, cudaGetErrorString(e));
-        }
-        if (dev != tide_cuda_device_of(sh, r))
-            return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
-                            "cuda fabric: rank %d runs on device %d, "
-                            "its stream belongs to device %d",
-                            r, tide_cuda_device_of(sh, r), dev);
-    }
+    cudaStream_t caller = NULL;
+    TIDE_CHECK(tide_cuda_call_check("cuda fabric", prog, binding, arena, sh->ranks,
+                                    tide_cuda_device_of(sh, r), stream, &caller));
     const int fi = prog->coll == TIDE_COLL_ALL_GATHER ? 0 : 1;
     const int pi = fi == 0 ? 0 : (int)prog->mode;
     int prev_device = -1;

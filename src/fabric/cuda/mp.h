@@ -3,7 +3,7 @@
  * ...)); docs/cuda-fabric.md, "One process per rank".
  *
  * What is shared with the one-process fabric: the program, its binding (bind.c), the
- * schedule and its command lists (schedule.c, commands.c), the kernels.  Each process builds
+ * schedule and its command lists (program/schedule.c, schedule_commands.c), the kernels.  Each process builds
  * the whole schedule from its own copy of the program and replays only its rank's commands.
  * What is new is transport:
  *
@@ -153,9 +153,9 @@ typedef struct {
 
 typedef struct {
     bool ready;
-    tide_cuda_schedule_t sched;
-    tide_cuda_cmd_t *cmds[TIDE_CUDA_FORMS]; /* this rank's commands, in the global order */
-    int num_cmds[TIDE_CUDA_FORMS];
+    tide_schedule_t sched;
+    tide_sched_cmd_t *cmds[TIDE_SCHED_FORMS]; /* this rank's commands, in the global order */
+    int num_cmds[TIDE_SCHED_FORMS];
     void *table_mem;
     const void **table_dev;
     const tide_program_t *checked;
@@ -298,6 +298,16 @@ tide_result_t tide_cuda_mp_families_create(tide_mp_arena_t *a);
  * destroys). */
 struct tide_mp_rails_ops;
 tide_result_t tide_cuda_mp_world_set_rails(tide_mp_world_t *w, const struct tide_mp_rails_ops *ops);
+
+/* fabric.h's call_check through the group's control block (mp_execute.c). */
+tide_result_t tide_cuda_mp_call_check(struct tide_fabric_arena *arena, tide_collective_t coll,
+                                      uint64_t seq, uint64_t sig, int *other_rank_out,
+                                      uint64_t *other_sig_out);
+
+/* Fail-stop with `msg` as the group's message (mp_execute.c): publish the abort (or follow
+ * the one published first), poison the flags, drain the streams, break both families;
+ * returns TIDE_ERR_TIMEOUT. */
+tide_result_t tide_cuda_mp_fail_stop_msg(tide_mp_arena_t *a, const char *msg);
 
 /* Fail-stop (mp_execute.c): name the missing rank (dead >= 0: that one; else from the control
  * block, for call `call` of fam), publish the abort, poison the flags, drain the streams. */

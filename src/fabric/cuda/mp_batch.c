@@ -64,7 +64,7 @@ void tide_cuda_mp_batch_free(tide_mp_prepared_t *pp) {
 tide_result_t tide_cuda_mp_batch_prepare(tide_mp_prepared_t *pp) {
     tide_mp_batch_t *b = &pp->batch;
     int cap = 1;
-    for (int f = 0; f < TIDE_CUDA_FORMS; ++f)
+    for (int f = 0; f < TIDE_SCHED_FORMS; ++f)
         cap = pp->num_cmds[f] > cap ? pp->num_cmds[f] : cap;
     b->cap = cap;
     const size_t n = (size_t)cap;
@@ -110,7 +110,7 @@ static bool remote_ptr(const tide_mp_arena_t *a, const void *p) {
     return false;
 }
 
-static const tide_op_t *cmd_op(const tide_mp_prepared_t *pp, const tide_cuda_cmd_t *c) {
+static const tide_op_t *cmd_op(const tide_mp_prepared_t *pp, const tide_sched_cmd_t *c) {
     const int t = c->thread, index = c->arg - pp->sched.op_base[t];
     return &pp->checked->ranks[t / TIDE_CUDA_Q].queues[t % TIDE_CUDA_Q].ops[index];
 }
@@ -208,17 +208,17 @@ tide_result_t tide_cuda_mp_batch_plan(tide_mp_arena_t *a, tide_mp_prepared_t *pp
                                       int parity, cudaStream_t caller, tide_cuda_stats_t *st) {
     tide_mp_batch_t *b = &pp->batch;
     const int n = pp->num_cmds[form];
-    const tide_cuda_cmd_t *cmds = pp->cmds[form];
+    const tide_sched_cmd_t *cmds = pp->cmds[form];
     int open[TIDE_CUDA_Q], runs = 0;
     for (int q = 0; q < TIDE_CUDA_Q; ++q)
         open[q] = -1;
     /* Runs per thread, in command order. */
     for (int i = 0; i < n; ++i) {
-        const tide_cuda_cmd_t *c = &cmds[i];
+        const tide_sched_cmd_t *c = &cmds[i];
         const int q = c->thread % TIDE_CUDA_Q;
         b->action[i] = -1;
         b->owner[i] = -1;
-        if (c->kind == TIDE_CUDA_CMD_OP) {
+        if (c->kind == TIDE_SCHED_CMD_OP) {
             const tide_op_t *op = cmd_op(pp, c);
             if (issues_nothing(op)) continue;
             const tide_cuda_bound_t *bd = &pp->bound[c->arg];

@@ -17,7 +17,8 @@
 #define CTL_MAGIC 0x7469646cu /* "tidl" */
 
 static size_t ctl_bytes(int ranks) {
-    return sizeof(tide_mp_ctl_hdr_t) + 4u * (size_t)ranks * sizeof(uint64_t);
+    /* entered, enqueued: 2 ranks each; check_seq, check_sig: 4 ranks each */
+    return sizeof(tide_mp_ctl_hdr_t) + 12u * (size_t)ranks * sizeof(uint64_t);
 }
 
 static tide_result_t ctl_map(int fd, int rank, int ranks, bool init, tide_mp_ctl_t *out) {
@@ -41,6 +42,8 @@ static tide_result_t ctl_map(int fd, int rank, int ranks, bool init, tide_mp_ctl
     out->hdr = h;
     out->entered = (_Atomic uint64_t *)(void *)((uint8_t *)p + sizeof(*h));
     out->enqueued = out->entered + 2 * ranks;
+    out->check_seq = out->enqueued + 2 * ranks;
+    out->check_sig = out->check_seq + 4 * ranks;
     out->bytes = bytes;
     out->rank = rank;
     out->ranks = ranks;
@@ -141,6 +144,44 @@ int tide_mp_ctl_aborted(tide_mp_ctl_t *c, char *msg, size_t len) {
     }
     if (msg != NULL && len > 0) snprintf(msg, len, "%s", c->hdr->msg);
     return (int)v - 1;
+}
+
+static size_t check_index(const tide_mp_ctl_t *c, int f, uint64_t seq, int r) {
+    return ((size_t)f * 2u + (size_t)(seq & 1u)) * (size_t)c->ranks + (size_t)r;
+}
+
+void tide_mp_ctl_post(tide_mp_ctl_t *c, int f, uint64_t seq, uint64_t sig) {
+    if (c->hdr == NULL) return;
+    const size_t i = check_index(c, f, seq, c->rank);
+    atomic_store_explicit(&c->check_sig[i], sig, memory_order_relaxed);
+    /* Release: a rank that reads 1 + seq reads this signature. */
+    atomic_store_explicit(&c->check_seq[i], seq + 1, memory_order_release);
+}
+
+int tide_mp_ctl_compare(tide_mp_ctl_t *c, int f, uint64_t seq, uint64_t sig, int *other_out,
+                        uint64_t *other_sig_out) {
+    *other_out = -1;
+    *other_sig_out = 0;
+    if (c->hdr == NULL) return 1;
+    int differs = -1;
+    uint64_t differs_sig = 0;
+    for (int r = 0; r < c->ranks; ++r) {
+        const size_t i = check_index(c, f, seq, r);
+        const uint64_t posted = atomic_load_explicit(&c->check_seq[i], memory_order_acquire);
+        if (posted < seq + 1) {
+            *other_out = r;
+            return 0;
+        }
+        if (posted > seq + 1) continue; /* it gave up on this check */
+        const uint64_t s = atomic_load_explicit(&c->check_sig[i], memory_order_relaxed);
+        if (s != sig && differs < 0) {
+            differs = r;
+            differs_sig = s;
+        }
+    }
+    *other_out = differs;
+    *other_sig_out = differs_sig;
+    return 1;
 }
 
 static size_t list_ranks(const tide_mp_ctl_t *c, const _Atomic uint64_t *v, int f, uint64_t call,

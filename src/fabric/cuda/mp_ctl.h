@@ -15,6 +15,10 @@
  *                   scatter) that rank r entered (set at the top of the call, before any wait)
  *   enqueued[f][r]  1 + the last call that rank r finished enqueueing
  *   abort word      0, or 1 + the rank that failed the group first; its message beside it.
+ *   checks[f][k][r] rank r's arguments of its argument check number `seq` of family f, k =
+ *                   seq mod 2: 1 + seq and the signature (fabric.h, call_check).  Two slots
+ *                   suffice: a rank posts check seq + 2 only after every rank posted seq + 1,
+ *                   which each did after reading everything of check seq.
  *
  * The abort word is published (release) before the publishing rank poisons any device flag,
  * so a rank that observes one of its calls complete and then reads the word (acquire) sees
@@ -43,14 +47,15 @@ typedef struct {
     _Atomic uint32_t abort; /* 0; TIDE_MP_CTL_CLAIMED while the message is written; 1 + rank */
     uint32_t pad;
     char msg[TIDE_MP_CTL_MSG];
-    /* then _Atomic uint64_t entered[2][ranks], enqueued[2][ranks] */
+    /* then _Atomic uint64_t entered[2][ranks], enqueued[2][ranks], check_seq[2][2][ranks],
+     * check_sig[2][2][ranks] */
 } tide_mp_ctl_hdr_t;
 
 #define TIDE_MP_CTL_CLAIMED UINT32_MAX
 
 typedef struct {
     tide_mp_ctl_hdr_t *hdr; /* NULL: not open */
-    _Atomic uint64_t *entered, *enqueued;
+    _Atomic uint64_t *entered, *enqueued, *check_seq, *check_sig;
     size_t bytes;
     int rank, ranks;
 } tide_mp_ctl_t;
@@ -75,6 +80,16 @@ bool tide_mp_ctl_abort(tide_mp_ctl_t *c, const char *msg);
 
 /* The rank that failed the group, or -1; its message into msg (may be NULL). */
 int tide_mp_ctl_aborted(tide_mp_ctl_t *c, char *msg, size_t len);
+
+/* Argument checks across ranks (fabric.h, call_check).  post: this rank's signature `sig` of
+ * its check number `seq` of family f.  compare: 1 when every rank posted check `seq`, with
+ * *other_out the lowest rank whose signature differs from `sig` (its signature in
+ * *other_sig_out) or -1; 0 while some rank has not posted it, with *other_out the lowest such
+ * rank.  A rank that posted a later check already gave up on this one (its deadline passed):
+ * it counts as posted and is not compared.  No control block: 1, nobody differs. */
+void tide_mp_ctl_post(tide_mp_ctl_t *c, int f, uint64_t seq, uint64_t sig);
+int tide_mp_ctl_compare(tide_mp_ctl_t *c, int f, uint64_t seq, uint64_t sig, int *other_out,
+                        uint64_t *other_sig_out);
 
 /* Why call `call` of family f is not complete, as far as the host can tell: the ranks that
  * have not entered it (kind 1), else those that entered but did not finish enqueueing it

@@ -14,15 +14,8 @@
 #include <string.h>
 #include <time.h>
 
-#define TABLE_ALIGN 256u
 /* cuStreamBatchMemOp takes at most this many operations per call (a safe bound). */
 #define MEMOP_BATCH 128
-
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static tide_result_t cu_failed(CUresult e, const char *what) {
     const char *name = NULL;
@@ -39,9 +32,9 @@ static void prepared_free(tide_mp_prepared_t *pp) {
     (void)cudaGetLastError();
     free(pp->table_dev);
     free(pp->bound);
-    for (int f = 0; f < TIDE_CUDA_FORMS; ++f)
+    for (int f = 0; f < TIDE_SCHED_FORMS; ++f)
         free(pp->cmds[f]);
-    tide_cuda_schedule_free(&pp->sched);
+    tide_schedule_free(&pp->sched);
     memset(pp, 0, sizeof(*pp));
 }
 
@@ -69,61 +62,6 @@ void tide_cuda_mp_family_free(tide_mp_family_t *fam) {
     (void)cudaGetLastError();
 }
 
-static size_t table_bytes(const tide_table_t *t) {
-    if (t->num_segs <= 0) return 0;
-    return (size_t)t->num_segs *
-           (t->kind == TIDE_OP_SUM ? sizeof(tide_sum_seg_t) : sizeof(tide_land_seg_t));
-}
-
-/* This rank's segment tables in one device allocation. */
-static tide_result_t tables_upload(tide_mp_world_t *w, tide_mp_prepared_t *pp,
-                                   const tide_rank_program_t *rp) {
-    const int nt = rp->num_tables;
-    pp->table_dev = calloc((size_t)nt + 1, sizeof(*pp->table_dev));
-    size_t *off = calloc((size_t)nt + 1, sizeof(*off));
-    uint8_t *host = NULL;
-    tide_result_t res = TIDE_SUCCESS;
-    if (pp->table_dev == NULL || off == NULL) {
-        res = TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: %d tables", nt);
-        goto done;
-    }
-    size_t total = 0;
-    for (int i = 0; i < nt; ++i) {
-        const tide_table_t *t = &rp->tables[i];
-        if ((t->kind != TIDE_OP_SUM && t->kind != TIDE_OP_LAND) ||
-            (t->num_segs > 0 && (t->kind == TIDE_OP_SUM ? (const void *)t->sum_segs
-                                                        : (const void *)t->land_segs) == NULL)) {
-            res = TIDE_ERR(TIDE_ERR_INTERNAL, "cuda mp fabric: table %d is malformed", i);
-            goto done;
-        }
-        off[i] = total;
-        total = (total + table_bytes(t) + TABLE_ALIGN - 1) / TABLE_ALIGN * TABLE_ALIGN;
-    }
-    if (total == 0) goto done;
-    host = malloc(total);
-    if (host == NULL) {
-        res = TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: %zu bytes of tables", total);
-        goto done;
-    }
-    for (int i = 0; i < nt; ++i)
-        if (table_bytes(&rp->tables[i]) > 0)
-            memcpy(host + off[i],
-                   rp->tables[i].kind == TIDE_OP_SUM ? (const void *)rp->tables[i].sum_segs
-                                                     : (const void *)rp->tables[i].land_segs,
-                   table_bytes(&rp->tables[i]));
-    TIDE_CUDA_CALL_GOTO(cudaMalloc(&pp->table_mem, total), "cudaMalloc(segment tables)", res, done);
-    TIDE_CUDA_CALL_GOTO(cudaMemcpyAsync(pp->table_mem, host, total, cudaMemcpyHostToDevice, w->util),
-                        "cudaMemcpyAsync(segment tables)", res, done);
-    TIDE_CUDA_CALL_GOTO(cudaStreamSynchronize(w->util), "cudaStreamSynchronize(tables)", res, done);
-    for (int i = 0; i < nt; ++i)
-        if (table_bytes(&rp->tables[i]) > 0)
-            pp->table_dev[i] = (const uint8_t *)pp->table_mem + off[i];
-done:
-    free(host);
-    free(off);
-    return res;
-}
-
 static tide_result_t own_tables(tide_mp_family_t *fam, int params) {
     const size_t row = (size_t)(params > 0 ? params : 1) * sizeof(void *);
     fam->num_params = params;
@@ -146,7 +84,7 @@ static tide_result_t prepare(tide_mp_arena_t *a, tide_mp_family_t *fam, tide_mp_
                              const tide_program_t *prog) {
     const int me = a->w->base.rank;
     /* With rails, cross-node waits keep their commands (schedule.h). */
-    TIDE_CHECK(tide_cuda_schedule_build_rails(prog, a->w->rails ? a->w->base.gpus_per_node : 0,
+    TIDE_CHECK(tide_schedule_build_rails(prog, a->w->rails ? a->w->base.gpus_per_node : 0,
                                               &pp->sched));
     tide_result_t res = TIDE_SUCCESS;
     if (pp->sched.num_slots > TIDE_MP_FLAG_SLOTS) {
@@ -155,7 +93,7 @@ static tide_result_t prepare(tide_mp_arena_t *a, tide_mp_family_t *fam, tide_mp_
                        pp->sched.num_slots, TIDE_MP_FLAG_SLOTS);
         goto fail;
     }
-    for (int f = 0; f < TIDE_CUDA_FORMS; ++f) {
+    for (int f = 0; f < TIDE_SCHED_FORMS; ++f) {
         pp->cmds[f] = malloc(((size_t)pp->sched.num_cmds[f] + 1) * sizeof(*pp->cmds[f]));
         if (pp->cmds[f] == NULL) {
             res = TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: commands");
@@ -171,7 +109,9 @@ static tide_result_t prepare(tide_mp_arena_t *a, tide_mp_family_t *fam, tide_mp_
         goto fail;
     }
     if (a->w->rails != NULL) TIDE_CHECK_GOTO(tide_cuda_mp_rails_prepare(a, pp, prog), res, fail);
-    TIDE_CHECK_GOTO(tables_upload(a->w, pp, &prog->ranks[me]), res, fail);
+    TIDE_CHECK_GOTO(tide_cuda_tables_upload(&prog->ranks[me], me, a->w->util, &pp->table_mem,
+                                            &pp->table_dev),
+                    res, fail);
     if (a->w->batch) TIDE_CHECK_GOTO(tide_cuda_mp_batch_prepare(pp), res, fail);
     if (pp->sched.has_sum && fam->own_dev[0] == NULL)
         TIDE_CHECK_GOTO(own_tables(fam, prog->plan->geom.num_params), res, fail);
@@ -184,35 +124,16 @@ fail:
 
 static tide_result_t bind_rank(tide_mp_family_t *fam, tide_mp_prepared_t *pp,
                                const tide_program_t *prog, const tide_binding_t *b) {
-    const int r = b->rank, parity = (int)(b->epoch % 2);
-    for (int q = 0; q < TIDE_CUDA_Q; ++q) {
-        const tide_queue_ops_t *qo = &prog->ranks[r].queues[q];
-        const int base = pp->sched.op_base[r * TIDE_CUDA_Q + q];
-        for (int i = 0; i < qo->num_ops; ++i) {
-            tide_cuda_bound_t *out = &pp->bound[base + i];
-            const tide_op_t *op = &qo->ops[i];
-            /* A put's destination is on another node: its step resolves its own ends. */
-            if (pp->rails.on && pp->rails.op_kind[base + i] != TIDE_MP_RAIL_OP) continue;
-            switch (op->kind) {
-            case TIDE_OP_WAIT:
-            case TIDE_OP_SIGNAL:
-                break; /* flags of the schedule */
-            case TIDE_OP_SUM:
-                TIDE_CHECK(tide_bind_sum(b, prog, (tide_queue_t)q, i, &out->sum));
-                out->sum.segs = pp->table_dev[op->table];
-                out->sum.own = (const void *const *)fam->own_dev[parity];
-                break;
-            case TIDE_OP_LAND:
-                TIDE_CHECK(tide_bind_land(b, prog, (tide_queue_t)q, i, &out->land));
-                out->land.segs = pp->table_dev[op->table];
-                break;
-            default:
-                TIDE_CHECK(tide_bind_op(b, prog, (tide_queue_t)q, i, &out->op));
-                break;
-            }
-        }
-    }
-    return TIDE_SUCCESS;
+    const tide_cuda_bind_env_t env = {
+        .table_dev = pp->table_dev,
+        .own = (const void *const *)fam->own_dev[b->epoch % 2],
+        /* A put's destination is on another node: its step resolves its own ends (the
+         * rails' op kinds are 0, TIDE_MP_RAIL_OP, for every other op). */
+        .skip = pp->rails.on ? pp->rails.op_kind : NULL,
+        .direct_l = 0,
+        .num_params = fam->num_params,
+    };
+    return tide_cuda_bind_rank(&env, &pp->sched, prog, b, pp->bound);
 }
 
 /* ------------------------------------------------------------------ issuing */
@@ -228,84 +149,28 @@ typedef struct {
     tide_mp_rails_call_t rails; /* the call as its rail steps see it */
 } issue_t;
 
-static tide_result_t op_failed(cudaError_t err, int t, const tide_op_t *op, const char *call) {
-    char what[160];
-    snprintf(what, sizeof(what), "rank %d queue %s op (%s): %s", t / TIDE_CUDA_Q,
-             tide_queue_name((tide_queue_t)(t % TIDE_CUDA_Q)), tide_op_kind_name(op->kind), call);
-    return tide_cuda_error(err, __FILE__, __LINE__, what);
-}
-
 static tide_result_t issue_op(issue_t *is, int id, int t) {
     const tide_mp_world_t *w = is->a->w;
-    const int rank = t / TIDE_CUDA_Q, index = id - is->pp->sched.op_base[t];
-    const tide_op_t *op = &is->pp->checked->ranks[rank].queues[t % TIDE_CUDA_Q].ops[index];
-    const tide_cuda_bound_t *b = &is->pp->bound[id];
-    const cudaStream_t s = w->stream[t % TIDE_CUDA_Q];
-    cudaError_t e = cudaSuccess;
-    const char *call = "";
-    switch (op->kind) {
-    case TIDE_OP_COPY:
-        if (op->bytes == 0) return TIDE_SUCCESS;
-        ++is->st.descriptors;
-        call = "cudaMemcpyAsync";
-        e = cudaMemcpyAsync(b->op.dst, b->op.src, (size_t)op->bytes, cudaMemcpyDefault, s);
-        break;
-    case TIDE_OP_COPY2D:
-        if (op->bytes == 0 || op->rows == 0) return TIDE_SUCCESS;
-        if (op->src_pitch <= w->max_pitch && op->dst_pitch <= w->max_pitch) {
-            ++is->st.descriptors;
-            call = "cudaMemcpy2DAsync";
-            e = cudaMemcpy2DAsync(b->op.dst, (size_t)op->dst_pitch, b->op.src,
-                                  (size_t)op->src_pitch, (size_t)op->bytes, (size_t)op->rows,
-                                  cudaMemcpyDefault, s);
-            break;
-        }
-        call = "cudaMemcpyAsync (2D row)";
-        for (uint64_t r = 0; r < op->rows && e == cudaSuccess; ++r) {
-            ++is->st.descriptors;
-            e = cudaMemcpyAsync((uint8_t *)b->op.dst + r * op->dst_pitch,
-                                (const uint8_t *)b->op.src + r * op->src_pitch, (size_t)op->bytes,
-                                cudaMemcpyDefault, s);
-        }
-        break;
-    case TIDE_OP_ZERO:
-        if (op->bytes == 0) return TIDE_SUCCESS;
-        ++is->st.descriptors;
-        call = "cudaMemsetAsync";
-        e = cudaMemsetAsync(b->op.dst, 0, (size_t)op->bytes, s);
-        break;
-    case TIDE_OP_CAST: {
-        if (op->bytes == 0) return TIDE_SUCCESS;
-        ++is->st.descriptors;
-        const uint64_t n = op->bytes / 2, per_cta = (uint64_t)TIDE_CAST_THREADS * 8u;
-        uint64_t ctas = (n + per_cta - 1) / per_cta;
-        if (ctas < 1) ctas = 1;
-        if (ctas > (uint64_t)w->sm_count) ctas = (uint64_t)w->sm_count;
-        call = "tide_cuda_cast_bf16";
-        e = tide_cuda_cast_bf16(b->op.src, b->op.dst, n, (int)ctas, 0, s);
-        break;
-    }
-    case TIDE_OP_SUM:
-        ++is->st.descriptors;
-        call = "tide_cuda_sum";
-        e = tide_cuda_issue_sum(&is->pp->checked->ranks[rank].tables[op->table], &b->sum,
-                                is->fam->sum_ctas, &w->slicing, s, &is->st.sliced);
-        break;
-    case TIDE_OP_LAND:
-        ++is->st.descriptors;
-        call = "tide_cuda_land";
-        e = tide_cuda_issue_land(&is->pp->checked->ranks[rank].tables[op->table], &b->land,
-                                 is->fam->landing_ctas, &w->slicing, s, &is->st.sliced);
-        break;
-    case TIDE_OP_EVENT:
+    const int rank = t / TIDE_CUDA_Q, q = t % TIDE_CUDA_Q, index = id - is->pp->sched.op_base[t];
+    const tide_rank_program_t *rp = &is->pp->checked->ranks[rank];
+    const tide_op_t *op = &rp->queues[q].ops[index];
+    const cudaStream_t s = w->stream[q];
+    if (op->kind == TIDE_OP_EVENT) {
         ++is->st.records;
-        call = "cudaEventRecord";
-        e = cudaEventRecord(is->fam->user[op->event], s);
-        break;
-    default:
-        return TIDE_SUCCESS; /* SIGNAL: its RECORD follows */
+        const cudaError_t e = cudaEventRecord(is->fam->user[op->event], s);
+        return e == cudaSuccess
+                   ? TIDE_SUCCESS
+                   : tide_cuda_op_failed(e, rank, q, index, op->kind, "cudaEventRecord");
     }
-    return e == cudaSuccess ? TIDE_SUCCESS : op_failed(e, t, op, call);
+    const tide_cuda_op_env_t env = {
+        .max_pitch = w->max_pitch,
+        .sm_count = w->sm_count,
+        .sum_ctas = is->fam->sum_ctas,
+        .landing_ctas = is->fam->landing_ctas,
+        .slicing = &w->slicing,
+    };
+    /* SIGNAL: its RECORD follows. */
+    return tide_cuda_op_issue(&env, rp, rank, q, index, &is->pp->bound[id], s, &is->st);
 }
 
 static tide_result_t issue_upload(issue_t *is, int t) {
@@ -343,16 +208,16 @@ static tide_result_t write_value(issue_t *is, cudaStream_t s, CUdeviceptr flag, 
     return e == CUDA_SUCCESS ? TIDE_SUCCESS : cu_failed(e, "cuStreamWriteValue64");
 }
 
-static tide_result_t issue_cmd(issue_t *is, const tide_cuda_cmd_t *c) {
+static tide_result_t issue_cmd(issue_t *is, const tide_sched_cmd_t *c) {
     tide_mp_world_t *w = is->a->w;
     const int t = c->thread, q = t % TIDE_CUDA_Q, me = w->base.rank;
     const cudaStream_t s = w->stream[q];
     switch (c->kind) {
-    case TIDE_CUDA_CMD_FORK:
+    case TIDE_SCHED_CMD_FORK:
         ++is->st.waits;
         TIDE_CUDA_CALL(cudaStreamWaitEvent(s, w->start, 0), "cudaStreamWaitEvent(start)");
         return TIDE_SUCCESS;
-    case TIDE_CUDA_CMD_OP:
+    case TIDE_SCHED_CMD_OP:
         if (is->pp->rails.on && is->pp->rails.op_kind[c->arg] != TIDE_MP_RAIL_OP) {
             if (is->pp->rails.op_kind[c->arg] != TIDE_MP_RAIL_STEP) return TIDE_SUCCESS;
             ++is->st.descriptors;
@@ -360,10 +225,10 @@ static tide_result_t issue_cmd(issue_t *is, const tide_cuda_cmd_t *c) {
             return tide_cuda_mp_rails_issue(is->a, &is->rails, is->pp->rails.op_step[c->arg], s);
         }
         return issue_op(is, c->arg, t);
-    case TIDE_CUDA_CMD_RECORD:
+    case TIDE_SCHED_CMD_RECORD:
         return write_value(is, s, tide_cuda_mp_slot_flag(is->a, me, is->fidx, c->arg), is->epoch + 1);
-    case TIDE_CUDA_CMD_WAIT:
-    case TIDE_CUDA_CMD_WAIT_PREV: {
+    case TIDE_SCHED_CMD_WAIT:
+    case TIDE_SCHED_CMD_WAIT_PREV: {
         int owner = is->pp->sched.slot_thread[c->arg] / TIDE_CUDA_Q;
         if (is->pp->rails.on) {
             /* mp.h: a put from another node is waited on in this rank's own flags, a credit of
@@ -373,16 +238,16 @@ static tide_result_t issue_cmd(issue_t *is, const tide_cuda_cmd_t *c) {
             if (k == TIDE_MP_SLOT_OWN) owner = me;
         }
         return wait_value(is, s, tide_cuda_mp_slot_flag(is->a, owner, is->fidx, c->arg),
-                          c->kind == TIDE_CUDA_CMD_WAIT ? is->epoch + 1 : is->epoch);
+                          c->kind == TIDE_SCHED_CMD_WAIT ? is->epoch + 1 : is->epoch);
     }
-    case TIDE_CUDA_CMD_UPLOAD:
+    case TIDE_SCHED_CMD_UPLOAD:
         return issue_upload(is, t);
-    case TIDE_CUDA_CMD_UPLOAD_WAIT:
+    case TIDE_SCHED_CMD_UPLOAD_WAIT:
         ++is->st.waits;
         TIDE_CUDA_CALL(cudaStreamWaitEvent(s, is->fam->own_done[is->epoch % 2], 0),
                        "cudaStreamWaitEvent(upload)");
         return TIDE_SUCCESS;
-    case TIDE_CUDA_CMD_JOIN:
+    case TIDE_SCHED_CMD_JOIN:
         ++is->st.records;
         ++is->st.waits;
         TIDE_CUDA_CALL(cudaEventRecord(w->end[q], s), "cudaEventRecord(end)");
@@ -449,12 +314,12 @@ static void poison_flags(tide_mp_arena_t *a) {
  * idle, bounded by TIDE_TIMEOUT_MS. */
 static void poison_and_drain(tide_mp_arena_t *a) {
     tide_mp_world_t *w = a->w;
-    const uint64_t t0 = now_ns(), limit = (uint64_t)tide_fabric_timeout_ms() * 1000000u;
+    const uint64_t t0 = tide_cuda_now_ns(), limit = (uint64_t)tide_fabric_timeout_ms() * 1000000u;
     do {
         poison_flags(a);
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
-    } while (!streams_idle(w) && now_ns() - t0 < limit);
+    } while (!streams_idle(w) && tide_cuda_now_ns() - t0 < limit);
     (void)cudaGetLastError();
 }
 
@@ -478,6 +343,15 @@ static tide_result_t follow_abort(tide_mp_arena_t *a) {
     return TIDE_ERR(TIDE_ERR_TIMEOUT, "cuda mp fabric: rank %d: %s", a->w->base.rank, full);
 }
 
+tide_result_t tide_cuda_mp_fail_stop_msg(tide_mp_arena_t *a, const char *msg) {
+    /* The abort word first, the poison after (mp_ctl.h: the ordering every survivor relies
+     * on).  If another rank was first, its message is the group's. */
+    if (!tide_mp_ctl_abort(&a->ctl, msg)) return follow_abort(a);
+    poison_and_drain(a);
+    mark_broken(a, msg);
+    return TIDE_ERR(TIDE_ERR_TIMEOUT, "cuda mp fabric: %s", msg);
+}
+
 tide_result_t tide_cuda_mp_fail_stop(tide_mp_arena_t *a, tide_mp_family_t *fam, int dead,
                                      uint64_t call, const char *waiting_for) {
     tide_mp_world_t *w = a->w;
@@ -496,12 +370,7 @@ tide_result_t tide_cuda_mp_fail_stop(tide_mp_arena_t *a, tide_mp_family_t *fam, 
         snprintf(msg, sizeof(msg), "rank %d waited %lld ms (TIDE_TIMEOUT_MS) for %s: %s", me,
                  (long long)tide_fabric_timeout_ms(), waiting_for, why);
     }
-    /* The abort word first, the poison after (mp_ctl.h: the ordering every survivor relies
-     * on).  If another rank was first, its message is the group's. */
-    if (!tide_mp_ctl_abort(&a->ctl, msg)) return follow_abort(a);
-    poison_and_drain(a);
-    mark_broken(a, msg);
-    return TIDE_ERR(TIDE_ERR_TIMEOUT, "cuda mp fabric: %s", msg);
+    return tide_cuda_mp_fail_stop_msg(a, msg);
 }
 
 /* Wait on the host for `ev` (this rank's call `call` of fam), ending at a dead peer, another
@@ -510,19 +379,71 @@ tide_result_t tide_cuda_mp_fail_stop(tide_mp_arena_t *a, tide_mp_family_t *fam, 
 static tide_result_t host_wait(tide_mp_arena_t *a, tide_mp_family_t *fam, cudaEvent_t ev,
                                uint64_t call, const char *what) {
     cudaError_t e = cudaEventQuery(ev);
-    const uint64_t t0 = now_ns(), limit = (uint64_t)tide_fabric_timeout_ms() * 1000000u;
+    const uint64_t t0 = tide_cuda_now_ns(), limit = (uint64_t)tide_fabric_timeout_ms() * 1000000u;
     for (unsigned spin = 0;; ++spin) {
         if (e == cudaSuccess) return follow_abort(a);
         if (e != cudaErrorNotReady) return tide_cuda_error(e, __FILE__, __LINE__, what);
         if (tide_mp_ctl_aborted(&a->ctl, NULL, 0) >= 0) return follow_abort(a);
         const int dead = tide_mp_boot_dead_peer(&a->w->boot);
-        if (dead >= 0 || now_ns() - t0 > limit)
+        if (dead >= 0 || tide_cuda_now_ns() - t0 > limit)
             return tide_cuda_mp_fail_stop(a, fam, dead, call, what);
         if (spin > 64) {
             struct timespec ts = {0, 20000};
             nanosleep(&ts, NULL);
         }
         e = cudaEventQuery(ev);
+    }
+}
+
+/* ------------------------------------------------------------------ argument checks */
+
+/* fabric.h, call_check: post this rank's signature of check `seq` in the control block and
+ * wait on the host, with the watchdog, until every rank posted its own.  A rank that never
+ * posts (it stopped calling, or its process died) fails the group like a missing rank of a
+ * call: every rank that waits for it fails stop naming it.  Arenas without a control block
+ * (the NCCL fabric's) compare nothing. */
+tide_result_t tide_cuda_mp_call_check(struct tide_fabric_arena *arena, tide_collective_t coll,
+                                      uint64_t seq, uint64_t sig, int *other_rank_out,
+                                      uint64_t *other_sig_out) {
+    tide_mp_arena_t *a = (tide_mp_arena_t *)arena;
+    const int f = coll == TIDE_COLL_ALL_GATHER ? 0 : 1, me = a->w->base.rank;
+    tide_mp_family_t *fam = &a->fam[f];
+    if (fam->broken != TIDE_SUCCESS) return broken_error(fam, me);
+    /* A rank that resumes after the others failed the group fails before it posts. */
+    TIDE_CHECK(follow_abort(a));
+    tide_mp_ctl_post(&a->ctl, f, seq, sig);
+    const uint64_t t0 = tide_cuda_now_ns(), limit = (uint64_t)tide_fabric_timeout_ms() * 1000000u;
+    const char *name = f == 0 ? "all-gather" : "reduce-scatter";
+    for (unsigned spin = 0;; ++spin) {
+        int other = -1;
+        uint64_t other_sig = 0;
+        if (tide_mp_ctl_compare(&a->ctl, f, seq, sig, &other, &other_sig)) {
+            *other_rank_out = other;
+            *other_sig_out = other_sig;
+            return TIDE_SUCCESS;
+        }
+        if (tide_mp_ctl_aborted(&a->ctl, NULL, 0) >= 0) return follow_abort(a);
+        const int dead = tide_mp_boot_dead_peer(&a->w->boot);
+        char msg[TIDE_MP_CTL_MSG];
+        if (dead >= 0) {
+            snprintf(msg, sizeof(msg),
+                     "rank %d is missing: its process exited while rank %d waited for its "
+                     "arguments of %s call %llu (argument check)",
+                     dead, me, name, (unsigned long long)seq);
+            return tide_cuda_mp_fail_stop_msg(a, msg);
+        }
+        if (tide_cuda_now_ns() - t0 > limit) {
+            snprintf(msg, sizeof(msg),
+                     "rank %d waited %lld ms (TIDE_TIMEOUT_MS) for rank %d to make %s call %llu "
+                     "(argument check): rank %d never called it",
+                     me, (long long)tide_fabric_timeout_ms(), other, name,
+                     (unsigned long long)seq, other);
+            return tide_cuda_mp_fail_stop_msg(a, msg);
+        }
+        if (spin > 64) {
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
     }
 }
 
@@ -534,10 +455,10 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     tide_mp_prepared_t *pp = &fam->prep[pi];
     const uint64_t e = b->epoch;
     const bool steady = e >= 1 && fam->last_epoch == (int64_t)e - 1 && fam->last_prep == pi;
-    const int form = steady ? TIDE_CUDA_STEADY : TIDE_CUDA_FRESH;
+    const int form = steady ? TIDE_SCHED_STEADY : TIDE_SCHED_FRESH;
     const int64_t fence = steady ? (int64_t)e - 2 : (int64_t)e - 1;
     if (!steady && fam->last_epoch >= 0 && fam->last_prep != pi &&
-        !tide_cuda_schedule_incs_match(&pp->sched, &fam->prep[fam->last_prep].sched))
+        !tide_schedule_incs_match(&pp->sched, &fam->prep[fam->last_prep].sched))
         return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
                         "cuda mp fabric: call %llu switches programs whose counters count "
                         "differently per call",
@@ -552,7 +473,7 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
         TIDE_CHECK(host_wait(a, fam, fam->done_ev[par], (uint64_t)fam->done_epoch[par], what));
     }
     /* The enqueue figure leaves the wait out: it is the host work of the call. */
-    const uint64_t t_enqueue = now_ns();
+    const uint64_t t_enqueue = tide_cuda_now_ns();
     issue_t is;
     memset(&is, 0, sizeof(is));
     is.a = a;
@@ -562,11 +483,7 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     is.epoch = e;
     is.caller = caller;
     is.rails = (tide_mp_rails_call_t){pp->checked, b, pp, fam->coll, is.fidx, steady};
-    is.st = fam->stats;
-    is.st.form = form;
-    is.st.descriptors = is.st.waits = is.st.records = is.st.uploads = 0;
-    is.st.batches = is.st.batched = is.st.unbatched = is.st.over_threshold = 0;
-    is.st.rail_steps = is.st.ce_batched = is.st.sliced = 0;
+    is.st = tide_cuda_stats_begin(&fam->stats, form);
     if (fence >= 0) TIDE_CHECK(fence_wait(&is, (uint64_t)fence + 1));
     /* The call's copy descriptors go up before the start record every thread forks from. */
     const bool batch = w->batch && pp->batch.cap > 0;
@@ -592,9 +509,7 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     fam->done_epoch[par] = (int64_t)e;
     fam->last_epoch = (int64_t)e;
     fam->last_prep = pi;
-    ++is.st.calls;
-    is.st.enqueue_ns = now_ns() - t_enqueue;
-    fam->stats = is.st;
+    tide_cuda_stats_end(&is.st, t_enqueue, &fam->stats);
     return TIDE_SUCCESS;
 }
 
@@ -614,7 +529,7 @@ static tide_result_t record_call(tide_mp_arena_t *a, tide_mp_family_t *fam, int 
     tide_mp_prepared_t *pp = &fam->prep[pi];
     if (!pp->ready) TIDE_CHECK(prepare(a, fam, pp, prog));
     if (pp->checked != prog) {
-        if (tide_cuda_rank_hash(prog, r) != pp->sched.rank_hash[r])
+        if (tide_schedule_rank_hash(prog, r) != pp->sched.rank_hash[r])
             return TIDE_ERR(TIDE_ERR_INTERNAL,
                             "cuda mp fabric: rank %d's program differs from the one its schedule "
                             "was built from",
@@ -637,32 +552,10 @@ tide_result_t tide_cuda_mp_execute(struct tide_fabric_arena *arena, const tide_p
                                    const tide_binding_t *binding, void *stream) {
     tide_mp_arena_t *a = (tide_mp_arena_t *)arena;
     tide_mp_world_t *w = a->w;
-    const int r = w->base.rank;
-    if (prog->num_ranks != w->base.ranks || binding->rank != r || binding->arena != arena ||
-        (prog->coll != TIDE_COLL_ALL_GATHER && prog->coll != TIDE_COLL_REDUCE_SCATTER) ||
-        (unsigned)prog->mode >= TIDE_RS_MODE_COUNT)
-        return TIDE_ERR(TIDE_ERR_INTERNAL,
-                        "cuda mp fabric: program of %d ranks / binding of rank %d does not match "
-                        "rank %d of %d",
-                        prog->num_ranks, binding->rank, r, w->base.ranks);
-    cudaStream_t caller = (cudaStream_t)stream;
-    if (caller != NULL) {
-        int dev = -1;
-        cudaError_t e = cudaStreamGetDevice(caller, &dev);
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError();
-            return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
-                            "cuda mp fabric: rank %d: stream is not a valid cudaStream_t (%s)", r,
-                            cudaGetErrorString(e));
-        }
-        if (dev != w->device)
-            return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
-                            "cuda mp fabric: rank %d runs on device %d, its stream belongs to "
-                            "device %d",
-                            r, w->device, dev);
-    } else {
-        caller = cudaStreamLegacy;
-    }
+    cudaStream_t caller = NULL;
+    TIDE_CHECK(tide_cuda_call_check("cuda mp fabric", prog, binding, arena, w->base.ranks,
+                                    w->device, stream, &caller));
+    if (caller == NULL) caller = cudaStreamLegacy;
     const int fi = prog->coll == TIDE_COLL_ALL_GATHER ? 0 : 1;
     const int pi = fi == 0 ? 0 : (int)prog->mode;
     int prev = -1;

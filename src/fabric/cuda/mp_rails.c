@@ -17,7 +17,7 @@
  *                  cudaEventRecord(done[s])
  *   queue stream   cudaStreamWaitEvent(done[s])   the queue's next op sees the step done
  *
- * The schedule is built with tide_cuda_schedule_build_rails, so every wait on another node's
+ * The schedule is built with tide_schedule_build_rails, so every wait on another node's
  * signal is in the command list and none was dropped because of the sender's stream order,
  * which the receiver no longer observes.  A wait on another node's credit is not issued: the
  * credit became a precondition of the receive it guards, on the credit's own rank
@@ -35,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int op_id(const tide_cuda_schedule_t *s, int rank, int queue, int op) {
+static int op_id(const tide_schedule_t *s, int rank, int queue, int op) {
     return s->op_base[rank * TIDE_CUDA_Q + queue] + op;
 }
 
@@ -84,7 +84,7 @@ static int remote_slot_kind(const tide_rails_t *rs, const tide_program_t *prog, 
 static tide_result_t classify(tide_mp_arena_t *a, tide_mp_prepared_t *pp,
                               const tide_program_t *prog) {
     tide_mp_rails_prog_t *rp = &pp->rails;
-    const tide_cuda_schedule_t *s = &pp->sched;
+    const tide_schedule_t *s = &pp->sched;
     const int me = a->w->base.rank, l = a->w->base.gpus_per_node;
     const tide_rails_rank_t *rr = &rp->sched.ranks[me];
     rp->op_kind = calloc((size_t)s->num_ops + 1, 1);
@@ -116,10 +116,10 @@ static tide_result_t classify(tide_mp_arena_t *a, tide_mp_prepared_t *pp,
             }
     }
     tide_result_t res = TIDE_SUCCESS;
-    for (int f = 0; f < TIDE_CUDA_FORMS && res == TIDE_SUCCESS; ++f)
+    for (int f = 0; f < TIDE_SCHED_FORMS && res == TIDE_SUCCESS; ++f)
         for (int i = 0; i < pp->num_cmds[f]; ++i) {
-            const tide_cuda_cmd_t *c = &pp->cmds[f][i];
-            if (c->kind != TIDE_CUDA_CMD_WAIT && c->kind != TIDE_CUDA_CMD_WAIT_PREV) continue;
+            const tide_sched_cmd_t *c = &pp->cmds[f][i];
+            if (c->kind != TIDE_SCHED_CMD_WAIT && c->kind != TIDE_SCHED_CMD_WAIT_PREV) continue;
             if (kind[c->arg] < 0) {
                 res = TIDE_ERR(TIDE_ERR_UNSUPPORTED,
                                "rails: rank %d waits on a signal of rank %d (another node) that "

@@ -399,6 +399,19 @@ static tide_result_t mp_arena_create(struct tide_fabric_world *world, uint64_t b
     return TIDE_SUCCESS;
 }
 
+/* A deregistration barrier failed (a peer is dead, hung, or still calling): fail the group as
+ * a missing rank of a call would, so that the abort word tells every peer and the poison
+ * releases every device wait on the flags mapped here, before this rank releases its
+ * segment.  Without it a peer still waiting on one of our flags would wait forever.  The
+ * barrier's error stays the result. */
+static bool deregistration_failed(tide_mp_arena_t *a) {
+    char msg[TIDE_MP_CTL_MSG];
+    snprintf(msg, sizeof(msg), "rank %d could not deregister the group with its peers: %s",
+             a->w->base.rank, tide_get_last_error());
+    (void)tide_cuda_mp_fail_stop_msg(a, msg);
+    return true;
+}
+
 static tide_result_t mp_arena_destroy(struct tide_fabric_arena *arena) {
     tide_mp_arena_t *a = (tide_mp_arena_t *)arena;
     tide_mp_world_t *w = a->w;
@@ -411,12 +424,13 @@ static tide_result_t mp_arena_destroy(struct tide_fabric_arena *arena) {
                                                           : TIDE_COLL_REDUCE_SCATTER);
         if (res == TIDE_SUCCESS) res = r;
     }
-    const bool broken = a->fam[0].broken != TIDE_SUCCESS || a->fam[1].broken != TIDE_SUCCESS;
+    bool broken = a->fam[0].broken != TIDE_SUCCESS || a->fam[1].broken != TIDE_SUCCESS;
     /* Peers stop using our segment before anybody unmaps (legacy IPC needs the owner's memory
      * to outlive the importers' mappings; VMM keeps it alive by reference anyway).  After a
      * fail-stop the barrier cannot complete: release at once. */
     if (!broken) {
         tide_result_t r = tide_mp_boot_barrier(&w->boot, 0xde5, timeout);
+        if (r != TIDE_SUCCESS) broken = deregistration_failed(a);
         if (res == TIDE_SUCCESS) res = r;
     }
     for (int f = 0; f < 2; ++f)
@@ -431,6 +445,7 @@ static tide_result_t mp_arena_destroy(struct tide_fabric_arena *arena) {
         }
     if (!broken && res == TIDE_SUCCESS) {
         tide_result_t r = tide_mp_boot_barrier(&w->boot, 0xde6, timeout);
+        if (r != TIDE_SUCCESS) broken = deregistration_failed(a);
         if (res == TIDE_SUCCESS) res = r;
     }
     segments_release(a);
@@ -461,4 +476,5 @@ const struct tide_fabric_ops tide_fabric_cuda_mp_ops = {
     .arena_create = mp_arena_create,
     .arena_destroy = mp_arena_destroy,
     .execute = tide_cuda_mp_execute,
+    .call_check = tide_cuda_mp_call_check,
 };

@@ -1,6 +1,6 @@
 /*
  * prepare.c - a program's device-side state, built on its first call: the schedule
- * (schedule.c, commands.c), one event per signal that some wait names and per call parity,
+ * (program/schedule.c, schedule_commands.c), one event per signal that some wait names and per call parity,
  * and the segment tables of its SUM and LAND ops copied once to the device of their rank (the
  * kernels read them from device memory).  RS programs also get the gradient pointer tables:
  * P device pointers per rank and call parity, refreshed per call from pinned host memory
@@ -11,9 +11,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-
-/* Segment tables start at this alignment inside a rank's table allocation. */
-#define TABLE_ALIGN 256u
 
 void tide_cuda_prepared_free(tide_cuda_prepared_t *pp, int ranks) {
     for (int p = 0; p < 2; ++p) {
@@ -33,7 +30,7 @@ void tide_cuda_prepared_free(tide_cuda_prepared_t *pp, int ranks) {
     free(pp->bound);
     tide_cuda_direct_free(pp);
     tide_cuda_batch_free(pp, ranks);
-    tide_cuda_schedule_free(&pp->sched);
+    tide_schedule_free(&pp->sched);
     memset(pp, 0, sizeof(*pp));
 }
 
@@ -53,71 +50,12 @@ static tide_result_t events_create(tide_cuda_shared_t *sh, tide_cuda_prepared_t 
     return TIDE_SUCCESS;
 }
 
-static size_t table_bytes(const tide_table_t *t) {
-    if (t->num_segs <= 0) return 0;
-    return (size_t)t->num_segs *
-           (t->kind == TIDE_OP_SUM ? sizeof(tide_sum_seg_t) : sizeof(tide_land_seg_t));
-}
-
-/* Copy rank r's segment tables into one allocation on its device. */
+/* Rank r's segment tables on its device (ops.c). */
 static tide_result_t tables_upload(tide_cuda_shared_t *sh, tide_cuda_prepared_t *pp,
                                    const tide_rank_program_t *rp, int r) {
-    const int nt = rp->num_tables;
-    pp->table_dev[r] = calloc((size_t)nt + 1, sizeof(*pp->table_dev[r]));
-    size_t *off = calloc((size_t)nt + 1, sizeof(*off));
-    tide_result_t res = TIDE_SUCCESS;
-    uint8_t *host = NULL;
-    if (pp->table_dev[r] == NULL || off == NULL) {
-        res = TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda fabric: %d tables of rank %d", nt, r);
-        goto done;
-    }
-    size_t total = 0;
-    for (int i = 0; i < nt; ++i) {
-        const tide_table_t *t = &rp->tables[i];
-        if ((t->kind != TIDE_OP_SUM && t->kind != TIDE_OP_LAND) ||
-            (t->num_segs > 0 && (t->kind == TIDE_OP_SUM ? (const void *)t->sum_segs
-                                                        : (const void *)t->land_segs) == NULL)) {
-            res = TIDE_ERR(TIDE_ERR_INTERNAL, "cuda fabric: rank %d table %d is malformed", r, i);
-            goto done;
-        }
-        off[i] = total;
-        const size_t b = table_bytes(t);
-        if (b > SIZE_MAX / 2 - total - TABLE_ALIGN) {
-            res = TIDE_ERR(TIDE_ERR_OVERFLOW, "cuda fabric: tables of rank %d", r);
-            goto done;
-        }
-        total = (total + b + TABLE_ALIGN - 1) / TABLE_ALIGN * TABLE_ALIGN;
-    }
-    if (total == 0) goto done;
-    host = malloc(total);
-    if (host == NULL) {
-        res = TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda fabric: %zu bytes of tables", total);
-        goto done;
-    }
-    for (int i = 0; i < nt; ++i) {
-        const tide_table_t *t = &rp->tables[i];
-        if (table_bytes(t) == 0) continue;
-        memcpy(host + off[i],
-               t->kind == TIDE_OP_SUM ? (const void *)t->sum_segs : (const void *)t->land_segs,
-               table_bytes(t));
-    }
     const int d = tide_cuda_device_of(sh, r);
-    TIDE_CUDA_CALL_GOTO(cudaSetDevice(d), "cudaSetDevice", res, done);
-    TIDE_CUDA_CALL_GOTO(cudaMalloc(&pp->table_mem[r], total), "cudaMalloc(segment tables)", res,
-                        done);
-    /* Pageable source: the copy is complete only once the stream is synchronised. */
-    TIDE_CUDA_CALL_GOTO(
-        cudaMemcpyAsync(pp->table_mem[r], host, total, cudaMemcpyHostToDevice, sh->util[d]),
-        "cudaMemcpyAsync(segment tables)", res, done);
-    TIDE_CUDA_CALL_GOTO(cudaStreamSynchronize(sh->util[d]), "cudaStreamSynchronize(tables)", res,
-                        done);
-    for (int i = 0; i < nt; ++i)
-        if (table_bytes(&rp->tables[i]) > 0)
-            pp->table_dev[r][i] = (const uint8_t *)pp->table_mem[r] + off[i];
-done:
-    free(host);
-    free(off);
-    return res;
+    TIDE_CUDA_CALL(cudaSetDevice(d), "cudaSetDevice");
+    return tide_cuda_tables_upload(rp, r, sh->util[d], &pp->table_mem[r], &pp->table_dev[r]);
 }
 
 void tide_cuda_own_tables_free(tide_cuda_family_t *fam, int ranks) {
@@ -198,7 +136,7 @@ tide_result_t tide_cuda_prepare(tide_cuda_group_t *g, tide_cuda_family_t *fam,
         return TIDE_ERR(TIDE_ERR_INTERNAL, "cuda fabric: program of %d ranks in a world of %d",
                         prog->num_ranks, n);
     tide_result_t res;
-    TIDE_CHECK(tide_cuda_schedule_build(prog, &pp->sched));
+    TIDE_CHECK(tide_schedule_build(prog, &pp->sched));
     pp->table_mem = calloc((size_t)n, sizeof(*pp->table_mem));
     pp->table_dev = calloc((size_t)n, sizeof(*pp->table_dev));
     pp->checked = calloc((size_t)n, sizeof(*pp->checked));

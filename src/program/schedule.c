@@ -5,7 +5,7 @@
  * The abstract machine (program/machine.h) runs two calls from counters at 0: sweeps over
  * the (rank, queue) threads fire every enabled op, in program order per thread, and the
  * machine gives a rank its call 1 only after all of its queues finished call 0 (the fabrics
- * enforce the same per-rank order, see execute.c).  The run records
+ * enforce the same per-rank order, see fabric/cuda/execute.c).  The run records
  *   - the order in which ops ran, per call: call 0 is the FRESH order (nothing of the program
  *     in flight), call 1 the STEADY order (the previous call's ops enqueued before);
  *   - per counter, the signal instances (op, call) in the order they were applied;
@@ -15,45 +15,45 @@
  * passes, see compile_rs.c), so these are the signals every execution's wait counts.  A
  * dependency of a call-0 wait on a call-1 signal contradicts that and is rejected.
  *
- * The counters themselves are never touched at run time: commands.c turns dependencies into
+ * The counters themselves are never touched at run time: schedule_commands.c turns dependencies into
  * event waits.
  */
 #include "core/checks.h"
-#include "fabric/cuda/schedule.h"
-#include "fabric/fabric.h"
+#include "plan/plan.h"
+#include "program/schedule.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
-static tide_result_t layout(const tide_program_t *prog, tide_cuda_schedule_t *s) {
+static tide_result_t layout(const tide_program_t *prog, tide_schedule_t *s) {
     const int n = prog->num_ranks;
     s->num_ranks = n;
-    s->num_threads = n * TIDE_CUDA_Q;
+    s->num_threads = n * TIDE_Q_COUNT;
     s->op_base = calloc((size_t)s->num_threads + 1, sizeof(*s->op_base));
-    if (s->op_base == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda schedule: %d threads", n);
+    if (s->op_base == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "schedule: %d threads", n);
     int64_t total = 0, max_ctr = -1;
     for (int t = 0; t < s->num_threads; ++t) {
-        const tide_queue_ops_t *qo = &prog->ranks[t / TIDE_CUDA_Q].queues[t % TIDE_CUDA_Q];
+        const tide_queue_ops_t *qo = &prog->ranks[t / TIDE_Q_COUNT].queues[t % TIDE_Q_COUNT];
         s->op_base[t] = (int)total;
         total += qo->num_ops;
         if (total > INT32_MAX / 2)
-            return TIDE_ERR(TIDE_ERR_OVERFLOW, "cuda schedule: more than %d ops", INT32_MAX / 2);
+            return TIDE_ERR(TIDE_ERR_OVERFLOW, "schedule: more than %d ops", INT32_MAX / 2);
         for (int i = 0; i < qo->num_ops; ++i) {
             const tide_op_t *op = &qo->ops[i];
             if (op->kind >= TIDE_OP_KIND_COUNT)
                 return TIDE_ERR(TIDE_ERR_INTERNAL,
-                                "cuda schedule: rank %d queue %s op %d has "
+                                "schedule: rank %d queue %s op %d has "
                                 "kind %d",
-                                t / TIDE_CUDA_Q, tide_queue_name((tide_queue_t)(t % TIDE_CUDA_Q)),
+                                t / TIDE_Q_COUNT, tide_queue_name((tide_queue_t)(t % TIDE_Q_COUNT)),
                                 i, op->kind);
-            if (op->kind != TIDE_OP_WAIT && !tide_cuda_op_signals(op)) continue;
+            if (op->kind != TIDE_OP_WAIT && !tide_schedule_op_signals(op)) continue;
             if (op->ctr < 0 || op->ctr >= TIDE_ARENA_SIGNAL_SLOTS ||
                 (op->kind != TIDE_OP_WAIT && (op->sig_rank < 0 || op->sig_rank >= n)))
                 return TIDE_ERR(TIDE_ERR_INTERNAL,
-                                "cuda schedule: rank %d queue %s op %d (%s) "
+                                "schedule: rank %d queue %s op %d (%s) "
                                 "names counter %d of rank %d",
-                                t / TIDE_CUDA_Q, tide_queue_name((tide_queue_t)(t % TIDE_CUDA_Q)),
+                                t / TIDE_Q_COUNT, tide_queue_name((tide_queue_t)(t % TIDE_Q_COUNT)),
                                 i, tide_op_kind_name(op->kind), op->ctr, op->sig_rank);
             if (op->ctr > max_ctr) max_ctr = op->ctr;
         }
@@ -66,8 +66,8 @@ static tide_result_t layout(const tide_program_t *prog, tide_cuda_schedule_t *s)
 
 /* Signals per call on every counter (the machine's count), and the log's layout (two calls
  * per counter). */
-static tide_result_t count_signals(tide_cuda_run_t *run) {
-    tide_cuda_schedule_t *s = run->s;
+static tide_result_t count_signals(tide_sched_run_t *run) {
+    tide_schedule_t *s = run->s;
     const size_t ctrs = (size_t)s->num_ranks * (size_t)s->num_counters;
     int64_t *count = NULL;
     TIDE_CHECK(tide_machine_count_signals(run->prog, s->num_counters, &count));
@@ -75,7 +75,7 @@ static tide_result_t count_signals(tide_cuda_run_t *run) {
     run->log_base = calloc(ctrs + 1, sizeof(*run->log_base));
     if (s->incs == NULL || run->log_base == NULL) {
         free(count);
-        return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda schedule: %zu counters", ctrs);
+        return TIDE_ERR(TIDE_ERR_NO_MEMORY, "schedule: %zu counters", ctrs);
     }
     /* A counter receives at most num_ops <= INT32_MAX / 2 signals per call (layout). */
     for (size_t c = 0; c < ctrs; ++c)
@@ -87,7 +87,7 @@ static tide_result_t count_signals(tide_cuda_run_t *run) {
     for (size_t c = 0; c < ctrs; ++c)
         run->log_base[c + 1] = run->log_base[c] + 2 * s->incs[c];
     run->log = calloc((size_t)run->log_base[ctrs] + 1, sizeof(*run->log));
-    if (run->log == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda schedule: signal log");
+    if (run->log == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "schedule: signal log");
     return TIDE_SUCCESS;
 }
 
@@ -96,22 +96,22 @@ static tide_result_t deadlock(const tide_machine_t *m) {
     for (int t = 0; t < m->threads; ++t) {
         const tide_op_t *op = tide_machine_head(m, t);
         if (op == NULL) continue;
-        const int r = t / TIDE_CUDA_Q;
+        const int r = t / TIDE_Q_COUNT;
         return TIDE_ERR(TIDE_ERR_INTERNAL,
-                        "cuda schedule: the program deadlocks: rank %d queue %s op %d (wait) of "
+                        "schedule: the program deadlocks: rank %d queue %s op %d (wait) of "
                         "call %d never passes: counter %d = %" PRId64 ", target %d x %" PRId64
                         " + %" PRId64,
-                        r, tide_queue_name((tide_queue_t)(t % TIDE_CUDA_Q)), m->pc[t],
+                        r, tide_queue_name((tide_queue_t)(t % TIDE_Q_COUNT)), m->pc[t],
                         m->epoch[r], op->ctr, *tide_machine_counter(m, r, op->ctr), m->epoch[r],
                         op->inc, op->thr);
     }
-    return TIDE_ERR(TIDE_ERR_INTERNAL, "cuda schedule: the abstract execution stalled");
+    return TIDE_ERR(TIDE_ERR_INTERNAL, "schedule: the abstract execution stalled");
 }
 
 /* Record what thread t's head does before the machine fires it. */
-static void note(tide_cuda_run_t *run, const tide_machine_t *m, int t, int *norder) {
-    const tide_cuda_schedule_t *s = run->s;
-    const int e = m->epoch[t / TIDE_CUDA_Q], id = s->op_base[t] + m->pc[t];
+static void note(tide_sched_run_t *run, const tide_machine_t *m, int t, int *norder) {
+    const tide_schedule_t *s = run->s;
+    const int e = m->epoch[t / TIDE_Q_COUNT], id = s->op_base[t] + m->pc[t];
     const tide_op_t *op = tide_machine_head(m, t);
     if (op->kind == TIDE_OP_WAIT) {
         /* Enabled, so the target is at most the counter: below INT32_MAX. */
@@ -121,15 +121,15 @@ static void note(tide_cuda_run_t *run, const tide_machine_t *m, int t, int *nord
     if (tide_machine_signals(op)) {
         const size_t c = (size_t)op->sig_rank * (size_t)s->num_counters + (size_t)op->ctr;
         const int64_t k = *tide_machine_counter(m, op->sig_rank, op->ctr);
-        run->log[run->log_base[c] + k] = (tide_cuda_sig_t){id, e};
+        run->log[run->log_base[c] + k] = (tide_sched_sig_t){id, e};
     }
     run->order[e][norder[e]++] = id;
 }
 
-static tide_result_t execute_two_calls(tide_cuda_run_t *run) {
+static tide_result_t execute_two_calls(tide_sched_run_t *run) {
     tide_machine_t m;
-    TIDE_CHECK(tide_machine_init(&m, run->prog, run->s->num_counters, TIDE_CUDA_FORMS));
-    int norder[TIDE_CUDA_FORMS] = {0, 0};
+    TIDE_CHECK(tide_machine_init(&m, run->prog, run->s->num_counters, TIDE_SCHED_FORMS));
+    int norder[TIDE_SCHED_FORMS] = {0, 0};
     for (bool progress = true; progress;) {
         progress = false;
         for (int t = 0; t < m.threads; ++t)
@@ -144,8 +144,8 @@ static tide_result_t execute_two_calls(tide_cuda_run_t *run) {
     return res;
 }
 
-static void run_free(tide_cuda_run_t *run) {
-    for (int f = 0; f < TIDE_CUDA_FORMS; ++f) {
+static void run_free(tide_sched_run_t *run) {
+    for (int f = 0; f < TIDE_SCHED_FORMS; ++f) {
         free(run->order[f]);
         free(run->target[f]);
     }
@@ -154,15 +154,15 @@ static void run_free(tide_cuda_run_t *run) {
     free(run->log);
 }
 
-tide_result_t tide_cuda_schedule_build(const tide_program_t *prog, tide_cuda_schedule_t *out) {
-    return tide_cuda_schedule_build_rails(prog, 0, out);
+tide_result_t tide_schedule_build(const tide_program_t *prog, tide_schedule_t *out) {
+    return tide_schedule_build_rails(prog, 0, out);
 }
 
-tide_result_t tide_cuda_schedule_build_rails(const tide_program_t *prog, int gpus_per_node,
-                                             tide_cuda_schedule_t *out) {
-    tide_cuda_schedule_t s;
+tide_result_t tide_schedule_build_rails(const tide_program_t *prog, int gpus_per_node,
+                                             tide_schedule_t *out) {
+    tide_schedule_t s;
     memset(&s, 0, sizeof(s));
-    tide_cuda_run_t run;
+    tide_sched_run_t run;
     memset(&run, 0, sizeof(run));
     run.prog = prog;
     run.s = &s;
@@ -170,7 +170,7 @@ tide_result_t tide_cuda_schedule_build_rails(const tide_program_t *prog, int gpu
     tide_result_t res;
     if (prog == NULL || prog->ranks == NULL || prog->num_ranks < 1 || gpus_per_node < 0 ||
         (gpus_per_node > 0 && prog->num_ranks % gpus_per_node != 0)) {
-        res = TIDE_ERR(TIDE_ERR_INTERNAL, "cuda schedule: empty program or %d ranks per node",
+        res = TIDE_ERR(TIDE_ERR_INTERNAL, "schedule: empty program or %d ranks per node",
                        gpus_per_node);
         goto fail;
     }
@@ -178,37 +178,37 @@ tide_result_t tide_cuda_schedule_build_rails(const tide_program_t *prog, int gpu
     const size_t ops = (size_t)s.num_ops + 1;
     run.op_thread = calloc(ops, sizeof(*run.op_thread));
     bool allocated = run.op_thread != NULL;
-    for (int f = 0; f < TIDE_CUDA_FORMS; ++f) {
+    for (int f = 0; f < TIDE_SCHED_FORMS; ++f) {
         run.order[f] = calloc(ops, sizeof(*run.order[f]));
         run.target[f] = calloc(ops, sizeof(*run.target[f]));
         allocated = allocated && run.order[f] != NULL && run.target[f] != NULL;
     }
     if (!allocated) {
-        res = TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda schedule: %d ops", s.num_ops);
+        res = TIDE_ERR(TIDE_ERR_NO_MEMORY, "schedule: %d ops", s.num_ops);
         goto fail;
     }
     TIDE_CHECK_GOTO(count_signals(&run), res, fail);
     TIDE_CHECK_GOTO(execute_two_calls(&run), res, fail);
-    TIDE_CHECK_GOTO(tide_cuda_commands_build(&run), res, fail);
+    TIDE_CHECK_GOTO(tide_schedule_commands_build(&run), res, fail);
     s.rank_hash = calloc((size_t)s.num_ranks, sizeof(*s.rank_hash));
     if (s.rank_hash == NULL) {
-        res = TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda schedule: %d ranks", s.num_ranks);
+        res = TIDE_ERR(TIDE_ERR_NO_MEMORY, "schedule: %d ranks", s.num_ranks);
         goto fail;
     }
     for (int r = 0; r < s.num_ranks; ++r)
-        s.rank_hash[r] = tide_cuda_rank_hash(prog, r);
+        s.rank_hash[r] = tide_schedule_rank_hash(prog, r);
     run_free(&run);
     *out = s;
     return TIDE_SUCCESS;
 fail:
     run_free(&run);
-    tide_cuda_schedule_free(&s);
+    tide_schedule_free(&s);
     return res;
 }
 
-void tide_cuda_schedule_free(tide_cuda_schedule_t *s) {
+void tide_schedule_free(tide_schedule_t *s) {
     if (s == NULL) return;
-    for (int f = 0; f < TIDE_CUDA_FORMS; ++f)
+    for (int f = 0; f < TIDE_SCHED_FORMS; ++f)
         free(s->cmds[f]);
     free(s->op_base);
     free(s->slot_thread);
@@ -218,7 +218,7 @@ void tide_cuda_schedule_free(tide_cuda_schedule_t *s) {
     memset(s, 0, sizeof(*s));
 }
 
-bool tide_cuda_schedule_incs_match(const tide_cuda_schedule_t *a, const tide_cuda_schedule_t *b) {
+bool tide_schedule_incs_match(const tide_schedule_t *a, const tide_schedule_t *b) {
     if (a->num_ranks != b->num_ranks) return false;
     const int cmax = a->num_counters > b->num_counters ? a->num_counters : b->num_counters;
     for (int r = 0; r < a->num_ranks; ++r)
@@ -240,17 +240,17 @@ static uint64_t fnv(uint64_t h, uint64_t v) {
     return h;
 }
 
-uint64_t tide_cuda_rank_hash(const tide_program_t *prog, int rank) {
+uint64_t tide_schedule_rank_hash(const tide_program_t *prog, int rank) {
     const tide_rank_program_t *rp = &prog->ranks[rank];
     uint64_t h = fnv(0xcbf29ce484222325ull, (uint64_t)rp->num_tables);
-    for (int q = 0; q < TIDE_CUDA_Q; ++q) {
+    for (int q = 0; q < TIDE_Q_COUNT; ++q) {
         const tide_queue_ops_t *qo = &rp->queues[q];
         h = fnv(h, (uint64_t)qo->num_ops);
         for (int i = 0; i < qo->num_ops; ++i) {
             const tide_op_t *op = &qo->ops[i];
             h = fnv(h, (uint64_t)op->kind | (uint64_t)op->event << 8 |
                            (uint64_t)(uint32_t)op->table << 16);
-            if (op->kind == TIDE_OP_WAIT || tide_cuda_op_signals(op)) {
+            if (op->kind == TIDE_OP_WAIT || tide_schedule_op_signals(op)) {
                 h = fnv(h, (uint64_t)(uint32_t)op->sig_rank << 32 | (uint32_t)op->ctr);
                 h = fnv(h, (uint64_t)op->inc);
                 h = fnv(h, (uint64_t)op->thr);
