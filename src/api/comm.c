@@ -2,7 +2,7 @@
  * comm.c - communicators: one handle per rank over a fabric world (tide.h).
  */
 #include "core/checks.h"
-#include "core/comm.h"
+#include "api/comm.h"
 #include "core/handles.h"
 
 #include <stdlib.h>

@@ -6,7 +6,7 @@
  * same in every build.
  */
 #include "core/checks.h"
-#include "core/comm.h"
+#include "api/comm.h"
 
 #ifdef TIDE_HAVE_NCCL
 #include "fabric/nccl/entry.h"

@@ -3,7 +3,7 @@
  * bind a call's operands, hand the rank's program to the fabric (tide.h).
  */
 #include "core/checks.h"
-#include "core/comm.h"
+#include "api/comm.h"
 #include "core/handles.h"
 #include "program/counters.h"
 

@@ -2,10 +2,10 @@
  * group_test_hooks.c - swap a registered group's program for a mutated one (fault injection
  * on a real fabric, tests/unit/test_faults.c).  See group_test_hooks.h.
  */
-#include "core/group_test_hooks.h"
+#include "api/group_test_hooks.h"
 
 #include "core/checks.h"
-#include "core/comm.h"
+#include "api/comm.h"
 
 #include <string.h>
 

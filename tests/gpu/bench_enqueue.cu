@@ -37,7 +37,7 @@
 #include "gpu_util.h"
 #include "tide.h"
 extern "C" {
-#include "core/comm.h"
+#include "api/comm.h"
 #include "fabric/cuda/cuda.h"
 #include "plan/presets.h"
 }

@@ -27,7 +27,7 @@
  */
 #include "tide.h"
 extern "C" {
-#include "core/comm.h"
+#include "api/comm.h"
 #include "fabric/cuda/cuda.h"
 #include "plan/plan.h"
 #include "plan/presets.h"

@@ -43,7 +43,7 @@
  *        (--small: a few cases, for compute-sanitizer; batched and per op only)
  * Exit status: 0 only if every case matched (--matrix: and at least one was compared).
  */
-#include "core/comm.h"
+#include "api/comm.h"
 #include "fabric/cuda/cuda.h"
 #include "kernels/kernels.h"
 #include "plan/plan.h"

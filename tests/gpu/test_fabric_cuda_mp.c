@@ -20,7 +20,7 @@
  *
  * Exit status: 0 all passed, 1 a mismatch or a failed check, 2 a setup failure.
  */
-#include "core/comm.h"
+#include "api/comm.h"
 #include "fabric/cuda/mp.h"
 #include "kernels/kernels.h"
 #include "plan/plan.h"

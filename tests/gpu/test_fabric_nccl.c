@@ -27,7 +27,7 @@
  *
  * Exit status: 0 all passed; 1 a mismatch or a failed call; 2 setup (no GPU, no libnccl).
  */
-#include "core/comm.h"
+#include "api/comm.h"
 #include "fabric/cuda/mp.h"
 #include "kernels/kernels.h"
 #include "plan/plan.h"

@@ -13,7 +13,7 @@
  *
  * Exit status: 0 passed, 1 a rank saw something else (printed), 2 a setup failure.
  */
-#include "core/comm.h"
+#include "api/comm.h"
 #include "plan/plan.h"
 #include "tide.h"
 

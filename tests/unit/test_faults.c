@@ -17,7 +17,7 @@
  */
 #include "test_util.h"
 
-#include "core/group_test_hooks.h"
+#include "api/group_test_hooks.h"
 #include "kernels/kernels.h"
 #include "plan/plan.h"
 #include "program/check.h"

@@ -25,7 +25,7 @@
  */
 #include "e2e_util.h"
 
-#include "core/comm.h"
+#include "api/comm.h"
 #include "fabric/fabric.h"
 
 #include <float.h>
