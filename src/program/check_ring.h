@@ -8,7 +8,7 @@
  * first call that lands into, or stages gradients in, a landing another group holds live.
  * Fault injection on a sequence (tide_ring_fault_inject) models the ways an adapter gets the
  * ring wrong; tests/unit/test_faults.c shows each is caught.  The runtime enforces the same
- * rule call by call (core/arena_set.c); this is the whole-sequence proof a planner or an
+ * rule call by call (api/arena_set.c); this is the whole-sequence proof a planner or an
  * adapter runs before the first step.
  */
 #ifndef TIDE_PROGRAM_CHECK_RING_H_

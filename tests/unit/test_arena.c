@@ -12,7 +12,7 @@
 #include "e2e_util.h"
 
 #include "core/checks.h"
-#include "core/comm.h"
+#include "api/comm.h"
 #include "plan/arena_plan.h"
 #include "program/check_ring.h"
 

@@ -7,7 +7,7 @@
  * every rank, and every rank takes the same decisions (refuse, fence) without talking.
  */
 #include "core/checks.h"
-#include "core/comm.h"
+#include "api/comm.h"
 #include "core/handles.h"
 #include "plan/arena_plan.h"
 #include "program/counters.h"
