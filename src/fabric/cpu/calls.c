@@ -53,14 +53,14 @@ tide_result_t tide_cpu_call_check(struct tide_fabric_arena *arena, tide_collecti
     tide_cpu_note_caller(w);
     atomic_store_explicit(&a->calls[me].sig[c][parity], sig, memory_order_relaxed);
     atomic_store_explicit(&a->calls[me].posted[c], epoch + 1, memory_order_release);
-    tide_cpu_doorbell_ring(a->map->addr);
+    tide_cpu_doorbell_ring(&a->calls[me].doorbell);
 
     int other = -1;
     uint64_t other_sig = 0;
     const uint64_t deadline = tide_cpu_deadline_ns();
-    tide_cpu_waiter_t wt = {.h = a->map->addr};
     for (int u = 0; u < n; ++u) {
         if (u == me) continue;
+        tide_cpu_waiter_t wt = {.d = &a->calls[u].doorbell};
         while (atomic_load_explicit(&a->calls[u].posted[c], memory_order_acquire) < epoch + 1) {
             if (tide_cpu_now_ns() > deadline) {
                 char hint[256];

@@ -121,22 +121,26 @@ typedef struct {
     tide_cpu_counter_t signature; /* the group signature rank 0 registered */
     tide_cpu_counter_t bytes;     /* arena bytes per rank */
     tide_cpu_counter_t mismatches;
-    /* doorbell.c: rung by signals while some rank of the group sleeps on it. */
-    _Atomic uint32_t doorbell;
-    _Atomic uint32_t sleepers;
 } tide_cpu_header_t;
-_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "process-shared doorbell needs lock-free atomics");
 
-/* Wake the ranks of the group that sleep on its doorbell; call after a signal's increment. */
-void tide_cpu_doorbell_ring(tide_cpu_header_t *h);
-
-/* One rank thread's wait for signals of its group (doorbell.c).  A polling loop calls
- * tide_cpu_waiter_idle after a round without progress (it yields, then announces the waiter
- * and returns so that the caller polls once more, then sleeps until a signal or a short
- * slice passes), tide_cpu_waiter_busy after a round with progress, and tide_cpu_waiter_done
- * when it leaves the loop by any path. */
+/* A rank's doorbell (doorbell.c): rung by every signal to one of the rank's counters and by
+ * the rank's call posts, while some thread sleeps on it. */
 typedef struct {
-    tide_cpu_header_t *h;
+    _Atomic uint32_t ring;
+    _Atomic uint32_t sleepers;
+} tide_cpu_doorbell_t;
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "process-shared doorbells need lock-free atomics");
+
+/* Ring d after the store that a sleeper may wait for (a signal's increment, a call post). */
+void tide_cpu_doorbell_ring(tide_cpu_doorbell_t *d);
+
+/* One thread's wait on a doorbell (doorbell.c).  A polling loop calls tide_cpu_waiter_idle
+ * after a round without progress (it yields, then announces the waiter and returns so that
+ * the caller polls once more, then sleeps until the doorbell rings or a short slice passes),
+ * tide_cpu_waiter_busy after a round with progress, and tide_cpu_waiter_done when it leaves
+ * the loop by any path. */
+typedef struct {
+    tide_cpu_doorbell_t *d;
     unsigned idle;
     bool armed;
     uint32_t seen;
@@ -146,12 +150,15 @@ void tide_cpu_waiter_busy(tide_cpu_waiter_t *wt);
 void tide_cpu_waiter_done(tide_cpu_waiter_t *wt);
 
 /* One rank's call signatures (calls.c), in the group's shm object after the N arenas:
- * posted[coll] = 1 + the last call posted, sig[coll][epoch mod 2] its signature. */
+ * posted[coll] = 1 + the last call posted, sig[coll][epoch mod 2] its signature; and the
+ * rank's doorbell. */
 typedef struct {
     tide_cpu_counter_t posted[2];
     tide_cpu_counter_t sig[2][2];
-    uint64_t pad_[2];
+    tide_cpu_doorbell_t doorbell;
+    uint64_t pad_;
 } tide_cpu_call_rec_t;
+_Static_assert(sizeof(tide_cpu_call_rec_t) == 64, "one cache line per rank");
 
 typedef struct {
     struct tide_fabric_arena base;

@@ -8,10 +8,14 @@
  * rank waits too.  Both made the CPU fabric slower than plain loops on the same threads
  * (docs/cpu-fabric.md has the figures).
  *
- * Now a waiter sleeps in the kernel until a signal of its group arrives: a futex on the
- * group's doorbell word, which every signal rings (increments and wakes) while some rank of
- * the group sleeps.  The doorbell sits in the group's shm header, so it works for threads
- * and processes alike (a shared futex, not FUTEX_PRIVATE).
+ * Now a waiter sleeps in the kernel until what it waits for may have happened: a futex on a
+ * doorbell word, which is rung (incremented and woken) while some thread sleeps on it.  Each
+ * rank has one, in the group's shm object (its call record), so it works for threads and
+ * processes alike (a shared futex, not FUTEX_PRIVATE).  A rank's interpreter sleeps on its
+ * own doorbell, and every signal rings the doorbell of the rank that owns the counter (WAITs
+ * read only the waiting rank's counters), so a signal wakes only the rank it is for.  A rank
+ * that waits for another rank's call post sleeps on that rank's doorbell, which the post
+ * rings.
  *
  * No lost wake-up: the waiter announces itself (sleepers + 1), reads the doorbell, then polls
  * its counters once more before it sleeps on that doorbell value; a signaller increments its
@@ -36,18 +40,18 @@
 /* Longest single sleep: the interpreter checks its deadlines between two sleeps. */
 #define SLEEP_SLICE_NS 10000000L
 
-void tide_cpu_doorbell_ring(tide_cpu_header_t *h) {
-    atomic_thread_fence(memory_order_seq_cst); /* the counter's increment, then sleepers */
-    if (atomic_load_explicit(&h->sleepers, memory_order_relaxed) == 0) return;
-    atomic_fetch_add_explicit(&h->doorbell, 1, memory_order_release);
+void tide_cpu_doorbell_ring(tide_cpu_doorbell_t *d) {
+    atomic_thread_fence(memory_order_seq_cst); /* the store, then sleepers */
+    if (atomic_load_explicit(&d->sleepers, memory_order_relaxed) == 0) return;
+    atomic_fetch_add_explicit(&d->ring, 1, memory_order_release);
 #if defined(__linux__)
-    syscall(SYS_futex, (uint32_t *)&h->doorbell, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+    syscall(SYS_futex, (uint32_t *)&d->ring, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 #endif
 }
 
 static void disarm(tide_cpu_waiter_t *wt) {
     if (!wt->armed) return;
-    atomic_fetch_sub_explicit(&wt->h->sleepers, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&wt->d->sleepers, 1, memory_order_relaxed);
     wt->armed = false;
 }
 
@@ -64,16 +68,16 @@ void tide_cpu_waiter_idle(tide_cpu_waiter_t *wt) {
     }
     if (!wt->armed) {
         /* Announce, then let the caller poll once more before the sleep (see above). */
-        atomic_fetch_add_explicit(&wt->h->sleepers, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&wt->d->sleepers, 1, memory_order_relaxed);
         atomic_thread_fence(memory_order_seq_cst);
-        wt->seen = atomic_load_explicit(&wt->h->doorbell, memory_order_acquire);
+        wt->seen = atomic_load_explicit(&wt->d->ring, memory_order_acquire);
         wt->armed = true;
         return;
     }
 #if defined(__linux__)
     struct timespec slice = {0, SLEEP_SLICE_NS};
     /* EAGAIN (rung since the poll), EINTR and ETIMEDOUT all mean: poll again. */
-    syscall(SYS_futex, (uint32_t *)&wt->h->doorbell, FUTEX_WAIT, wt->seen, &slice, NULL, 0);
+    syscall(SYS_futex, (uint32_t *)&wt->d->ring, FUTEX_WAIT, wt->seen, &slice, NULL, 0);
 #else
     struct timespec nap = {0, 50000L};
     nanosleep(&nap, NULL);

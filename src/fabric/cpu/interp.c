@@ -5,7 +5,7 @@
  * The rank's queues are concurrent in the program's semantics, but one thread per rank is
  * enough to honour that: queues run cooperatively, round-robin.  A queue advances until it
  * reaches a WAIT whose counter is below its target, then the next queue gets the thread.  A
- * round in which no queue advanced yields, then sleeps on the group's doorbell until a signal
+ * round in which no queue advanced yields, then sleeps on the rank's doorbell until a signal
  * arrives (doorbell.c) before polling again.
  * Since every queue's waits depend only on counters, this schedule can block only where the
  * program itself deadlocks, and that is caught by the deadline.
@@ -33,12 +33,13 @@ typedef struct {
     int pc[TIDE_Q_COUNT];
     uint64_t blocked_since[TIDE_Q_COUNT]; /* 0: not blocked */
     tide_bound_op_t blocked_op[TIDE_Q_COUNT];
-    tide_cpu_header_t *header; /* the group's doorbell */
+    tide_cpu_call_rec_t *recs; /* the ranks' doorbells */
 } run_t;
 
-static void signal_add(run_t *run, uint64_t *ctr) {
+/* `owner` is the rank whose arena holds the counter: the only rank that waits on it. */
+static void signal_add(run_t *run, uint64_t *ctr, int owner) {
     atomic_fetch_add_explicit(tide_cpu_counter(ctr), 1, memory_order_release);
-    tide_cpu_doorbell_ring(run->header);
+    tide_cpu_doorbell_ring(&run->recs[owner].doorbell);
 }
 
 static void copy_2d(const tide_op_t *op, const tide_bound_op_t *bo) {
@@ -96,7 +97,7 @@ static tide_result_t step(run_t *run, tide_queue_t q, bool *ready) {
     default:
         break; /* tide_bind_op rejected unknown kinds */
     }
-    if (bo.signal != NULL) signal_add(run, bo.signal);
+    if (bo.signal != NULL) signal_add(run, bo.signal, op->sig_rank);
     return TIDE_SUCCESS;
 }
 
@@ -148,10 +149,10 @@ tide_result_t tide_cpu_execute(struct tide_fabric_arena *arena, const tide_progr
     memset(&run, 0, sizeof(run));
     run.b = binding;
     run.prog = prog;
-    run.header = ((tide_cpu_arena_t *)arena)->map->addr;
+    run.recs = ((tide_cpu_arena_t *)arena)->calls;
     const tide_rank_program_t *rp = &prog->ranks[binding->rank];
     const uint64_t timeout_ns = (uint64_t)tide_fabric_timeout_ms() * 1000000u;
-    tide_cpu_waiter_t wt = {.h = run.header};
+    tide_cpu_waiter_t wt = {.d = &run.recs[binding->rank].doorbell};
 
     for (;;) {
         bool progress = false, done = true;
