@@ -1,5 +1,5 @@
 /*
- * arith.c - the CPU fabric's Level-1 sum and landing: the bits of kernels/reference.c, eight
+ * arith.c - the CPU fabric's Level-1 sum and landing: the bits of kernels/reference.c, four
  * lanes at a time.
  *
  * Why not call the references: they are the oracle, written one element and one statement at
@@ -12,20 +12,22 @@
  * processed in blocks of BLOCK elements: the block's accumulator is initialised from the
  * first input, each further input is added with one rounded add, then the final value is
  * scaled, added and canonicalised in separate loops, so no product and add can be contracted
- * into an FMA.  GCC vector extensions (GCC and clang) give 8-lane code at -O2 on any target
- * (two SSE2 registers on baseline x86-64, one AVX register where enabled).
+ * into an FMA.  GCC vector extensions (GCC and clang) give 4-lane code at -O2 on any target.
  */
 #include "fabric/cpu/cpu.h"
 #include "kernels/kernels.h"
 
 #include <string.h>
 
-typedef float v8f __attribute__((vector_size(32)));
-typedef uint32_t v8u __attribute__((vector_size(32)));
-typedef int32_t v8i __attribute__((vector_size(32)));
-typedef uint16_t v8h __attribute__((vector_size(16)));
+/* 128-bit vectors: the width of baseline x86-64 (SSE2) and of NEON, so every operation,
+ * the NaN compare included, is one instruction (wider generic vectors get some of their
+ * compares split into scalar code on SSE2). */
+typedef float vf __attribute__((vector_size(16)));
+typedef uint32_t vu __attribute__((vector_size(16)));
+typedef int32_t vi __attribute__((vector_size(16)));
+typedef uint16_t vh __attribute__((vector_size(8)));
 
-#define LANES 8
+#define LANES 4
 /* A block's accumulator stays in L1: 8 KiB. */
 #define BLOCK 2048
 #define CANONICAL_NAN_F32 0x7fffffffu
@@ -35,19 +37,16 @@ typedef uint16_t v8h __attribute__((vector_size(16)));
 /* Vectors live only in locals: a vector parameter or return value would change the ABI
  * with the target (-Wpsabi), a local does not. */
 
-/* v = LANES elements of x at i, widened exactly to fp32 (bf16 is the top half of an fp32,
- * NaN payloads included). */
-#define LOAD_ELEMS(v, x, dt, i)                                                               \
+/* v = LANES elements at p, widened exactly to fp32: bf16 is the top half of an fp32, NaN
+ * payloads included. */
+#define LOAD_BF16(v, p)                                                                       \
     do {                                                                                      \
-        if ((dt) == TIDE_DTYPE_BF16) {                                                        \
-            v8h h_;                                                                           \
-            memcpy(&h_, (const uint16_t *)(x) + (i), sizeof h_);                              \
-            v8u u_ = __builtin_convertvector(h_, v8u) << 16;                                  \
-            memcpy(&(v), &u_, sizeof(v));                                                     \
-        } else {                                                                              \
-            memcpy(&(v), (const float *)(x) + (i), sizeof(v));                                \
-        }                                                                                     \
+        vh h_;                                                                                \
+        memcpy(&h_, (p), sizeof h_);                                                          \
+        vu u_ = __builtin_convertvector(h_, vu) << 16;                                        \
+        memcpy(&(v), &u_, sizeof(v));                                                         \
     } while (0)
+#define LOAD_F32(v, p) memcpy(&(v), (p), sizeof(v))
 
 static inline float load_elem(const void *base, tide_dtype_t dt, uint64_t i) {
     if (dt != TIDE_DTYPE_BF16) return ((const float *)base)[i];
@@ -66,10 +65,16 @@ static void block_init(float *acc, const void *x, tide_dtype_t dt, uint32_t n) {
         for (; i < n; ++i) acc[i] = 0.0f;
         return;
     }
-    for (; i + LANES <= n; i += LANES) {
-        v8f v;
-        LOAD_ELEMS(v, x, dt, i);
-        memcpy(acc + i, &v, sizeof v);
+    /* One loop per dtype: the element loops carry no dtype test. */
+    if (dt == TIDE_DTYPE_BF16) {
+        for (; i + LANES <= n; i += LANES) {
+            vf v;
+            LOAD_BF16(v, (const uint16_t *)x + i);
+            memcpy(acc + i, &v, sizeof v);
+        }
+    } else {
+        memcpy(acc, x, (size_t)n * sizeof(float));
+        return;
     }
     for (; i < n; ++i) acc[i] = load_elem(x, dt, i);
 }
@@ -79,9 +84,9 @@ static void block_init(float *acc, const void *x, tide_dtype_t dt, uint32_t n) {
 static void block_add(float *acc, const void *x, tide_dtype_t dt, uint32_t n) {
     uint32_t i = 0;
     if (x == NULL) {
-        const v8f zero = {0};
+        const vf zero = {0};
         for (; i + LANES <= n; i += LANES) {
-            v8f a;
+            vf a;
             memcpy(&a, acc + i, sizeof a);
             a = a + zero;
             memcpy(acc + i, &a, sizeof a);
@@ -89,12 +94,22 @@ static void block_add(float *acc, const void *x, tide_dtype_t dt, uint32_t n) {
         for (; i < n; ++i) acc[i] = acc[i] + 0.0f;
         return;
     }
-    for (; i + LANES <= n; i += LANES) {
-        v8f a, v;
-        memcpy(&a, acc + i, sizeof a);
-        LOAD_ELEMS(v, x, dt, i);
-        a = a + v;
-        memcpy(acc + i, &a, sizeof a);
+    if (dt == TIDE_DTYPE_BF16) {
+        for (; i + LANES <= n; i += LANES) {
+            vf a, v;
+            memcpy(&a, acc + i, sizeof a);
+            LOAD_BF16(v, (const uint16_t *)x + i);
+            a = a + v;
+            memcpy(acc + i, &a, sizeof a);
+        }
+    } else {
+        for (; i + LANES <= n; i += LANES) {
+            vf a, v;
+            memcpy(&a, acc + i, sizeof a);
+            LOAD_F32(v, (const float *)x + i);
+            a = a + v;
+            memcpy(acc + i, &a, sizeof a);
+        }
     }
     for (; i < n; ++i) acc[i] = acc[i] + load_elem(x, dt, i);
 }
@@ -102,9 +117,9 @@ static void block_add(float *acc, const void *x, tide_dtype_t dt, uint32_t n) {
 /* acc *= alpha, rounded: a statement (and loop) of its own, so no FMA with the add after it. */
 static void block_scale(float *acc, float alpha, uint32_t n) {
     uint32_t i = 0;
-    const v8f a = {alpha, alpha, alpha, alpha, alpha, alpha, alpha, alpha};
+    const vf a = {alpha, alpha, alpha, alpha};
     for (; i + LANES <= n; i += LANES) {
-        v8f v;
+        vf v;
         memcpy(&v, acc + i, sizeof v);
         v = v * a;
         memcpy(acc + i, &v, sizeof v);
@@ -122,14 +137,14 @@ static inline float canonical(float v) {
 /* out[0, LANES) = canonical(v), or canonical(out + v) when add. */
 #define STORE_CANONICAL(out, v, add)                                                          \
     do {                                                                                      \
-        v8f r_ = (v);                                                                         \
+        vf r_ = (v);                                                                         \
         if (add) {                                                                            \
-            v8f o_;                                                                           \
+            vf o_;                                                                           \
             memcpy(&o_, (out), sizeof o_);                                                    \
             r_ = o_ + r_;                                                                     \
         }                                                                                     \
-        const v8u nan_ = (v8u)(r_ != r_); /* all ones in NaN lanes */                         \
-        v8u u_;                                                                               \
+        const vu nan_ = (vu)(r_ != r_); /* all ones in NaN lanes */                         \
+        vu u_;                                                                               \
         memcpy(&u_, &r_, sizeof u_);                                                          \
         u_ = (nan_ & CANONICAL_NAN_F32) | (~nan_ & u_);                                       \
         memcpy((out), &u_, sizeof u_);                                                        \
@@ -139,7 +154,7 @@ static inline float canonical(float v) {
 static void block_store(float *out, const float *acc, bool overwrite, uint32_t n) {
     uint32_t i = 0;
     for (; i + LANES <= n; i += LANES) {
-        v8f v;
+        vf v;
         memcpy(&v, acc + i, sizeof v);
         STORE_CANONICAL(out + i, v, !overwrite);
     }
@@ -230,13 +245,13 @@ void tide_cpu_land(const tide_land_args_t *args) {
 void tide_cpu_cast_bf16(const float *in, uint16_t *out, uint64_t n) {
     uint64_t i = 0;
     for (; i + LANES <= n; i += LANES) {
-        v8u u;
+        vu u;
         memcpy(&u, in + i, sizeof u);
         /* Round to nearest even on the dropped 16 bits (tide_float_to_bf16); NaN -> 0x7fff. */
-        const v8u nan = (v8u)((u & 0x7fffffffu) > 0x7f800000u);
-        const v8u r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-        const v8u h32 = (nan & 0x7fffu) | (~nan & r);
-        const v8h h = __builtin_convertvector(h32, v8h);
+        const vu nan = (vu)((u & 0x7fffffffu) > 0x7f800000u);
+        const vu r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        const vu h32 = (nan & 0x7fffu) | (~nan & r);
+        const vh h = __builtin_convertvector(h32, vh);
         memcpy(out + i, &h, sizeof h);
     }
     for (; i < n; ++i) out[i] = tide_float_to_bf16(in[i]);

@@ -176,7 +176,7 @@ tide_result_t tide_cpu_call_check(struct tide_fabric_arena *arena, tide_collecti
                                   uint64_t *other_sig_out);
 
 /* The arithmetic ops (arith.c): the bits of tide_ref_sum / tide_ref_land /
- * tide_ref_cast_bf16 (kernels/reference.c, the oracle), computed eight lanes at a time. */
+ * tide_ref_cast_bf16 (kernels/reference.c, the oracle), computed four lanes at a time. */
 void tide_cpu_sum(const tide_sum_args_t *args);
 void tide_cpu_land(const tide_land_args_t *args);
 void tide_cpu_cast_bf16(const float *in, uint16_t *out, uint64_t n);
