@@ -29,6 +29,7 @@ if [ -z "$path" ]; then
   fi
 else
   why="TIDE_MAIN=$path"
+  case "$path" in cpu | gpu) ;; *) echo "run-main: TIDE_MAIN must be cpu or gpu" >&2; exit 2 ;; esac
 fi
 
 echo "# main job: setting up (scripts/deps.sh, build) ..." >&2
@@ -50,7 +51,6 @@ EOF
   exec ./build/tide-bench --iters 15 --warmup 2 "$@"
 fi
 
-[ "$path" = gpu ] || { echo "TIDE_MAIN must be cpu or gpu" >&2; exit 2; }
 python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' || {
   echo "run-main: the GPU path needs torch with CUDA (python3 -m pip install torch); or run" \
        "TIDE_MAIN=cpu $0" >&2
@@ -73,7 +73,7 @@ EOF
 echo "# main job: timing (llama3-70b-layer / ${TIDE_MAIN_DIVISOR:-2}, 1x8 and 2x4) ..." >&2
 python3 tests/gpu/bench_torch_baseline.py --lib build-cuda/libtide.so \
   --divisor "${TIDE_MAIN_DIVISOR:-2}" --sum-ctas 16 --landing-ctas 16 --json "$out/bench_torch.json" \
-  "$@" >"$out/bench_torch.txt"
+  "$@" | tee "$out/bench_torch.txt" >&2  # every path's medians, as progress
 nvidia-smi -L >"$out/machine.txt"
 python3 tools/tide-bench/gpu_table.py "$out/bench_torch.json" --json "$out/rows.json" |
   tee "$out/table.txt"
