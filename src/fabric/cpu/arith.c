@@ -24,7 +24,6 @@
  * compares split into scalar code on SSE2). */
 typedef float vf __attribute__((vector_size(16)));
 typedef uint32_t vu __attribute__((vector_size(16)));
-typedef int32_t vi __attribute__((vector_size(16)));
 typedef uint16_t vh __attribute__((vector_size(8)));
 
 #define LANES 4

@@ -26,7 +26,6 @@
  */
 #include "fabric/cpu/cpu.h"
 
-#include <errno.h>
 #include <sched.h>
 #include <time.h>
 #if defined(__linux__)
