@@ -13,6 +13,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#define BENCH_MAX_SIZES 16
+
 typedef struct {
     tide_fabric_kind_t fabric;
     int nodes, gpus_per_node;
@@ -20,8 +22,11 @@ typedef struct {
     const char *shapes;       /* --shapes list */
     tide_dtype_t grad_dtype;  /* gradient dtype (bf16 default) */
     tide_rs_mode_t mode;
-    int divisors[16];         /* each size divides every dim0 of the group by this */
+    int divisors[BENCH_MAX_SIZES]; /* each size divides every dim0 of the group by this */
     int num_divisors;
+    uint64_t min_bytes, max_bytes; /* -b / -e: a sweep instead of --divisors (0: none) */
+    double step_factor;            /* -f */
+    const char *plot;              /* --plot FILE: PNG of busbw against size */
     int iters, warmup;
     uint64_t seed;
     int procs;                /* --procs N: one process per rank (CUDA, NCCL); 0: one process */
@@ -53,6 +58,13 @@ void bench_fill_rows(const bench_opts_t *o, int N, int P, int divisor, const uin
 tide_result_t bench_run_divisors(const bench_opts_t *o, const tide_param_shape_t *shapes,
                                  int num_shapes, bench_size_fn run_size, bench_row_t *rows_out,
                                  int *num_rows_out);
+
+/* sweep.c: "64M"-style byte counts (K, M, G: powers of 2); the divisors of a -b/-e/-f sweep
+ * (0 and a message on too many sizes); --plot: run plot.py on a JSON file (0 on failure,
+ * after a message). */
+int bench_parse_bytes(const char *s, uint64_t *out);
+int bench_sweep_divisors(bench_opts_t *o, const tide_param_shape_t *shapes, int num_shapes);
+int bench_plot(const char *json_path, const char *png_path);
 
 /* Run every size for both collectives on the CPU fabric; rows_out has 2 per divisor. */
 tide_result_t bench_run_cpu(const bench_opts_t *opts, const tide_param_shape_t *shapes,

@@ -4,9 +4,13 @@
  *   tide-bench [--fabric cpu|cuda|nccl] [--procs N] [--topology MxL] [--preset NAME | --shapes LIST]
  *              [--divisors 1024,256,64] [--iters N] [--warmup N] [--mode in-place|slot-reuse]
  *              [--grad-dtype bf16|fp32] [--seed S] [--json] [--quiet]
+ *              [-b MINBYTES -e MAXBYTES [-f FACTOR]] [--plot FILE.png]
  *
  * Each size divides every parameter's dim 0 by a divisor (the preset's real shapes are too
  * large for a CPU run; --divisors 1 runs them on a GPU).  --fabric cuda (a CUDA build) runs
+ * -b/-e/-f sweep the group's size from MINBYTES to MAXBYTES by FACTOR (nccl-tests style;
+ * each size divides dim0 by full bytes / target, rounded) instead of --divisors.
+ * --plot FILE draws busbw against size for TIDE and the stock path (plot.py, matplotlib).
  * the job on the GPUs: one process drives every rank, or with --procs N (N = M L) one process
  * per rank on the one-process-per-rank fabric.  --fabric nccl (a CUDA build with the NCCL
  * fabric) needs --procs N and N visible GPUs: one process per rank, one GPU each, on the NCCL
@@ -22,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -30,6 +35,9 @@ static void usage(FILE *f) {
             "                  [--divisors D1,D2,...] [--iters N] [--warmup N]\n"
             "                  [--mode in-place|slot-reuse] [--grad-dtype bf16|fp32]\n"
             "                  [--seed S] [--json] [--quiet]\n"
+            "                  [-b MINBYTES -e MAXBYTES [-f FACTOR]] [--plot FILE.png]\n"
+            "sweep: -b/-e/-f as nccl-tests (sizes like 64K, 8M, 1G; factor 2 by default):\n"
+            "       each size divides the group's dim0 by full bytes / target (rounded)\n"
             "fabrics: cpu (threads); cuda (CUDA build; one process, or --procs N = M L\n"
             "         processes); nccl (CUDA build with NCCL; --procs N = M L, N GPUs)\n"
             "presets: %s\n",
@@ -97,8 +105,8 @@ static void print_table(const bench_opts_t *o, const bench_row_t *rows, int n) {
 
 /* JSON by hand: tide-bench needs no cJSON, so a GPU machine without it still builds it.  Every
  * string printed is one of ours (no escaping needed) or a preset name ([a-z0-9.-]). */
-static void print_json(const bench_opts_t *o, const bench_row_t *rows, int n) {
-    printf("{\n  \"fabric\": \"%s\",\n  \"procs\": %d,\n  \"nodes\": %d,\n"
+static void print_json(FILE *f, const bench_opts_t *o, const bench_row_t *rows, int n) {
+    fprintf(f, "{\n  \"fabric\": \"%s\",\n  \"procs\": %d,\n  \"nodes\": %d,\n"
            "  \"gpus_per_node\": %d,\n  \"preset\": \"%s\",\n  \"mode\": \"%s\",\n"
            "  \"iters\": %d,\n  \"stock\": \"c-standin\",\n  \"rows\": [",
            fabric_name(o->fabric), o->procs, o->nodes, o->gpus_per_node,
@@ -106,7 +114,7 @@ static void print_json(const bench_opts_t *o, const bench_row_t *rows, int n) {
            o->iters);
     for (int i = 0; i < n; ++i) {
         const bench_row_t *r = &rows[i];
-        printf("%s\n    {\"collective\": \"%s\", \"divisor\": %d, \"params\": %d, "
+        fprintf(f, "%s\n    {\"collective\": \"%s\", \"divisor\": %d, \"params\": %d, "
                "\"bytes\": %llu, \"tide_us\": %.3f, \"stock_us\": %.3f, \"algbw_gbps\": %.4f, "
                "\"busbw_gbps\": %.4f, \"stock_busbw_gbps\": %.4f, \"speedup\": %.4f, "
                "\"wrong\": %llu}",
@@ -114,27 +122,46 @@ static void print_json(const bench_opts_t *o, const bench_row_t *rows, int n) {
                r->tide_us, r->stock_us, r->algbw, r->busbw, r->stock_busbw,
                r->stock_us / r->tide_us, (unsigned long long)r->wrong);
     }
-    printf("\n  ]\n}\n");
+    fprintf(f, "\n  ]\n}\n");
+}
+
+/* --plot: the run's JSON in a temporary file, drawn by plot.py. */
+static int plot_rows(const bench_opts_t *o, const bench_row_t *rows, int n) {
+    char path[] = "/tmp/tide-bench-XXXXXX";
+    int fd = mkstemp(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (f == NULL) {
+        fprintf(stderr, "tide-bench: --plot: cannot write a temporary JSON file\n");
+        if (fd >= 0) close(fd), unlink(path);
+        return 0;
+    }
+    print_json(f, o, rows, n);
+    fclose(f);
+    int ok = bench_plot(path, o->plot);
+    unlink(path);
+    return ok;
 }
 
 int main(int argc, char **argv) {
     bench_opts_t o = {.fabric = TIDE_FABRIC_CPU, .nodes = 2, .gpus_per_node = 4,
                       .preset = "llama3-70b-layer", .grad_dtype = TIDE_DTYPE_BF16,
                       .mode = TIDE_RS_IN_PLACE, .divisors = {1024, 256, 64}, .num_divisors = 3,
-                      .iters = 5, .warmup = 1, .seed = 0x7A1DE};
+                      .iters = 5, .warmup = 1, .seed = 0x7A1DE, .step_factor = 2.0};
     static const struct option longopts[] = {
-        {"fabric", required_argument, 0, 'f'},   {"topology", required_argument, 0, 't'},
+        {"fabric", required_argument, 0, 'X'},   {"topology", required_argument, 0, 't'},
         {"preset", required_argument, 0, 'p'},   {"shapes", required_argument, 0, 's'},
         {"divisors", required_argument, 0, 'd'}, {"iters", required_argument, 0, 'n'},
         {"warmup", required_argument, 0, 'w'},   {"mode", required_argument, 0, 'm'},
         {"grad-dtype", required_argument, 0, 'g'}, {"seed", required_argument, 0, 'S'},
         {"json", no_argument, 0, 'j'},           {"quiet", no_argument, 0, 'q'},
         {"help", no_argument, 0, 'h'},           {"procs", required_argument, 0, 'P'},
+        {"minbytes", required_argument, 0, 'b'}, {"maxbytes", required_argument, 0, 'e'},
+        {"stepfactor", required_argument, 0, 'f'}, {"plot", required_argument, 0, 'o'},
         {0, 0, 0, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "hb:e:f:", longopts, NULL)) != -1) {
         switch (c) {
-        case 'f':
+        case 'X':
             if (strcmp(optarg, "cpu") == 0) o.fabric = TIDE_FABRIC_CPU;
             else if (strcmp(optarg, "cuda") == 0) o.fabric = TIDE_FABRIC_CUDA;
             else if (strcmp(optarg, "nccl") == 0) o.fabric = TIDE_FABRIC_NCCL;
@@ -171,6 +198,18 @@ int main(int argc, char **argv) {
         case 'P':
             if (!parse_int(optarg, 1, 512, &o.procs)) return bad_usage("--procs must be 1..512");
             break;
+        case 'b':
+            if (!bench_parse_bytes(optarg, &o.min_bytes)) return bad_usage("-b: a size such as 1M");
+            break;
+        case 'e':
+            if (!bench_parse_bytes(optarg, &o.max_bytes)) return bad_usage("-e: a size such as 64M");
+            break;
+        case 'f':
+            if (sscanf(optarg, "%lf", &o.step_factor) != 1 || !(o.step_factor >= 1.0) ||
+                o.step_factor > 1024)
+                return bad_usage("-f: a factor in [1, 1024]");
+            break;
+        case 'o': o.plot = optarg; break;
         case 'j': o.json = true; break;
         case 'q': o.quiet = true; break;
         case 'h': usage(stdout); return 0;
@@ -229,7 +268,15 @@ int main(int argc, char **argv) {
             return bad_usage(tide_get_last_error());
         shapes = parsed;
     }
-    bench_row_t rows[32];
+    if ((o.min_bytes != 0) != (o.max_bytes != 0) || o.min_bytes > o.max_bytes) {
+        free(parsed);
+        return bad_usage("a sweep needs -b MINBYTES and -e MAXBYTES >= MINBYTES");
+    }
+    if (o.min_bytes != 0 && !bench_sweep_divisors(&o, shapes, P)) {
+        free(parsed);
+        return 2;
+    }
+    bench_row_t rows[2 * BENCH_MAX_SIZES];
     int n = 0;
     tide_result_t r;
 #if TIDE_HAVE_CUDA
@@ -240,12 +287,13 @@ int main(int argc, char **argv) {
 #endif
         r = bench_run_cpu(&o, shapes, P, rows, &n);
     free(parsed);
-    if (o.json) print_json(&o, rows, n);
+    if (o.json) print_json(stdout, &o, rows, n);
     else print_table(&o, rows, n);
     if (r != TIDE_SUCCESS) {
         fprintf(stderr, "tide-bench: %s: %s\n", tide_get_error_string(r), tide_get_last_error());
         return 1;
     }
+    if (o.plot != NULL && !plot_rows(&o, rows, n)) return 1;
     uint64_t wrong = 0;
     for (int i = 0; i < n; ++i) wrong += rows[i].wrong;
     if (wrong) {

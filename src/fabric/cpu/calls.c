@@ -53,16 +53,18 @@ tide_result_t tide_cpu_call_check(struct tide_fabric_arena *arena, tide_collecti
     tide_cpu_note_caller(w);
     atomic_store_explicit(&a->calls[me].sig[c][parity], sig, memory_order_relaxed);
     atomic_store_explicit(&a->calls[me].posted[c], epoch + 1, memory_order_release);
+    tide_cpu_doorbell_ring(&a->calls[me].doorbell);
 
     int other = -1;
     uint64_t other_sig = 0;
     const uint64_t deadline = tide_cpu_deadline_ns();
     for (int u = 0; u < n; ++u) {
         if (u == me) continue;
-        unsigned idle = 0;
+        tide_cpu_waiter_t wt = {.d = &a->calls[u].doorbell};
         while (atomic_load_explicit(&a->calls[u].posted[c], memory_order_acquire) < epoch + 1) {
             if (tide_cpu_now_ns() > deadline) {
                 char hint[256];
+                tide_cpu_waiter_done(&wt);
                 return TIDE_ERR(TIDE_ERR_TIMEOUT,
                                 "rank %d: %s call %llu: rank %d did not make its call within "
                                 "TIDE_TIMEOUT_MS = %lld ms; %s",
@@ -71,8 +73,9 @@ tide_result_t tide_cpu_call_check(struct tide_fabric_arena *arena, tide_collecti
                                 (long long)tide_fabric_timeout_ms(),
                                 tide_cpu_timeout_hint(w, hint, sizeof(hint)));
             }
-            tide_cpu_backoff(&idle);
+            tide_cpu_waiter_idle(&wt);
         }
+        tide_cpu_waiter_busy(&wt);
         const uint64_t v = atomic_load_explicit(&a->calls[u].sig[c][parity], memory_order_relaxed);
         if (v != sig && other < 0) {
             other = u;

@@ -17,6 +17,7 @@
 #define TIDE_FABRIC_CPU_CPU_H_
 
 #include "fabric/fabric.h"
+#include "kernels/kernels.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -122,13 +123,42 @@ typedef struct {
     tide_cpu_counter_t mismatches;
 } tide_cpu_header_t;
 
+/* A rank's doorbell (doorbell.c): rung by every signal to one of the rank's counters and by
+ * the rank's call posts, while some thread sleeps on it. */
+typedef struct {
+    _Atomic uint32_t ring;
+    _Atomic uint32_t sleepers;
+} tide_cpu_doorbell_t;
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "process-shared doorbells need lock-free atomics");
+
+/* Ring d after the store that a sleeper may wait for (a signal's increment, a call post). */
+void tide_cpu_doorbell_ring(tide_cpu_doorbell_t *d);
+
+/* One thread's wait on a doorbell (doorbell.c).  A polling loop calls tide_cpu_waiter_idle
+ * after a round without progress (it yields, then announces the waiter and returns so that
+ * the caller polls once more, then sleeps until the doorbell rings or a short slice passes),
+ * tide_cpu_waiter_busy after a round with progress, and tide_cpu_waiter_done when it leaves
+ * the loop by any path. */
+typedef struct {
+    tide_cpu_doorbell_t *d;
+    unsigned idle;
+    bool armed;
+    uint32_t seen;
+} tide_cpu_waiter_t;
+void tide_cpu_waiter_idle(tide_cpu_waiter_t *wt);
+void tide_cpu_waiter_busy(tide_cpu_waiter_t *wt);
+void tide_cpu_waiter_done(tide_cpu_waiter_t *wt);
+
 /* One rank's call signatures (calls.c), in the group's shm object after the N arenas:
- * posted[coll] = 1 + the last call posted, sig[coll][epoch mod 2] its signature. */
+ * posted[coll] = 1 + the last call posted, sig[coll][epoch mod 2] its signature; and the
+ * rank's doorbell. */
 typedef struct {
     tide_cpu_counter_t posted[2];
     tide_cpu_counter_t sig[2][2];
-    uint64_t pad_[2];
+    tide_cpu_doorbell_t doorbell;
+    uint64_t pad_;
 } tide_cpu_call_rec_t;
+_Static_assert(sizeof(tide_cpu_call_rec_t) == 64, "one cache line per rank");
 
 typedef struct {
     struct tide_fabric_arena base;
@@ -144,6 +174,12 @@ tide_result_t tide_cpu_arena_destroy(struct tide_fabric_arena *arena);
 tide_result_t tide_cpu_call_check(struct tide_fabric_arena *arena, tide_collective_t coll,
                                   uint64_t epoch, uint64_t sig, int *other_rank_out,
                                   uint64_t *other_sig_out);
+
+/* The arithmetic ops (arith.c): the bits of tide_ref_sum / tide_ref_land /
+ * tide_ref_cast_bf16 (kernels/reference.c, the oracle), computed four lanes at a time. */
+void tide_cpu_sum(const tide_sum_args_t *args);
+void tide_cpu_land(const tide_land_args_t *args);
+void tide_cpu_cast_bf16(const float *in, uint16_t *out, uint64_t n);
 
 /* The interpreter (interp.c). */
 tide_result_t tide_cpu_execute(struct tide_fabric_arena *arena, const tide_program_t *prog,

@@ -5,7 +5,8 @@
  * The rank's queues are concurrent in the program's semantics, but one thread per rank is
  * enough to honour that: queues run cooperatively, round-robin.  A queue advances until it
  * reaches a WAIT whose counter is below its target, then the next queue gets the thread.  A
- * round in which no queue advanced backs off (yield, then short sleeps) before polling again.
+ * round in which no queue advanced yields, then sleeps on the rank's doorbell until a signal
+ * arrives (doorbell.c) before polling again.
  * Since every queue's waits depend only on counters, this schedule can block only where the
  * program itself deadlocks, and that is caught by the deadline.
  *
@@ -32,10 +33,13 @@ typedef struct {
     int pc[TIDE_Q_COUNT];
     uint64_t blocked_since[TIDE_Q_COUNT]; /* 0: not blocked */
     tide_bound_op_t blocked_op[TIDE_Q_COUNT];
+    tide_cpu_call_rec_t *recs; /* the ranks' doorbells */
 } run_t;
 
-static void signal_add(uint64_t *ctr) {
+/* `owner` is the rank whose arena holds the counter: the only rank that waits on it. */
+static void signal_add(run_t *run, uint64_t *ctr, int owner) {
     atomic_fetch_add_explicit(tide_cpu_counter(ctr), 1, memory_order_release);
+    tide_cpu_doorbell_ring(&run->recs[owner].doorbell);
 }
 
 static void copy_2d(const tide_op_t *op, const tide_bound_op_t *bo) {
@@ -72,20 +76,20 @@ static tide_result_t step(run_t *run, tide_queue_t q, bool *ready) {
     case TIDE_OP_SUM: {
         tide_sum_args_t a;
         TIDE_CHECK(tide_bind_sum(run->b, run->prog, q, index, &a));
-        tide_ref_sum(&a);
+        tide_cpu_sum(&a);
         break;
     }
     case TIDE_OP_LAND: {
         tide_land_args_t a;
         TIDE_CHECK(tide_bind_land(run->b, run->prog, q, index, &a));
-        tide_ref_land(&a);
+        tide_cpu_land(&a);
         break;
     }
     case TIDE_OP_ZERO:
         if (op->bytes > 0) memset(bo.dst, 0, op->bytes);
         break;
     case TIDE_OP_CAST:
-        tide_ref_cast_bf16(bo.src, bo.dst, op->bytes / 2);
+        tide_cpu_cast_bf16(bo.src, bo.dst, op->bytes / 2);
         break;
     case TIDE_OP_EVENT:
         /* The call returns only after every queue finished, which implies both events. */
@@ -93,7 +97,7 @@ static tide_result_t step(run_t *run, tide_queue_t q, bool *ready) {
     default:
         break; /* tide_bind_op rejected unknown kinds */
     }
-    if (bo.signal != NULL) signal_add(bo.signal);
+    if (bo.signal != NULL) signal_add(run, bo.signal, op->sig_rank);
     return TIDE_SUCCESS;
 }
 
@@ -145,9 +149,10 @@ tide_result_t tide_cpu_execute(struct tide_fabric_arena *arena, const tide_progr
     memset(&run, 0, sizeof(run));
     run.b = binding;
     run.prog = prog;
+    run.recs = ((tide_cpu_arena_t *)arena)->calls;
     const tide_rank_program_t *rp = &prog->ranks[binding->rank];
     const uint64_t timeout_ns = (uint64_t)tide_fabric_timeout_ms() * 1000000u;
-    unsigned idle = 0;
+    tide_cpu_waiter_t wt = {.d = &run.recs[binding->rank].doorbell};
 
     for (;;) {
         bool progress = false, done = true;
@@ -155,13 +160,19 @@ tide_result_t tide_cpu_execute(struct tide_fabric_arena *arena, const tide_progr
             const int num_ops = rp->queues[q].num_ops;
             while (run.pc[q] < num_ops) {
                 bool ready;
-                TIDE_CHECK(step(&run, (tide_queue_t)q, &ready));
+                tide_result_t res = step(&run, (tide_queue_t)q, &ready);
+                if (res != TIDE_SUCCESS) {
+                    tide_cpu_waiter_done(&wt);
+                    return res;
+                }
                 if (!ready) {
                     uint64_t now = tide_cpu_now_ns();
-                    if (run.blocked_since[q] == 0)
+                    if (run.blocked_since[q] == 0) {
                         run.blocked_since[q] = now;
-                    else if (now - run.blocked_since[q] > timeout_ns)
+                    } else if (now - run.blocked_since[q] > timeout_ns) {
+                        tide_cpu_waiter_done(&wt);
                         return timeout_error(&run, (tide_queue_t)q, now);
+                    }
                     break;
                 }
                 run.blocked_since[q] = 0;
@@ -170,10 +181,13 @@ tide_result_t tide_cpu_execute(struct tide_fabric_arena *arena, const tide_progr
             }
             if (run.pc[q] < num_ops) done = false;
         }
-        if (done) return TIDE_SUCCESS;
+        if (done) {
+            tide_cpu_waiter_done(&wt);
+            return TIDE_SUCCESS;
+        }
         if (progress)
-            idle = 0;
+            tide_cpu_waiter_busy(&wt);
         else
-            tide_cpu_backoff(&idle);
+            tide_cpu_waiter_idle(&wt);
     }
 }
