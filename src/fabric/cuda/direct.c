@@ -612,7 +612,7 @@ tide_result_t tide_cuda_direct_fuse_upload(tide_cuda_shared_t *sh, tide_cuda_pre
                 row[q].dst = la->out + tb->land_segs[f->segs[q].seg].out_off;
                 row[q].alpha = la->alpha;
                 row[q].overwrite = la->init && !la->accumulate;
-                row[q].plus_zero = la->num_in > 1;
+                row[q].plus_zero = la->num_in > 1 || la->plus_zero;
             }
             if (!f->valid[parity] || memcmp(f->last[parity], row, bytes) != 0) {
                 TIDE_CUDA_CALL(
