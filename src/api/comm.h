@@ -4,8 +4,8 @@
  * Fabric-neutral: a communicator is one rank's handle on a fabric world, a group one rank's
  * plan, programs and arenas.  Everything fabric-specific sits behind struct tide_fabric_ops.
  */
-#ifndef TIDE_CORE_COMM_H_
-#define TIDE_CORE_COMM_H_
+#ifndef TIDE_API_COMM_H_
+#define TIDE_API_COMM_H_
 
 #include "fabric/fabric.h"
 #include "plan/plan.h"
@@ -111,4 +111,4 @@ tide_result_t tide_set_group_release(struct tide_group *g);
 tide_result_t tide_comm_adopt_world(const tide_topo_t *topo, struct tide_fabric_world *world,
                                     struct tide_comm **comm_out);
 
-#endif /* TIDE_CORE_COMM_H_ */
+#endif /* TIDE_API_COMM_H_ */

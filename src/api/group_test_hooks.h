@@ -3,8 +3,8 @@
  * runs mutated programs on a real fabric).  Not part of the public API: tests link the static
  * library and include this header from src/.
  */
-#ifndef TIDE_CORE_GROUP_TEST_HOOKS_H_
-#define TIDE_CORE_GROUP_TEST_HOOKS_H_
+#ifndef TIDE_API_GROUP_TEST_HOOKS_H_
+#define TIDE_API_GROUP_TEST_HOOKS_H_
 
 #include "program/program.h"
 #include "tide.h"
@@ -23,4 +23,4 @@ tide_result_t tide_group_test_set_program(tide_group_t g, tide_collective_t coll
 tide_result_t tide_group_test_program(tide_group_t g, tide_collective_t coll, tide_rs_mode_t mode,
                                       const tide_program_t **prog_out);
 
-#endif /* TIDE_CORE_GROUP_TEST_HOOKS_H_ */
+#endif /* TIDE_API_GROUP_TEST_HOOKS_H_ */

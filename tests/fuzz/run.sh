@@ -14,7 +14,7 @@ flags=(-std=c11 -g -O1 -D_GNU_SOURCE -Wall -Wextra -fno-omit-frame-pointer
        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Iinclude -Isrc)
 # The host library exactly as CMake globs it (CPU only), so every symbol resolves.
 shopt -s nullglob
-lib_sources=(src/core/*.c src/plan/*.c src/program/*.c src/kernels/*.c src/fabric/*.c
+lib_sources=(src/core/*.c src/api/*.c src/plan/*.c src/program/*.c src/kernels/*.c src/fabric/*.c
              src/fabric/cpu/*.c)
 
 status=0
