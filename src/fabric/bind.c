@@ -355,6 +355,7 @@ tide_result_t tide_bind_land(const tide_binding_t *b, const tide_program_t *prog
     a.alpha = b->alpha;
     a.init = op->init != 0;
     a.accumulate = b->accumulate;
+    a.plus_zero = t->plus_zero != 0;
     *args_out = a;
     return TIDE_SUCCESS;
 overflow:

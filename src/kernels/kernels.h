@@ -100,6 +100,10 @@ typedef struct {
     float alpha;
     bool init;       /* first landing of this call for these elements */
     bool accumulate; /* with init: add to the existing output */
+    /* v = (in[0] + ... + in[num_in - 1]) + 0.0f: a landing that reads only the one input of
+     * L that is not +0.0f (M = 1, compile_rs.c) keeps the bits of the L-input sum, which
+     * turns a -0.0f partial into +0.0f. */
+    bool plus_zero;
     /* Optional (NULL: in[k] + in_off).  When set, input k of segment s starts at
      * in_table[s * num_in + k] (the segment's first element); a NULL entry is an input known
      * to hold +0.0f, which is added as +0.0f without being read, so the bits do not change. */

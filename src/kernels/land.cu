@@ -3,7 +3,8 @@
  *
  * For every element of every segment: v = in[0] + in[1] + ... + in[L-1] (the L inbox blocks
  * in GPU order, fp32, each add rounded), then out = alpha*v when the landing initialises the
- * output without accumulating, else out + alpha*v (the product rounded before the add).
+ * output without accumulating, else out + alpha*v (the product rounded before the add);
+ * with plus_zero, v + 0.0f takes v's place (kernels.h).
  *
  * Same decomposition as the plain Level-1 sum (sum.cu): a scalar head brings every inbox
  * block and the output to a 16-byte boundary, then one 16-byte group of 4 elements per
@@ -61,24 +62,25 @@ __device__ __forceinline__ land_view load_land_seg(const tide_land_args_t &a, in
     return v;
 }
 
-__device__ __forceinline__ float land_one(float v, float alpha, bool overwrite, float old) {
-    const float scaled = __fmul_rn(alpha, v);
+__device__ __forceinline__ float land_one(float v, float alpha, bool overwrite, float old,
+                                          bool plus_zero) {
+    const float scaled = __fmul_rn(alpha, plus_zero ? __fadd_rn(v, 0.0f) : v);
     return canonical(overwrite ? scaled : __fadd_rn(old, scaled));
 }
 
 template <int L>
 __device__ __forceinline__ void land_element(const land_view &v, uint64_t e, float alpha,
-                                             bool overwrite) {
+                                             bool overwrite, bool plus_zero) {
     float s = v.in[0] != nullptr ? __ldg(v.in[0] + e) : 0.0f;
 #pragma unroll
     for (int k = 1; k < L; ++k)
         s = __fadd_rn(s, v.in[k] != nullptr ? __ldg(v.in[k] + e) : 0.0f);
-    v.out[e] = land_one(s, alpha, overwrite, overwrite ? 0.0f : v.out[e]);
+    v.out[e] = land_one(s, alpha, overwrite, overwrite ? 0.0f : v.out[e], plus_zero);
 }
 
 template <int L>
 __device__ __forceinline__ void land_group(const land_view &v, uint64_t g, float alpha,
-                                           bool overwrite) {
+                                           bool overwrite, bool plus_zero) {
     const uint64_t e0 = v.head + g * 4;
     if (v.vec && e0 + 4 <= v.len) {
         uint4 in[L];
@@ -96,13 +98,13 @@ __device__ __forceinline__ void land_group(const land_view &v, uint64_t g, float
             for (int j = 0; j < 4; ++j)
                 s[j] = __fadd_rn(s[j], f[j]);
         }
-        st16(v.out + e0, land_one(s[0], alpha, overwrite, old.x),
-             land_one(s[1], alpha, overwrite, old.y), land_one(s[2], alpha, overwrite, old.z),
-             land_one(s[3], alpha, overwrite, old.w));
+        st16(v.out + e0, land_one(s[0], alpha, overwrite, old.x, plus_zero),
+             land_one(s[1], alpha, overwrite, old.y, plus_zero), land_one(s[2], alpha, overwrite, old.z, plus_zero),
+             land_one(s[3], alpha, overwrite, old.w, plus_zero));
     } else {
 #pragma unroll 1
         for (int j = 0; j < 4; ++j)
-            if (e0 + j < v.len) land_element<L>(v, e0 + j, alpha, overwrite);
+            if (e0 + j < v.len) land_element<L>(v, e0 + j, alpha, overwrite, plus_zero);
     }
 }
 
@@ -111,6 +113,7 @@ template <int L> __global__ void __launch_bounds__(1024) land_kernel(const tide_
     const unsigned nthr = blockDim.x, tid = threadIdx.x;
     const bool overwrite = a.init && !a.accumulate;
     const float alpha = a.alpha;
+    const bool plus_zero = a.plus_zero;
     uint64_t base = 0;
     for (int s = 0; s < a.num_segs; ++s) {
         if (__ldg(&a.segs[s].len) == 0) continue;
@@ -118,9 +121,9 @@ template <int L> __global__ void __launch_bounds__(1024) land_kernel(const tide_
         uint64_t chunks = (v.groups + nthr - 1) / nthr;
         if (chunks == 0) chunks = 1;
         for (uint64_t c = first_chunk(base, cta, grid); c < chunks; c += grid) {
-            if (c == 0 && tid < v.head) land_element<L>(v, tid, alpha, overwrite);
+            if (c == 0 && tid < v.head) land_element<L>(v, tid, alpha, overwrite, plus_zero);
             const uint64_t g = c * nthr + tid;
-            if (g < v.groups) land_group<L>(v, g, alpha, overwrite);
+            if (g < v.groups) land_group<L>(v, g, alpha, overwrite, plus_zero);
         }
         base += chunks;
     }

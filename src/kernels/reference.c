@@ -145,6 +145,7 @@ void tide_ref_land(const tide_land_args_t *args) {
                 const float x = tab == NULL ? args->in[k][j] : tab[k] != NULL ? tab[k][i] : 0.0f;
                 v = k == 0 ? x : v + x;
             }
+            if (args->plus_zero) v = v + 0.0f;
             /* The product is rounded to fp32 before the add: no FMA. */
             volatile float scaled = args->alpha * v;
             float r = overwrite ? scaled : out[i] + scaled;

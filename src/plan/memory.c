@@ -157,9 +157,10 @@ static tide_result_t region_sizes(const tide_topo_t *topo, const tide_geom_t *ge
      * before the network phase lands it, so passes must not share a spare. */
     TIDE_CHECK(REGION_BYTES(TIDE_REGION_SPARE, &bytes[TIDE_REGION_SPARE], 2,
                             (uint64_t)(rs->passes > 1 ? rs->passes : 1), l, e_sub, fp32));
-    /* Each generation has L blocks s, each an L-row partial. */
+    /* Each generation has L blocks s, each an L-row partial.  At M = 1 there are no other
+     * nodes' partials: the landings read the owners' spares (compile_rs.c). */
     TIDE_CHECK(REGION_BYTES(TIDE_REGION_INBOX, &bytes[TIDE_REGION_INBOX],
-                            (uint64_t)rs->inbox_generations, l, l, e_sub, fp32));
+                            m > 1 ? (uint64_t)rs->inbox_generations : 0, l, l, e_sub, fp32));
     TIDE_CHECK(REGION_BYTES(TIDE_REGION_SIGNALS, &bytes[TIDE_REGION_SIGNALS],
                             (uint64_t)TIDE_ARENA_SIGNAL_SLOTS, sizeof(uint64_t)));
     return TIDE_SUCCESS;

@@ -8,7 +8,8 @@
  *         pass's spare of bank b for the own node, then records read-done;
  *   NET   per wave: puts the wave's outbox blocks into the targets' inbox generation, then
  *         zeroes its stale blocks, copies the spare in, joins the node, lands, and returns
- *         the generation's credits to the senders of its next wave.
+ *         the generation's credits to the senders of its next wave.  At M = 1 (no inbox) it
+ *         joins the node and lands from the owners' spares (emit_landing_m1).
  * Both modes have the same ops; they differ in n_out only.  A full outbox (In-Place,
  * n_out = D_rem) never makes a sum wait for the network; a partial one (Slot-Reuse, eq. 9)
  * makes the sum of J >= n_out wait until send J - n_out released its block.  The outbox
@@ -270,6 +271,54 @@ static tide_result_t emit_landing(rs_ctx_t *c, int rank, rs_net_t *net, int g) {
 }
 
 /*
+ * M = 1: the node partial is the result, no other node adds to it.  Rank s's spare holds
+ * sub-slice s's partial of every local rank, and each rank lands its row of it straight from
+ * there: one LAND per sub-slice s, reading rank s's spare (bank-dependent), with v + 0.0f
+ * (plus_zero) for L > 1.  That is the arithmetic of the L-input landing over the inbox it
+ * replaces, whose other L - 1 rows were +0.0f: x + 0 + ... + 0 = x + 0, and 0 + x = x + 0.
+ * So the inbox and the spare -> inbox copy go; the spare's SPARE_USED credit moves after the
+ * node-wide NODE_LANDED wait, since the other ranks' landings now read it.
+ */
+static tide_result_t emit_landing_m1(rs_ctx_t *c, int rank, rs_net_t *net, int g) {
+    const tide_rs_schedule_t *rs = &c->plan->rs;
+    const tide_rs_wave_t *wv = &rs->waves[g];
+    const int q = wv->generation;
+    bool zeroes = false;
+    for (int s = 0; s < c->l; ++s)
+        zeroes = zeroes || wv->zero_mask[s] != 0;
+    if (!wv->has_own || remote_count(wv) != 0 || rs->waves_per_pass != 1 || zeroes)
+        return TIDE_ERR(TIDE_ERR_INTERNAL,
+                        "TIDE-RS: M = 1 wave %d is not one own-node wave per pass", g);
+    /* The own partial of this pass is in the spare; every local rank's, after the join. */
+    TIDE_CHECK(push(
+        c, rank, TIDE_Q_NET,
+        tide_op_wait(rank, TIDE_CTR_RS_SUMMED, c->d_all, (int64_t)rs_own_pos(c, wv->pass) + 1)));
+    net->waves[q] += 1;
+    const int64_t node_inc = c->l * net->waves_inc[q], node_thr = c->l * net->waves[q];
+    for (int j = 0; j < c->l; ++j)
+        TIDE_CHECK(push(c, rank, TIDE_Q_NET,
+                        tide_op_signal(local_rank(c, rank, j), TIDE_CTR_RS_NODE_ARRIVED + q)));
+    TIDE_CHECK(
+        push(c, rank, TIDE_Q_NET, tide_op_wait(rank, TIDE_CTR_RS_NODE_ARRIVED + q, node_inc, node_thr)));
+    for (int s = 0; s < c->l; ++s) {
+        int table;
+        TIDE_CHECK(rs_add_land_table_m1(c, rank, wv->pass, s, &table));
+        tide_op_t land = tide_op_new(TIDE_OP_LAND);
+        land.table = table;
+        land.bank_dep = 1;
+        land.init = 1; /* one wave per pass, and the sub-slices' elements are disjoint */
+        TIDE_CHECK(push(c, rank, TIDE_Q_NET, land));
+    }
+    for (int j = 0; j < c->l; ++j)
+        TIDE_CHECK(push(c, rank, TIDE_Q_NET,
+                        tide_op_signal(local_rank(c, rank, j), TIDE_CTR_RS_NODE_LANDED + q)));
+    TIDE_CHECK(
+        push(c, rank, TIDE_Q_NET, tide_op_wait(rank, TIDE_CTR_RS_NODE_LANDED + q, node_inc, node_thr)));
+    /* Every local rank has read this rank's spare of the pass: call e + 2 may refill it. */
+    return push(c, rank, TIDE_Q_NET, tide_op_signal(rank, TIDE_CTR_RS_SPARE_USED));
+}
+
+/*
  * Padding rows of this rank's output are +0 after every call (tide.h), accumulating or not:
  * the landings add alpha * 0 there (which keeps an accumulated value, or gives -0 for a
  * negative alpha), so they are zeroed after the last landing, in the same queue.
@@ -298,7 +347,7 @@ static tide_result_t emit_net(rs_ctx_t *c, int rank, rs_net_t *net) {
         const tide_rs_wave_t *wv = &rs->waves[g];
         for (int r = wv->first_round; r < wv->first_round + wv->num_rounds; ++r)
             TIDE_CHECK(emit_round(c, rank, net, wv, &rs->rounds[r]));
-        TIDE_CHECK(emit_landing(c, rank, net, g));
+        TIDE_CHECK(c->m == 1 ? emit_landing_m1(c, rank, net, g) : emit_landing(c, rank, net, g));
     }
     TIDE_CHECK(emit_padding_zeros(c, rank));
     tide_op_t ev = tide_op_new(TIDE_OP_EVENT);
@@ -387,8 +436,8 @@ static tide_result_t ctx_init(const struct tide_plan *plan, tide_program_t *prog
      * per-pass spares, the inbox generations, the staging slots. */
     TIDE_CHECK(check_region(plan, TIDE_REGION_OUTBOX, 2 * (uint64_t)c->n_out, c->block_bytes));
     TIDE_CHECK(check_region(plan, TIDE_REGION_SPARE, 2 * (uint64_t)c->n_part, c->block_bytes));
-    TIDE_CHECK(
-        check_region(plan, TIDE_REGION_INBOX, (uint64_t)rs->inbox_generations * l, c->block_bytes));
+    TIDE_CHECK(check_region(plan, TIDE_REGION_INBOX,
+                            c->m > 1 ? (uint64_t)rs->inbox_generations * l : 0, c->block_bytes));
     uint64_t slot_bytes;
     if (!tide_mul_u64(c->slot_elems, c->grad_item, &slot_bytes))
         return TIDE_ERR(TIDE_ERR_OVERFLOW, "TIDE-RS: staging slot overflows");

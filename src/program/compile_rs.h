@@ -74,4 +74,8 @@ tide_result_t rs_add_sum_table(rs_ctx_t *c, int rank, const rs_dest_t *d, int sl
 /* LAND table of pass `pass` reading inbox generation `gen` of the L local ranks. */
 tide_result_t rs_add_land_table(rs_ctx_t *c, int rank, int pass, int gen, int *index_out);
 
+/* M = 1: LAND table of pass `pass`, sub-slice `s`, reading rank s's spare (one input,
+ * plus_zero for L > 1; compile_rs.c, emit_landing_m1). */
+tide_result_t rs_add_land_table_m1(rs_ctx_t *c, int rank, int pass, int s, int *index_out);
+
 #endif /* TIDE_PROGRAM_COMPILE_RS_H_ */

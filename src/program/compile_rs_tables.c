@@ -233,3 +233,41 @@ tide_result_t rs_add_land_table(rs_ctx_t *c, int rank, int pass, int gen, int *i
         tb.in[j] = tide_ref_arena(node * c->l + j, TIDE_REGION_INBOX, gen_off);
     return tide_program_add_table(c->prog, rank, &tb, index_out);
 }
+
+tide_result_t rs_add_land_table_m1(rs_ctx_t *c, int rank, int pass, int s, int *index_out) {
+    const tide_geom_t *g = &c->plan->geom;
+    const int i = rank % c->l, node = rank / c->l;
+    int np;
+    const tide_rs_piece_t *pcs = pieces_of(c, pass, s, &np);
+    uint64_t total = 0;
+    for (int x = 0; x < np; ++x)
+        total += seg_chunks(pcs[x].len);
+    void *segs = c->land_segs;
+    TIDE_CHECK(reserve(&segs, &c->land_cap, total, sizeof(tide_land_seg_t)));
+    c->land_segs = segs;
+
+    int n = 0;
+    /* Row i of rank s's spare block of the pass: this rank's partials of sub-slice s. */
+    const uint64_t row = (uint64_t)i * c->e_sub;
+    for (int x = 0; x < np; ++x) {
+        const tide_rs_piece_t *pc = &pcs[x];
+        for (uint64_t at = 0; at < pc->len; at += RS_SEG_MAX_ELEMS) {
+            const uint64_t len = pc->len - at < RS_SEG_MAX_ELEMS ? pc->len - at : RS_SEG_MAX_ELEMS;
+            tide_land_seg_t *sg = &c->land_segs[n++];
+            sg->out_off = g->params[pc->param].elem_offset + pc->begin + at;
+            sg->in_off = row + pc->col + at;
+            sg->len = (uint32_t)len;
+            sg->pad_ = 0;
+        }
+    }
+
+    tide_table_t tb = {0};
+    tb.kind = TIDE_OP_LAND;
+    tb.num_segs = n;
+    tb.land_segs = c->land_segs;
+    tb.num_in = 1;
+    tb.plus_zero = c->l > 1;
+    /* Bank-0 offset: the LAND op is bank dependent. */
+    tb.in[0] = tide_ref_arena(node * c->l + s, TIDE_REGION_SPARE, (uint64_t)pass * c->block_bytes);
+    return tide_program_add_table(c->prog, rank, &tb, index_out);
+}

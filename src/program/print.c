@@ -103,6 +103,7 @@ static void print_table(FILE *f, const tide_rank_program_t *rp, int index) {
             ref_name(&t->in[i], a, sizeof(a));
             fprintf(f, "%s%s", i ? "," : "", a);
         }
+        if (t->plus_zero) fprintf(f, " +0");
     }
 }
 

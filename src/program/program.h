@@ -116,6 +116,7 @@ typedef struct {
     tide_ref_t out;         /* SUM: outbox block or spare */
     tide_ref_t in[TIDE_MAX_GPUS_PER_NODE]; /* LAND: inbox blocks of the L local ranks */
     int num_in;             /* LAND */
+    uint8_t plus_zero;      /* LAND: v + 0.0f (tide_land_args_t.plus_zero) */
 } tide_table_t;
 
 typedef struct {

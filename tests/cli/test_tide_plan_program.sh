@@ -156,7 +156,8 @@ assert d['wave_width'] == W and d['passes'] == n_part
 q = {x['name']: x for x in d['queues']}
 assert q['ready']['num_ops'] == q['caller']['num_ops'] == q['done']['num_ops'] == 0
 assert q['read']['kinds'].get('sum', 0) == n_part * M, q['read']
-assert q['net']['kinds'].get('land', 0) == n_part * -(-M // W), q['net']
+# one landing per wave; at M = 1 one per owner's spare (L per pass)
+assert q['net']['kinds'].get('land', 0) == n_part * (L if M == 1 else -(-M // W)), q['net']
 puts = [o for o in d['ops'] if o['kind'] == 'copy' and o['src']['kind'] == 'arena'
         and o['src']['region'] == 'outbox']
 assert len(puts) == n_part * (M - 1), len(puts)

@@ -407,7 +407,8 @@ static void run_sum_case(const sum_case &c) {
 
 /* ------------------------------------------------------------------ landing */
 
-static void run_land_case(int L, int mode, value_mode vm, bool aligned) {
+/* plus_zero: the M = 1 one-input landing (kernels.h), v + 0.0f before alpha. */
+static void run_land_case(int L, int mode, value_mode vm, bool aligned, bool plus_zero = false) {
     const int nsegs = 1 + (int)rnd_below(60);
     std::vector<tide_land_seg_t> segs(nsegs);
     uint64_t out_n = 0, in_need = 0;
@@ -457,6 +458,7 @@ static void run_land_case(int L, int mode, value_mode vm, bool aligned) {
     ha.alpha = da.alpha = alpha;
     ha.init = da.init = init;
     ha.accumulate = da.accumulate = acc;
+    ha.plus_zero = da.plus_zero = plus_zero;
     tide_ref_land(&ha);
 
     const int ctas[] = {1, 3, 8, 132}, threads[] = {64, 256, 1024};
@@ -489,8 +491,10 @@ static void run_land_case(int L, int mode, value_mode vm, bool aligned) {
     g_runs += runs;
     g_failures += fails;
     std::printf(
-        "%s land L=%d init=%d accumulate=%d alpha=%g values=%-7s aligned=%d segs=%d runs=%d %s\n",
-        fails ? "FAIL" : "PASS", L, init, acc, alpha, mode_name[vm], aligned, nsegs, runs, msg);
+        "%s land L=%d init=%d accumulate=%d plus_zero=%d alpha=%g values=%-7s aligned=%d segs=%d "
+        "runs=%d %s\n",
+        fails ? "FAIL" : "PASS", L, init, acc, plus_zero, alpha, mode_name[vm], aligned, nsegs, runs,
+        msg);
     for (int k = 0; k < L; ++k)
         cudaFree(d_in[k]);
     cudaFree(d_segs);
@@ -681,6 +685,7 @@ int main(int argc, char **argv) {
         run_sum_case({TIDE_DTYPE_BF16, 1, V_SPECIAL, 2});
         run_land_case(8, 0, V_NORMAL, false);
         run_land_case(3, 3, V_SPECIAL, true);
+        run_land_case(1, 1, V_SPECIAL, false, true);
         run_cast_case(1000003, 3, 1);
         std::printf("%s: %d runs, %d failed\n", g_failures ? "FAIL" : "PASS", g_runs, g_failures);
         return g_failures ? 1 : 0;
@@ -698,6 +703,9 @@ int main(int argc, char **argv) {
     for (int L = 1; L <= 8; ++L)
         for (int mode = 0; mode < 4; ++mode)
             run_land_case(L, mode, (value_mode)((L + mode) % V_COUNT), (L + mode) % 2 == 0);
+    for (int mode = 0; mode < 4; ++mode) /* the M = 1 landing: one input, v + 0.0f */
+        for (int vm = 0; vm < V_COUNT; ++vm)
+            run_land_case(1, mode, (value_mode)vm, (mode + vm) % 2 == 0, true);
     const uint64_t ns_[] = {1, 7, 8, 9, 1000, 65536 + 3, 3000001};
     for (uint64_t n : ns_)
         for (int sh = 0; sh < 3; ++sh)

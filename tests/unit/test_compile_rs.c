@@ -552,22 +552,26 @@ static void check_static(const tide_program_t *prog) {
                     assert_int_equal(op->inc, n);
                     assert_true(n >= 1 && op->thr <= op->inc);
                 }
-                /* Banks: only the outbox and the spares alternate. */
+                /* Banks: only the outbox and the spares alternate; at M = 1 the landings
+                 * read the spares. */
                 if (op->bank_dep)
-                    assert_true(op->kind == TIDE_OP_SUM || (op->src.kind == TIDE_REF_ARENA &&
-                                                            (op->src.region == TIDE_REGION_OUTBOX ||
-                                                             op->src.region == TIDE_REGION_SPARE)));
+                    assert_true(op->kind == TIDE_OP_SUM || (M == 1 && op->kind == TIDE_OP_LAND) ||
+                                (op->src.kind == TIDE_REF_ARENA &&
+                                 (op->src.region == TIDE_REGION_OUTBOX ||
+                                  op->src.region == TIDE_REGION_SPARE)));
                 /* In-Place: no sum waits for this call's network (read-done never does). */
                 if (q == TIDE_Q_READ && op->kind == TIDE_OP_WAIT && op->ctr == TIDE_CTR_RS_SENT &&
                     rs->outbox_depth >= D_rem)
                     assert_true(op->thr <= -D_rem);
             }
         }
-        /* One sum per destination, one landing per wave, one put per remote destination. */
+        /* One sum per destination, one landing per wave (M = 1: one per wave and owner),
+         * one put per remote destination, one spare copy per pass (none at M = 1). */
         assert_int_equal(count_kind(&rp->queues[TIDE_Q_READ], TIDE_OP_SUM), D);
-        assert_int_equal(count_kind(&rp->queues[TIDE_Q_NET], TIDE_OP_LAND), rs->num_waves);
+        assert_int_equal(count_kind(&rp->queues[TIDE_Q_NET], TIDE_OP_LAND),
+                         M == 1 ? rs->num_waves * L : rs->num_waves);
         assert_int_equal(count_kind(&rp->queues[TIDE_Q_NET], TIDE_OP_COPY),
-                         D_rem + rs->passes /* spare copies */);
+                         D_rem + (M == 1 ? 0 : rs->passes));
         assert_int_equal(count_kind(&rp->queues[TIDE_Q_READ], TIDE_OP_EVENT), 1);
         assert_int_equal(count_kind(&rp->queues[TIDE_Q_NET], TIDE_OP_EVENT), 1);
         if (L == 1) assert_int_equal(rp->queues[TIDE_Q_CE].num_ops, 0);
@@ -577,8 +581,15 @@ static void check_static(const tide_program_t *prog) {
             const tide_table_t *tb = &rp->tables[t];
             if (tb->kind == TIDE_OP_SUM) {
                 assert_int_equal(tb->num_staged, L - 1);
+            } else if (M == 1) {
+                /* One input, the owner's spare; + 0.0f stands for the L - 1 zero rows. */
+                assert_int_equal(tb->num_in, 1);
+                assert_int_equal(tb->in[0].kind, TIDE_REF_ARENA);
+                assert_int_equal(tb->in[0].region, TIDE_REGION_SPARE);
+                assert_int_equal(tb->plus_zero, L > 1);
             } else {
                 assert_int_equal(tb->num_in, L);
+                assert_int_equal(tb->plus_zero, 0);
             }
         }
     }

@@ -13,7 +13,8 @@
  *    negative alpha (alpha * 0 would be -0);
  *  - a negative alpha flips the classes' signs (alpha = 0 is refused: tide.h);
  *  - accumulate adds the new sum to the previous output, including previous NaN and Inf;
- *  - five repeated calls are bitwise identical.
+ *  - five repeated calls are bitwise identical;
+ *  - at M = 1, all gradients -0.0f land as +0.0f for L >= 2 and -0.0f for L = 1.
  * Topologies cover one rank, one node, several nodes with one and with two waves per pass
  * (both inbox generations), bf16 and fp32 gradients.
  *
@@ -281,6 +282,85 @@ static void test_rs_specials(void **state) {
         run_case(&CASES[i], 0xfeed0000u + i);
 }
 
+/* ------------------------------------------------------------------ signed zeros at M = 1 */
+
+/*
+ * Every gradient -0.0f.  At M = 1 the node partial is -0.0f; the landing has always added it
+ * to the other L - 1 local ranks' +0.0f inbox rows, so for L >= 2 the value landed is
+ * -0 + 0 = +0, and for L = 1 (one input) it stays -0.  The M = 1 program lands from the
+ * owners' spares with one input and plus_zero (compile_rs.c), which must keep exactly these
+ * bits: out = alpha v, or old + alpha v with old = -0.
+ */
+static void test_rs_signed_zero_one_node(void **state) {
+    (void)state;
+    static const int ls[] = {1, 2, 3, 4};
+    for (size_t t = 0; t < sizeof(ls) / sizeof(ls[0]); ++t) {
+        const int l = ls[t], n = l;
+        tide_param_shape_t shapes[2] = {{(uint64_t)(3 * n), 5}, {(uint64_t)(2 * n), 3}};
+        e2e_layout_t lay;
+        e2e_layout_init(&lay, shapes, 2, n);
+        const uint64_t elems = lay.eoff[2];
+        float **grads[E2E_MAX_RANKS];
+        float *prev[E2E_MAX_RANKS];
+        for (int r = 0; r < n; ++r) {
+            grads[r] = calloc(2, sizeof(float *));
+            assert_non_null(grads[r]);
+            for (int p = 0; p < 2; ++p) {
+                const uint64_t g = shapes[p].dim0 * shapes[p].inner;
+                grads[r][p] = malloc(g * sizeof(float));
+                assert_non_null(grads[r][p]);
+                for (uint64_t e = 0; e < g; ++e)
+                    grads[r][p][e] = -0.0f;
+            }
+            prev[r] = malloc(elems * sizeof(float));
+            assert_non_null(prev[r]);
+            for (uint64_t e = 0; e < elems; ++e)
+                prev[r][e] = -0.0f;
+        }
+        tide_comm_t comms[E2E_MAX_RANKS];
+        assert_tide(TIDE_SUCCESS, tide_comm_init_all(TIDE_FABRIC_CPU, 1, l, comms));
+        e2e_job_t *j = calloc(1, sizeof(*j));
+        assert_non_null(j);
+        j->comms = comms;
+        tide_config_t cfg = TIDE_CONFIG_INIT;
+        cfg.nodes = 1;
+        cfg.gpus_per_node = l;
+        j->cfg = cfg;
+        j->desc = (tide_group_desc_t){2, shapes, TIDE_DTYPE_FP32, TIDE_DTYPE_FP32, TIDE_DTYPE_FP32};
+        j->out_elems = elems;
+        j->grads = (void *const *const *)grads;
+        const float alpha[4] = {1.0f, -1.0f, 1.0f, -1.0f};
+        const int acc[4] = {0, 0, 1, 1};
+        for (int c = 0; c < 4; ++c)
+            j->rs[c] = (e2e_rs_call_t){alpha[c], acc[c], c % 2 ? TIDE_RS_SLOT_REUSE : TIDE_RS_IN_PLACE,
+                                       acc[c] ? (float *const *)prev : NULL};
+        j->num_rs = 4;
+        e2e_job_run(j, n);
+        /* v = -0 (L = 1) or +0; alpha = -1 flips it; accumulating adds it to -0. */
+        const float v = l == 1 ? -0.0f : 0.0f;
+        for (int c = 0; c < 4; ++c) {
+            volatile float scaled = alpha[c] * v;
+            const float want = acc[c] ? -0.0f + scaled : scaled;
+            for (int r = 0; r < n; ++r)
+                for (uint64_t e = 0; e < elems; ++e)
+                    if (e2e_f32_bits(j->outs[c][r][e]) != e2e_f32_bits(want))
+                        fail_msg("M=1 L=%d call %d rank %d element %llu: bits %08x, want %08x", l,
+                                 c, r, (unsigned long long)e, e2e_f32_bits(j->outs[c][r][e]),
+                                 e2e_f32_bits(want));
+        }
+        print_message("RS signed zeros M=1 L=%d: ok\n", l);
+        e2e_job_free(j);
+        free(j);
+        for (int r = 0; r < n; ++r) {
+            assert_tide(TIDE_SUCCESS, tide_comm_destroy(comms[r]));
+            for (int p = 0; p < 2; ++p)
+                free(grads[r][p]);
+            free(grads[r]);
+            free(prev[r]);
+        }
+    }
+}
+
 /* ------------------------------------------------------------------ the AG cast */
 
 /* fp32 master value -> the bf16 bits the landing must hold. */
@@ -371,6 +451,7 @@ static void test_ag_cast_specials(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rs_specials),
+        cmocka_unit_test(test_rs_signed_zero_one_node),
         cmocka_unit_test(test_ag_cast_specials),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

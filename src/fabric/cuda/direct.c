@@ -18,6 +18,8 @@
  *     landing adds +0.0f for them, so the bits do not change;
  *   - with TIDE_CUDA_DIRECT_FUSE (in the default mask), fuses a SUM with the
  *     landings of its output when each of those landing segments has that one live input
+ *     (an elided inbox copy of it, or at M = 1 the SUM's spare itself, which the M = 1
+ *     program's landings read in place)
  *     and is the rank's only landing of those outputs (M = 1): the SUM stores alpha * (acc + 0) (or adds it) straight
  *     into the landings' outputs (tide_sum_args_t.fused) and the LAND op issues nothing.
  *     The fused SUM writes rank i's output from rank k's stream: it follows rank i's start
@@ -224,6 +226,11 @@ static tide_result_t land_sources(tide_cuda_prepared_t *pp, const tide_program_t
                 o->copy = w->v[which].op;
                 o->delta = lo - w->v[which].lo;
                 any = true;
+            } else if (copies == 1 && w->v[which].kind == TIDE_OP_SUM &&
+                       (mask & TIDE_CUDA_DIRECT_FUSE)) {
+                /* M = 1: the landing reads a SUM's output in place (compile_rs.c,
+                 * emit_landing_m1); it stays a READ, listed for fuse_plan. */
+                any = true;
             }
         }
     }
@@ -348,14 +355,25 @@ static tide_result_t fuse_plan(tide_cuda_prepared_t *pp, const tide_program_t *p
                     ++live, at = k;
             const tide_cuda_land_src_t *o = at >= 0 ? &pp->land_src[id][(size_t)g * lt->num_in + at]
                                                     : NULL;
-            if (live != 1 || o->kind != TIDE_CUDA_LAND_ALIAS) {
+            if (live != 1 || (o->kind != TIDE_CUDA_LAND_ALIAS && o->kind != TIDE_CUDA_LAND_READ)) {
                 ok = false;
                 break;
             }
-            const tide_op_t *copy = tide_schedule_op(prog, s, o->copy, thread_of(s, o->copy));
+            /* The bytes the landing reads: an elided copy's source, or (M = 1) its input
+             * itself; either must be exactly one SUM segment's output. */
+            tide_ref_t from = lt->in[at];
+            uint64_t from_off = from.offset + lt->land_segs[g].in_off * 4u;
+            if (o->kind == TIDE_CUDA_LAND_ALIAS) {
+                const tide_op_t *copy = tide_schedule_op(prog, s, o->copy, thread_of(s, o->copy));
+                from = copy->src;
+                from_off = copy->src.offset + o->delta;
+            }
+            if (from.kind != TIDE_REF_ARENA) {
+                ok = false;
+                break;
+            }
             int j;
-            const int sum = sum_writing(pp, prog, w, copy->src.rank, copy->src.region,
-                                        copy->src.offset + o->delta,
+            const int sum = sum_writing(pp, prog, w, from.rank, from.region, from_off,
                                         (uint64_t)lt->land_segs[g].len * 4u, &j);
             if (sum < 0) {
                 ok = false;
@@ -612,7 +630,7 @@ tide_result_t tide_cuda_direct_fuse_upload(tide_cuda_shared_t *sh, tide_cuda_pre
                 row[q].dst = la->out + tb->land_segs[f->segs[q].seg].out_off;
                 row[q].alpha = la->alpha;
                 row[q].overwrite = la->init && !la->accumulate;
-                row[q].plus_zero = la->num_in > 1;
+                row[q].plus_zero = la->num_in > 1 || la->plus_zero;
             }
             if (!f->valid[parity] || memcmp(f->last[parity], row, bytes) != 0) {
                 TIDE_CUDA_CALL(
