@@ -116,18 +116,19 @@ def _lifecycle(rank, world):
 
     out["checkpoint_equal"] = checkpointed(True) == checkpointed(False)
 
-    # CTA budgets reach every registered group, and the numerics do not depend on them;
+    # CTA budgets (enable's tuning) reach every registered group, and the numerics do not depend on them;
     # an invalid budget is refused before any collective, ranks that disagree on one too.
-    out["bad_ctas"] = _error(tide.fsdp.enable, fsdp_model.build(), sum_ctas=0)
+    out["bad_ctas"] = _error(tide.fsdp.enable, fsdp_model.build(), tuning={"sum_ctas": -1})
     model = fsdp_model.build()
-    rec = tide.fsdp.enable(model, sum_ctas=2, landing_ctas=3)
+    rec = tide.fsdp.enable(model, tuning={"sum_ctas": 2, "landing_ctas": 3})
     out["ctas"] = sorted({(st.group.config.sum_ctas, st.group.config.landing_ctas)
                           for st in rec.states})
     tuned = [_step(model, rank, s) for s in (0, 1)]
     tide.fsdp.disable(model)
     ref = fsdp_model.build()
     out["ctas_equal"] = tuned == [_step(ref, rank, s) for s in (0, 1)]
-    out["ctas_disagree"] = _error(tide.fsdp.enable, fsdp_model.build(), sum_ctas=2 + rank)
+    out["ctas_disagree"] = _error(tide.fsdp.enable, fsdp_model.build(),
+                                  tuning={"sum_ctas": 2 + rank})
 
     # Ranks that disagree on a group: rank 1's MLP is wider.
     model = fsdp_model.build(hidden=44 + 4 * rank)
