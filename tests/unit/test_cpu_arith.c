@@ -102,7 +102,7 @@ static void test_sum_matches_reference(void **state) {
             }
 }
 
-static void check_land(int num_in, bool table, bool init, bool accumulate) {
+static void check_land(int num_in, bool table, bool init, bool accumulate, bool plus_zero) {
     tide_land_seg_t segs[3] = {{0, 0, 9, 0}, {9, 20, MAXLEN, 0}, {9 + MAXLEN, 5, 0, 0}};
     const size_t total = 9 + MAXLEN, in_n = MAXLEN + 32;
     float *in[TIDE_MAX_GPUS_PER_NODE] = {0};
@@ -110,6 +110,9 @@ static void check_land(int num_in, bool table, bool init, bool accumulate) {
     for (int k = 0; k < num_in; ++k) {
         in[k] = malloc(in_n * 4);
         fill(in[k], TIDE_DTYPE_FP32, in_n);
+        /* -0 inputs: plus_zero must turn a one-input -0 into +0, as the reference does. */
+        for (size_t i = 0; i < in_n; i += 4)
+            in[k][i] = -0.0f;
     }
     for (int s = 0; s < 3; ++s)
         for (int k = 0; k < num_in; ++k) /* every third entry an input known to be +0 */
@@ -118,7 +121,7 @@ static void check_land(int num_in, bool table, bool init, bool accumulate) {
     fill(ref, TIDE_DTYPE_FP32, total);
     memcpy(got, ref, total * 4);
     tide_land_args_t args = {.segs = segs, .num_segs = 3, .num_in = num_in, .alpha = 0.125f,
-                             .init = init, .accumulate = accumulate,
+                             .init = init, .accumulate = accumulate, .plus_zero = plus_zero,
                              .in_table = table ? tab : NULL};
     for (int k = 0; k < num_in; ++k) args.in[k] = in[k];
     args.out = ref;
@@ -134,7 +137,8 @@ static void test_land_matches_reference(void **state) {
     (void)state;
     for (int n = 1; n <= TIDE_MAX_GPUS_PER_NODE; n += 3)
         for (int t = 0; t < 2; ++t)
-            for (int m = 0; m < 3; ++m) check_land(n, t, m > 0, m == 2);
+            for (int m = 0; m < 3; ++m)
+                for (int z = 0; z < 2; ++z) check_land(n, t, m > 0, m == 2, z == 1);
 }
 
 static void test_cast_matches_reference(void **state) {

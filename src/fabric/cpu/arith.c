@@ -233,6 +233,8 @@ void tide_cpu_land(const tide_land_args_t *args) {
                 (k == 0 ? block_init : block_add)(acc, x, TIDE_DTYPE_FP32, n);
             }
             if (args->num_in == 0) block_init(acc, NULL, TIDE_DTYPE_FP32, n);
+            /* The M = 1 landing of one input keeps the bits of the L-input one (-0 + +0). */
+            if (args->plus_zero) block_add(acc, NULL, TIDE_DTYPE_FP32, n);
             block_scale(acc, args->alpha, n);
             block_store(args->out + seg->out_off + b, acc, overwrite, n);
         }
