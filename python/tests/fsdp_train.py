@@ -11,15 +11,15 @@ _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, None: None}
 
 
 def _landing_addresses(model):
-    """data_ptr of every unsharded parameter of every TIDE Tier 1 group."""
+    """data_ptr of every unsharded parameter of every TIDE Tier 1 group at its last unshard
+    (after the step they are resharded and hold no storage)."""
     import tide.fsdp
 
     rec = tide.fsdp.enabled(model)
     out = []
     for st in rec.states if rec else []:
         if st.tier == 1:
-            for fp in st.fsdp_params:
-                out.append(fp._unsharded_param.data_ptr())
+            out.extend(st.landing_addresses)
     return out
 
 

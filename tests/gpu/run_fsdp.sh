@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # run_fsdp.sh OUTDIR - on the GPU machine: build libtide with the CUDA fabric, then run the
 # tide.fsdp parity test (tests/gpu/fsdp_parity_gpu.py, world sizes 2, 4, 8 as processes on
-# device 0) and the per-layer benchmark (tests/gpu/bench_fsdp_layers.py).  Every step runs
-# under `timeout` inside one overall budget, and a failing step does not stop the next.
-#   TIDE_FSDP_BUDGET=S   overall seconds (default 320)
-# Results: OUTDIR/summary.txt, build.log, parity.log, parity.json, bench.log, bench.json.
+# device 0), the per-layer benchmark (tests/gpu/bench_fsdp_layers.py) and the whole-model
+# memory benchmark (tests/gpu/bench_fsdp_memory.py: stock vs In-Place vs Slot-Reuse, 171 M
+# parameters, world 2 and 4).  Every step runs under `timeout` inside one overall budget,
+# and a failing step does not stop the next.
+#   TIDE_FSDP_BUDGET=S   overall seconds (default 560)
+#   TIDE_FSDP_STEPS="a b" only these steps after the build (parity-w2 parity-w4 bench memory
+#                        parity-w8; default all)
+# Results: OUTDIR/summary.txt, build.log, parity.log, parity.json, bench.log, bench.json,
+# memory.log, fsdp_memory.json, fsdp_memory.txt.
 # Safety: NVLink multicast never runs; these are exported for every process started here.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -12,7 +17,9 @@ export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} PYTHONUNBUFFERED=1
 out=${1:?usage: tests/gpu/run_fsdp.sh OUTDIR}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 work=${TIDE_GPU_WORK:-/tmp/tide-fsdp}
-budget=${TIDE_FSDP_BUDGET:-320}
+budget=${TIDE_FSDP_BUDGET:-560}
+steps=${TIDE_FSDP_STEPS:-parity-w2 parity-w4 bench memory parity-w8}
+want() { [[ " $steps " == *" $1 "* ]]; }
 mkdir -p "$out" "$work"
 summary="$out/summary.txt"; : >"$summary"
 status=0
@@ -41,13 +48,16 @@ step build 150 "$out/build.log" cmake --build "$work/lib" -j16 --target tide
 lib="$work/lib/libtide.so"
 par="$root/tests/gpu/fsdp_parity_gpu.py"
 bench="$root/tests/gpu/bench_fsdp_layers.py"
-step parity-w2 75 "$out/parity.log" python3 "$par" --lib "$lib" --worlds 2 --timeout 65 \
-    --json "$out/parity-w2.json"
-step parity-w4 85 "$out/parity.log" python3 "$par" --lib "$lib" --worlds 4 --timeout 75 \
-    --json "$out/parity-w4.json"
-step bench 110 "$out/bench.log" python3 "$bench" --lib "$lib" --worlds 2,4,8 --iters 10 \
-    --timeout 45 --json "$out/bench.json"
-step parity-w8 100 "$out/parity.log" python3 "$par" --lib "$lib" --worlds 8 --timeout 90 \
-    --json "$out/parity-w8.json"
+want parity-w2 && step parity-w2 75 "$out/parity.log" python3 "$par" --lib "$lib" --worlds 2 \
+    --timeout 65 --json "$out/parity-w2.json"
+want parity-w4 && step parity-w4 85 "$out/parity.log" python3 "$par" --lib "$lib" --worlds 4 \
+    --timeout 75 --json "$out/parity-w4.json"
+want bench && step bench 110 "$out/bench.log" python3 "$bench" --lib "$lib" --worlds 2,4,8 \
+    --iters 10 --timeout 45 --json "$out/bench.json"
+want memory && step memory 240 "$out/memory.log" python3 "$root/tests/gpu/bench_fsdp_memory.py" \
+    --lib "$lib" --out "$out" --worlds 2,4 --steps 3 --timeout 70
+want parity-w8 && step parity-w8 100 "$out/parity.log" python3 "$par" --lib "$lib" --worlds 8 \
+    --timeout 90 --json "$out/parity-w8.json"
 grep -h "^world\|^N =\|^  AG\|^  RS\|^layer" "$out/parity.log" "$out/bench.log" >>"$summary" 2>/dev/null
+[ -f "$out/fsdp_memory.txt" ] && sed -n '1,8p' "$out/fsdp_memory.txt" >>"$summary"
 exit $status

@@ -69,9 +69,9 @@ def _record_tide():
         if getattr(init, "_upstream_recorder", False):
             continue
 
-        def recording_init(self, param_group, comm, spec, mode, _init=init):
-            _init(self, param_group, comm, spec, mode)
-            _GROUPS.append((spec.name, self.tier, self.calls))
+        def recording_init(self, *args, _init=init, **kwargs):
+            _init(self, *args, **kwargs)
+            _GROUPS.append((self.spec.name, self.tier, self.calls))
 
         recording_init._upstream_recorder = True
         cls.__init__ = recording_init

@@ -34,7 +34,7 @@ import torch.distributed as dist
 
 from .. import _lib
 from ..torch_binding import Comm
-from . import _internals, _tier0, _tier1
+from . import _internals, _ring, _tier0, _tier1, _tuning
 
 logger = logging.getLogger("tide.fsdp")
 
@@ -63,8 +63,9 @@ class GroupSpec:
 class Enabled:
     """What enable() did: `groups` [(fqn, tier)], `fallbacks` [(fqn, reason)], `mode`."""
 
-    def __init__(self, mode, comm, states, fallbacks, pg):
+    def __init__(self, mode, comm, states, fallbacks, pg, ring=None):
         self.mode = mode
+        self.ring = ring
         self.comm = comm
         self.states = states
         self.fallbacks = fallbacks
@@ -198,11 +199,14 @@ def _agree(pg, payload, what):
                            % (what, ", ".join(d[:12] for d in everyone)))
 
 
-def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None):
+def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, tuning=None):
     """Switch `module`'s FSDP2 parameter groups to TIDE (collective; see the module doc).
     Returns an Enabled record.  mode: "in_place" or "slot_reuse"; tier: None (best
     available), 1 or 0; nodes / gpus_per_node: the topology (default: see
-    tide.torch_binding.default_topology)."""
+    tide.torch_binding.default_topology); tuning: per-group knobs (see _tuning.py and
+    docs/fsdp.md): None or "solver" (the sizing solver per group size), "default" (the
+    planner's defaults), a dict of tide_config_t tuning fields for every group, or a
+    callable (group name, fp32 shard bytes) -> such a dict."""
     from torch.distributed.fsdp import FSDPModule
 
     if not isinstance(module, FSDPModule):
@@ -236,37 +240,46 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None):
             logger.warning("tide.fsdp: group %s stays on stock FSDP2: %s", name, why)
             fallbacks.append((name, why))
         else:
-            specs.append((spec, pg))
+            specs.append((spec, pg, _m))
     # Every rank takes part in the agreement whenever there is a process group of 2 or more
     # ranks, even with nothing to register, so that a rank that would register a group
     # cannot wait alone in the collective.
     agree_pg = pg0
     if agree_pg is None:
         agree_pg = next((getattr(pg.mesh_info, "shard_process_group", None)
-                         for _n, _m, pg in groups), None)
+                         for _n, _m2, pg in groups), None)
     if agree_pg is None or dist.get_world_size(agree_pg) < 2:
         module._tide_fsdp = Enabled(mode, None, [], fallbacks, None)
         return module._tide_fsdp
     nodes, gpus_per_node = _topology(agree_pg, nodes, gpus_per_node)
-    _agree(agree_pg, (tier, mode, nodes, gpus_per_node, [s.key() for s, _ in specs],
-                      [f[0] for f in fallbacks]), "the TIDE group signatures")
-    if not specs:
+    configs = [_tuning.config_for(spec, nodes, gpus_per_node, mode, tuning)
+               for spec, _pg, _m in specs]
+    _agree(agree_pg, (tier, mode, nodes, gpus_per_node, [s.key() for s, _, _m in specs],
+                      [_tuning.fields(c) for c in configs], [f[0] for f in fallbacks]),
+           "the TIDE group signatures")
+    # The library plans every group locally first: a group it does not serve is refused on
+    # every rank alike, before any collective, and stays on stock FSDP2.
+    kept = []
+    for (spec, pg, m), config in zip(specs, configs):
+        why = _tuning.plan_refusal(spec, config)
+        if why is None:
+            kept.append((spec, pg, m, config))
+        else:
+            logger.warning("tide.fsdp: group %s stays on stock FSDP2: %s", spec.name, why)
+            fallbacks.append((spec.name, why))
+    if not kept:
         module._tide_fsdp = Enabled(mode, None, [], fallbacks, None)
         return module._tide_fsdp
-    comm = Comm.from_process_group(pg0, nodes, gpus_per_node, device=specs[0][1].device)
+    comm = Comm.from_process_group(pg0, nodes, gpus_per_node, device=kept[0][1].device)
     states = []
-    cls = _tier1.Tier1Group if tier == 1 else _tier0.Tier0Group
+    ring = None
     try:
-        for spec, pg in specs:
-            try:
-                states.append(cls(pg, comm, spec, mode))
-            except _lib.TideError as exc:
-                # The library plans a group locally before the collective registration, so
-                # a group it does not serve is refused on every rank alike: stock for it.
-                if exc.code != _lib.Result.UNSUPPORTED:
-                    raise
-                logger.warning("tide.fsdp: group %s stays on stock FSDP2: %s", spec.name, exc)
-                fallbacks.append((spec.name, str(exc)))
+        if tier == 1:
+            states, ring = _register_tier1(module, comm, kept, mode)
+        else:
+            for spec, pg, _m, config in kept:
+                states.append(_tier0.Tier0Group(pg, comm, spec, mode,
+                                                **_tuning.fields(config)))
     except BaseException:
         for st in states:
             st.release()
@@ -281,15 +294,37 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None):
         except Exception:
             pass
         raise
-    if not states:
-        comm.close()
-        module._tide_fsdp = Enabled(mode, None, [], fallbacks, None)
-        return module._tide_fsdp
     if tier == 1:
         _tier1.install()
-    module._tide_fsdp = Enabled(mode, comm, states, fallbacks, pg0)
+    module._tide_fsdp = Enabled(mode, comm, states, fallbacks, pg0, ring)
     logger.info("tide.fsdp: enabled %s", module._tide_fsdp)
     return module._tide_fsdp
+
+
+def _register_tier1(module, comm, kept, mode):
+    """Tier1Groups of `kept` [(spec, pg, module, config)], in execution order, on one
+    shared arena where the library can (_ring.py)."""
+    slots = _ring.positions([_ring.lifetime(pg, m is module)
+                             for _spec, pg, m, _config in kept])
+    groups, shared, reg_entries = _ring.register(comm, [k[0] for k in kept],
+                                                 [k[3] for k in kept],
+                                                 [k[0].name for k in kept], slots)
+    ring = _ring.Ring(shared, reg_entries)
+    states = []
+    try:
+        for (spec, pg, _m, _config), g, slot in zip(kept, groups, slots):
+            key = slot if shared and slot is not None else ("own", spec.name)
+            states.append(_tier1.Tier1Group(pg, comm, spec, mode, g, ring, key))
+    except BaseException:
+        for st in states:
+            st.release()
+        for g in groups:
+            try:
+                g.close()
+            except Exception:
+                pass
+        raise
+    return states, ring
 
 
 def _topology(pg, nodes, gpus_per_node):
@@ -352,8 +387,22 @@ def enabled(module):
     return getattr(module, "_tide_fsdp", None)
 
 
+def memory_report(module, file=None):
+    """Per-rank bytes by region with TIDE next to stock FSDP2's (a model of stock's; see
+    _memory.py); prints a table to `file` when given and returns the figures as a dict."""
+    from . import _memory
+
+    handle = enabled(module)
+    if handle is None:
+        raise ValueError("tide.fsdp.memory_report: TIDE is not enabled on this module")
+    rep = _memory.report(handle)
+    if file is not None:
+        print(_memory.format_report(rep), file=file)
+    return rep
+
+
 from . import _auto  # noqa: E402
 
 _auto.install_from_environment()
 
-__all__ = ["Enabled", "disable", "enable", "enabled"]
+__all__ = ["Enabled", "disable", "enable", "enabled", "memory_report"]

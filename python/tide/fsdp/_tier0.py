@@ -26,7 +26,7 @@ class Tier0Group:
 
     tier = 0
 
-    def __init__(self, param_group, comm, spec, mode):
+    def __init__(self, param_group, comm, spec, mode, **tuning):
         from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
 
         self.param_group = param_group
@@ -36,7 +36,7 @@ class Tier0Group:
         self.n_ag = n_ag
         self.n_rs = n_ag  # per-rank numel of the reduce-scatter output (same padding)
         self.group = comm.register([(self.world, n_ag)], spec.ag_dtype, spec.rs_dtype,
-                                   mode=mode)
+                                   mode=mode, **tuning)
         g = self.group
         self.landing0 = g.landing(0)
         self.scratch = torch.empty(n_ag, dtype=spec.ag_dtype, device=g.device)

@@ -2,32 +2,41 @@
 
 What changes for a Tier 1 group (nothing changes for any other group):
 
-- Each FSDPParam's all-gather output -- the storage its unsharded parameter is an
-  as_strided view of (storage_offset 0) -- is a tensor whose storage starts at the
-  parameter's landing address o_p N in landing slot 0 of the group's TIDE arena.  The
-  unsharded parameter therefore sits at the same address every step, and TIDE-AG writes every
+- Each FSDPParam's all-gather output is a tensor whose storage starts at the parameter's
+  landing address o_p N in the group's landing: its ring slot (slot g mod 2 of the
+  communicator's shared arena, _ring.py) or a landing of its own.  TIDE-AG writes every
   rank's shard straight into it: no copy-out.
-- free_unsharded_param / alloc_all_gather_outputs of those FSDPParams are no-ops: the landing
-  slot is the parameter's storage for the group's lifetime and is never resized.
-- Each sharded parameter's padded local shard is adopted into the group's resident region
-  (the DTensor keeps its identity; its local tensor is rebound there), so the optimizer
-  updates shards where TIDE-AG reads them: no copy-in.  A casting group (fp32 masters, bf16
-  all-gather) packs its masters into one persistent buffer per call instead, and TIDE casts
-  them as they land.
-- foreach_all_gather runs TIDE-AG into slot 0; foreach_all_gather_copy_out
-  only waits and binds the views; foreach_reduce hands the per-parameter gradients to TIDE-RS
-  (In-Place: read where autograd left them; Slot-Reuse: copied into landing slot 1 and
-  freed), which writes the fp32 reduce output without the _chunk_cat pack.  The rest of
-  foreach_reduce is torch 2.11's code.
+- Reshard frees: free_unsharded_param rebinds the unsharded parameter to an empty tensor
+  (it holds no storage after reshard, as in stock) and tells the library that the slot's
+  data are dead (tide_group_reshard), so the next group of the slot may land there; the next
+  unshard binds it to its landing again.  Autograd's saved views of a
+  reshard_after_forward group keep pointing at its slot; the backward re-gathers the group
+  into the same slot before its backward reads them, exactly as stock re-fills the storage
+  it resized to 0.
+- Each sharded parameter's padded local shard is adopted (_adopt.py): into the group's
+  resident region when the all-gather does not cast (no copy-in), into one packed fp32
+  buffer of torch's when it casts (fp32 masters, bf16 all-gather: the masters are that
+  buffer, TIDE casts as they land).  Every adopted shard sits at offset 0 of a storage of
+  its own, so state dicts deep-copy, save and load as stock's.
+- foreach_all_gather runs TIDE-AG into the landing; foreach_all_gather_copy_out only waits
+  and binds the views; foreach_reduce hands the per-parameter gradients to TIDE-RS
+  (In-Place: read where autograd left them; Slot-Reuse: copied into the ring slot the group
+  just vacated, and freed), which writes the fp32 reduce output without the _chunk_cat pack.
+  The rest of foreach_reduce is torch 2.11's code.
 
 _fsdp_param_group's module globals are replaced by dispatchers (install / uninstall) that
 send a call to the Tier 1 group owning its FSDPParams and every other call to torch's own
 function, so groups that are not enabled, or fell back, run stock code.
 """
 
+import logging
+
 import torch
 
 from .. import _lib
+from . import _adopt
+
+logger = logging.getLogger("tide.fsdp")
 
 # FSDPParam id -> _Tier1Group; the dispatchers' routing table.
 _OWNERS = {}
@@ -51,13 +60,16 @@ def _make_dispatchers():
                 fsdp_params, group, async_op, all_gather_copy_in_stream, all_gather_stream,
                 device, all_gather_comm)
         return st.all_gather(fsdp_params, group, async_op, all_gather_copy_in_stream,
-                             all_gather_stream, device)
+                             all_gather_stream, device, all_gather_comm)
 
     def foreach_all_gather_copy_out(all_gather_result, fsdp_params, group):
         st = _owner(fsdp_params)
         if st is None or not getattr(all_gather_result, "_tide", False):
-            return _ORIGINALS["foreach_all_gather_copy_out"](all_gather_result, fsdp_params,
-                                                             group)
+            out = _ORIGINALS["foreach_all_gather_copy_out"](all_gather_result, fsdp_params,
+                                                            group)
+            if st is not None:
+                st.bind_stock_outputs()
+            return out
         return st.copy_out(all_gather_result, fsdp_params, group)
 
     def foreach_reduce(fsdp_params, unsharded_grads, *args, **kwargs):
@@ -98,115 +110,183 @@ def uninstall_if_unused():
     _ORIGINALS.clear()
 
 
-def _move_shard(fp, flat):
-    """Make `flat` (1-D, the padded sharded numel) the storage of fp's sharded parameter,
-    with its current values: FSDP2's _sharded_param_data and the DTensor's local tensor
-    (its first rows), as FSDPParam.reset_sharded_param rebinds them.  The nn.Parameter
-    object stays the same, so optimizers and their state keep pointing at it."""
-    old = fp._sharded_param_data
-    local = fp.sharded_param._local_tensor
-    length = local.size(0) if local.numel() > 0 else 0
-    flat.copy_(old)
-    fp._sharded_param_data = flat
-    fp.sharded_param._local_tensor = flat.view(fp.padded_sharded_param_size).narrow(0, 0, length)
+def _storage_refs(t):
+    """How many tensors (and Python storage objects) hold t's storage."""
+    return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
 
 
 def _noop():
     return None
 
 
+def _key_name(key):
+    return "ring slot %d" % key if isinstance(key, int) else "landing of its own"
+
+
 class Tier1Group:
-    """TIDE state of one FSDPParamGroup."""
+    """TIDE state of one FSDPParamGroup.  `group` is its registered TorchGroup, `ring` the
+    communicator's _ring.Ring and `slot_key` its landing's key there."""
 
     tier = 1
 
-    def __init__(self, param_group, comm, spec, mode):
+    def __init__(self, param_group, comm, spec, mode, group, ring, slot_key):
         self.param_group = param_group
         self.comm = comm
         self.spec = spec
         self.mode = mode
         self.fsdp_params = list(param_group.fsdp_params)
         self.index = {id(fp): p for p, fp in enumerate(self.fsdp_params)}
-        self.group = comm.register(spec.shapes, spec.ag_dtype, spec.grad_dtype,
-                                   spec.shard_dtype, mode=mode)
-        g = self.group
+        self.group = g = group
+        self.ring = ring
+        self.slot_key = slot_key
         self.world = g.ranks
-        self.shard = torch.empty(g.shard_numel, dtype=spec.shard_dtype, device=g.device)
         numels = [geo.rows_per_rank * geo.inner for geo in g.params]
-        self.shard_splits = list(torch.split(self.shard, numels))
         self.numels = numels
-        # The per-parameter storages in slot 0 (parameters) and, for Slot-Reuse, slot 1
-        # (gradient staging); the whole of slot 0 is the all-gather output FSDP2 sees.
+        # The per-parameter storages in the landing (parameters and, for Slot-Reuse, the
+        # gradients staged once the parameters are dead); the whole landing is the
+        # all-gather output FSDP2 sees.
         self.param_views = [g.param_storage(0, p) for p in range(len(g.params))]
         self.landing0 = g.landing(0)
         self.grad_views = None
         if mode == "slot-reuse":
-            self.grad_views = [g.param_storage(1, p).view(spec.grad_dtype)[:geo.dim0 * geo.inner]
-                               for p, geo in enumerate(g.params)]
-        # In-place shard adoption (paper §3.1): when the all-gather does not cast, every
-        # parameter's padded local shard lives in the group's resident region, so the
-        # optimizer updates it where TIDE-AG reads it and the all-gather copies nothing in.
-        # A casting group (fp32 masters, bf16 all-gather) has no resident region: it packs
-        # its masters each call and TIDE casts them as they land.
-        self.resident_splits = None
+            # The vacated slot: FSDP2 reshards (post_backward) before it reduces.
+            self.grad_views = [
+                g.param_storage(0, p).view(spec.grad_dtype)[:geo.dim0 * geo.inner]
+                for p, geo in enumerate(g.params)]
+        # Shard adoption (paper §3.1; _adopt.py).
         if spec.shard_dtype == spec.ag_dtype:
-            self.resident_splits = list(torch.split(g.resident(), numels))
-            self.shard = None
-            self.shard_splits = []
+            self.packed = None
+            self.shard_views = _adopt.zero_offset_views(g.resident(), numels)
+        else:
+            self.packed = torch.empty(g.shard_numel, dtype=spec.shard_dtype, device=g.device)
+            self.shard_views = _adopt.zero_offset_views(self.packed, numels)
         self.zero_grad = None
         self._fallback_logged = False
+        self._order_logged = False
+        self._defer_logged = False
         # The fp32-gradient companion group (see _wide_group), registered on first need.
         self.wide = None
         self.wide_grad_views = None
         self.wide_refused = None
+        # live: unsharded into the landing, not resharded since.  on_stock: this unshard
+        # ran on stock memory (the landing was held by another group).
+        self.live = False
+        self.on_stock = False
+        # pending: the arguments of an all-gather deferred until its parameters are waited
+        # for (its landing was held).  saved_in_slot: resharded in a forward that saved
+        # views of the landing for the backward, not gathered there since.
+        self.pending = None
+        self.saved_in_slot = False
+        self.landing_addresses = []
         self.calls = {"all_gather": 0, "reduce_scatter": 0, "stock_reduce": 0, "copy_in": 0,
-                      "wide_reduce_scatter": 0}
+                      "wide_reduce_scatter": 0, "stock_all_gather": 0, "deferred_all_gather": 0,
+                      "reshard": 0}
+        self._empty = torch.empty(0, dtype=spec.ag_dtype, device=g.device)
         self._adopt()
+        # What holds each landing storage when nothing but TIDE and FSDP2 do (the view and
+        # FSDP2's all_gather_outputs, one tensor); more at a later landing is an alias.
+        self._baseline = [_storage_refs(v) for v in self.param_views]
 
     # ---------------------------------------------------------------- adoption
 
     def _adopt(self):
-        for fp, view in zip(self.fsdp_params, self.param_views):
+        for p, (fp, view) in enumerate(zip(self.fsdp_params, self.param_views)):
             if hasattr(fp, "_unsharded_param"):
                 # Built by an earlier stock unshard on stock memory: rebuilt on the landing
-                # slot by the next init_unsharded_param (the group is sharded here).
+                # by the next init_unsharded_param (the group is sharded here).
                 del fp._unsharded_param
             fp.all_gather_outputs = [view]
-            fp.free_unsharded_param = _noop
+            fp.free_unsharded_param = (lambda p=p: self._free(p))
             fp.alloc_all_gather_outputs = _noop
             _OWNERS[id(fp)] = self
-        if self.resident_splits is not None:
-            with torch.no_grad():
-                for fp, dst in zip(self.fsdp_params, self.resident_splits):
-                    _move_shard(fp, dst)
+        _adopt.adopt(self.fsdp_params, self.shard_views)
 
     def release(self):
         """Give the FSDPParams back to stock FSDP2 (the group must be sharded and idle)."""
-        if self.resident_splits is not None:
+        if self.packed is None:
             # The shards leave the arena for memory of their own before it is unmapped.
-            with torch.no_grad():
-                for fp, src in zip(self.fsdp_params, self.resident_splits):
-                    if fp._sharded_param_data.data_ptr() == src.data_ptr():
-                        _move_shard(fp, torch.empty_like(src))
-            self.resident_splits = None
+            _adopt.release(self.fsdp_params, self.shard_views)
+        self.shard_views = []
+        self.packed = None
         for fp in self.fsdp_params:
             _OWNERS.pop(id(fp), None)
             for name in ("free_unsharded_param", "alloc_all_gather_outputs"):
                 fp.__dict__.pop(name, None)
             fp.all_gather_outputs = []
             if hasattr(fp, "_unsharded_param"):
-                # The unsharded parameter aliases the landing slot, and an autograd graph the
-                # caller still holds (a loss tensor) keeps it alive through AccumulateGrad:
-                # move it off the arena (as stock's free leaves it: no data), then drop it.
+                # An autograd graph the caller still holds (a loss tensor) may keep the
+                # unsharded parameter alive through AccumulateGrad: move it off the arena
+                # (as stock's free leaves it: no data), then drop it.
                 with torch.no_grad():
                     fp._unsharded_param.data = torch.empty(
                         0, dtype=fp._unsharded_param.dtype, device=fp._unsharded_param.device)
                 del fp._unsharded_param
+        if self.ring is not None:
+            for key in list(self.ring.occupant):
+                if self.ring.occupant[key] is self:
+                    del self.ring.occupant[key]
+            for lst in self.ring.unchecked.values():
+                if self in lst:
+                    lst.remove(self)
         self.param_views = []
         self.landing0 = None
         self.grad_views = None
         self.wide_grad_views = None
-        self.shard_splits = []
+
+    # ---------------------------------------------------------------- reshard
+
+    def _free(self, p):
+        """FSDPParam.free_unsharded_param of parameter p (FSDP2 frees them in order)."""
+        fp = self.fsdp_params[p]
+        if hasattr(fp, "_unsharded_param"):
+            with torch.no_grad():
+                fp._unsharded_param.data = self._empty
+        fp.all_gather_outputs = [self.param_views[p]]
+        if p == len(self.fsdp_params) - 1:
+            self._resharded()
+
+    def _resharded(self):
+        from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState
+
+        was_live, self.live = self.live, False
+        on_stock, self.on_stock = self.on_stock, False
+        if not was_live or on_stock:
+            return
+        self.calls["reshard"] += 1
+        state = self.param_group._training_state
+        backward = state == TrainingState.POST_BACKWARD
+        if not (self.mode == "slot-reuse" and backward and self.param_group.reduce_grads):
+            self.release_slot()
+        # else: the Slot-Reuse reduce-scatter that follows stages the gradients in the slot
+        # and its read-done point ends the occupancy (docs/arena.md); Ring.claim releases
+        # the slot should no reduction follow.
+        if backward or state == TrainingState.IDLE or not torch.is_grad_enabled():
+            # No autograd graph may still hold views of the landing (the backward ran, or
+            # the forward saved nothing): any tensor that does is a kept alias.
+            self.saved_in_slot = False
+            self.ring.retire(self.slot_key, self)
+        else:
+            self.saved_in_slot = True
+
+    def release_slot(self):
+        """Tell the library this group's landing holds no live data (host side)."""
+        if self.group.ring_slot is not None and self.group.slot_live():
+            self.group.reshard()
+
+    def check_no_alias(self, by):
+        """Raise, naming this group, when a tensor still aliases one of its unsharded
+        parameters after its reshard (e.g. a kept .detach()): `by` is about to overwrite
+        that memory."""
+        for p, view in enumerate(self.param_views):
+            if _storage_refs(view) > self._baseline[p]:
+                fp = self.fsdp_params[p]
+                raise RuntimeError(
+                    "tide.fsdp: a tensor still aliases the unsharded parameter %s of group %s "
+                    "after the group was resharded (e.g. a .detach() of it kept past the "
+                    "step); its memory is TIDE's landing %s, which %s is about to "
+                    "overwrite.  Keep a .clone() instead, or call tide.fsdp.disable() first"
+                    % (fp._param_fqn or p, self.spec.name, _key_name(self.slot_key),
+                       "group " + by.spec.name if by is not self else "its next all-gather"))
 
     # ---------------------------------------------------------------- checks
 
@@ -232,7 +312,7 @@ class Tier1Group:
     # ---------------------------------------------------------------- all-gather
 
     def all_gather(self, fsdp_params, group, async_op, copy_in_stream, all_gather_stream,
-                   device):
+                   device, all_gather_comm=None):
         from torch.distributed.device_mesh import _get_device_handle
         from torch.distributed.fsdp._fully_shard._fsdp_collectives import AllGatherResult
 
@@ -247,42 +327,130 @@ class Tier1Group:
                                "autograd (Traceable FSDP2); call tide.fsdp.disable() or "
                                "enable(..., tier=0)")
         self.check_params(fsdp_params)
+        args = (group, async_op, copy_in_stream, all_gather_stream, device, all_gather_comm)
+        if self.ring.claim(self.slot_key, self) is not None:
+            # The landing is held by a live group (an order other than the planned one, e.g.
+            # prefetching two groups ahead): gather when the parameters are waited for, by
+            # which time the holder has usually resharded (copy_out).  Every rank defers
+            # alike: the order is the same program on every rank.
+            self.pending = args
+            self.calls["deferred_all_gather"] += 1
+            if not self._defer_logged:
+                self._defer_logged = True
+                logger.warning("tide.fsdp: group %s is unsharded ahead of time while group %s "
+                               "still holds their shared %s (prefetching deeper than the "
+                               "two-slot ring); such all-gathers of %s run when the parameters "
+                               "are waited for", self.spec.name,
+                               self.ring.occupant[self.slot_key].spec.name,
+                               _key_name(self.slot_key), self.spec.name)
+            result = AllGatherResult(self.landing0, None, None,
+                                     [[self.spec.ag_dtype] for _ in fsdp_params],
+                                     [[n] for n in self.numels], list(self.numels))
+            return _TideAllGatherResult(result)
+        return self._land(fsdp_params, *args)
+
+    def _land(self, fsdp_params, group, async_op, copy_in_stream, all_gather_stream, device,
+              all_gather_comm):
+        """TIDE-AG into the landing this group just claimed."""
+        from torch.distributed.device_mesh import _get_device_handle
+        from torch.distributed.fsdp._fully_shard._fsdp_collectives import AllGatherResult
+
         handle = _get_device_handle(device.type)
         with torch.no_grad(), handle.stream(copy_in_stream):
-            if self.resident_splits is None:
-                # The fp32 masters packed param-major; TIDE casts to bf16 as they land.
-                torch._foreach_copy_(self.shard_splits,
-                                     [fp._sharded_param_data for fp in fsdp_params])
-                self.calls["copy_in"] += 1
-            else:
-                # Adopted shards are read in place.  One whose storage was replaced since
-                # (load_state_dict(assign=True), a user's set_) is adopted again: one copy.
-                for fp, dst in zip(fsdp_params, self.resident_splits):
-                    if fp._sharded_param_data.data_ptr() != dst.data_ptr():
-                        _move_shard(fp, dst)
-                        self.calls["copy_in"] += 1
+            # Adopted shards are read in place.  One whose storage was replaced since
+            # (load_state_dict(assign=True), a user's set_) is adopted again: one copy.
+            self.calls["copy_in"] += _adopt.readopt_if_replaced(fsdp_params, self.shard_views)
         all_gather_stream.wait_stream(copy_in_stream)
         with handle.stream(all_gather_stream):
             stream = handle.current_stream() if device.type == "cuda" else None
-            self.group.all_gather(self.shard, 0, stream=stream)
+            self.group.all_gather(self.packed, 0, stream=stream)
             self.calls["all_gather"] += 1
             event = all_gather_stream.record_event()
+        self.live = True
+        self.saved_in_slot = False  # the landing holds this group's parameters again
         result = AllGatherResult(self.landing0, event, None,
                                  [[self.spec.ag_dtype] for _ in fsdp_params],
                                  [[n] for n in self.numels], list(self.numels))
         return _TideAllGatherResult(result)
 
+    def _land_pending(self, fsdp_params):
+        """The deferred all-gather, at the moment its parameters are needed: into the
+        landing if its holder has resharded since, else on stock FSDP2's memory."""
+        args, self.pending = self.pending, None
+        holder = self.ring.claim(self.slot_key, self)
+        if holder is None:
+            return self._land(fsdp_params, *args)
+        from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState
+
+        if self.saved_in_slot and self.param_group._training_state == TrainingState.PRE_BACKWARD:
+            # Autograd saved views of this group's landing in forward, and its backward is
+            # about to read them; gathering elsewhere would leave them reading the holder's
+            # parameters.  (A forward may gather elsewhere: the backward re-gathers.)
+            raise RuntimeError(
+                "tide.fsdp: group %s must unshard for its backward while group %s holds their "
+                "shared %s, where the forward saved %s's parameters for the backward: an "
+                "execution order the two-slot ring cannot serve (prefetching or calling "
+                "modules out of the forward's order); disable TIDE for this model or keep "
+                "the prefetch depth at one" % (self.spec.name, holder.spec.name,
+                                               _key_name(self.slot_key), self.spec.name))
+        if not self._order_logged:
+            self._order_logged = True
+            logger.warning(
+                "tide.fsdp: group %s unshards while group %s still holds their shared %s "
+                "(an execution order other than the planned one: a module called again, "
+                "explicit prefetching more than one group ahead, another order in eval); "
+                "such unshards of %s run on stock FSDP2 memory", self.spec.name,
+                holder.spec.name, _key_name(self.slot_key), self.spec.name)
+        group, async_op, copy_in_stream, all_gather_stream, device, all_gather_comm = args
+        for fp in fsdp_params:
+            fp.all_gather_outputs = []  # stock's copy-out allocates its own
+        self.on_stock = True
+        self.live = True
+        self.calls["stock_all_gather"] += 1
+        result = _ORIGINALS["foreach_all_gather"](fsdp_params, group, False, copy_in_stream,
+                                                  all_gather_stream, device, all_gather_comm)
+        _ORIGINALS["foreach_all_gather_copy_out"](result, fsdp_params, group)
+        self.bind_stock_outputs()
+        return None
+
+    def bind_stock_outputs(self):
+        """After stock's copy-out: the unsharded parameters onto its outputs."""
+        for fp in self.fsdp_params:
+            if hasattr(fp, "_unsharded_param"):
+                with torch.no_grad():
+                    fp._unsharded_param.data = torch.as_strided(
+                        fp.all_gather_outputs[0], fp._orig_size, fp._contiguous_orig_stride,
+                        storage_offset=0)
+
     def copy_out(self, result, fsdp_params, group):
         from torch.distributed.device_mesh import _get_device_handle
 
+        if self.pending is not None:
+            result = self._land_pending(fsdp_params)
+            if result is None:
+                return  # on stock memory, bound already
         device = result.all_gather_output.device
         handle = _get_device_handle(device.type)
         if result.all_gather_event is not None:
             handle.current_stream().wait_event(result.all_gather_event)
-        # Nothing to copy: every unsharded parameter is a view of its landing storage.
+        # Nothing to copy: every unsharded parameter is a view of its landing storage.  A
+        # parameter resharded since its last unshard is bound to it again here (the first
+        # unshard builds it in init_unsharded_param, right after).
+        addresses = []
         for p, fp in enumerate(fsdp_params):
-            if not fp.all_gather_outputs or fp.all_gather_outputs[0] is not self.param_views[p]:
-                fp.all_gather_outputs = [self.param_views[p]]
+            view = self.param_views[p]
+            if not fp.all_gather_outputs or fp.all_gather_outputs[0] is not view:
+                fp.all_gather_outputs = [view]
+            if hasattr(fp, "_unsharded_param"):
+                u = fp._unsharded_param
+                if u.numel() == 0 or u.data_ptr() != view.data_ptr():
+                    with torch.no_grad():
+                        u.data = torch.as_strided(view, fp._orig_size,
+                                                  fp._contiguous_orig_stride, storage_offset=0)
+                addresses.append(u.data_ptr())
+            else:
+                addresses.append(view.data_ptr())
+        self.landing_addresses = addresses
 
     # ---------------------------------------------------------------- reduce-scatter
 
@@ -315,12 +483,15 @@ class Tier1Group:
                     for p, geo in enumerate(self.wide.params)]
         return self.wide
 
+    def _slot_vacated(self):
+        """Whether this group resharded out of its landing and nobody landed there since."""
+        return (not self.live and not self.on_stock
+                and self.ring.occupant.get(self.slot_key) is self)
+
     def _log_fallback(self, why):
         if not self._fallback_logged:
             self._fallback_logged = True
-            import logging
-
-            logging.getLogger("tide.fsdp").warning(
+            logger.warning(
                 "tide.fsdp: %s reduces with stock FSDP2 for this call: %s", self.spec.name, why)
 
     def reduce(self, fsdp_params, unsharded_grads, reduce_scatter_group, reduce_scatter_stream,
@@ -358,6 +529,11 @@ class Tier1Group:
         if any(id(fp) not in self.index for fp in fsdp_params):
             raise RuntimeError("tide.fsdp: foreach_reduce of %s got a parameter it does not "
                                "own" % self.spec.name)
+        if g is self.group and grad_views is not None and not self._slot_vacated():
+            # The slot is not this group's to write now (its last unshard ran on stock
+            # memory, or it is unsharded again): read the gradients in place this time.
+            grad_views = None
+            self.calls["in_place_reduce"] = self.calls.get("in_place_reduce", 0) + 1
         reduce_dtype = reduce_dtype or grad_dtype
         (predivide_factor, postdivide_factor, reduce_scatter_op, _all_reduce_op) = (
             _get_gradient_divide_factors(reduce_scatter_group, all_reduce_group, reduce_dtype,
@@ -391,8 +567,8 @@ class Tier1Group:
                 grads[p] = self.zero_grad[:geo.dim0 * geo.inner]
         keepalive = grads
         if grad_views is not None:
-            # Slot-Reuse: stage the gradients in landing slot 1 (parameter-major, as the
-            # group's own layout) and free autograd's storage now.
+            # Slot-Reuse: stage the gradients in the slot the group just vacated
+            # (parameter-major, as its own layout) and free autograd's storage now.
             with torch.no_grad():
                 for p, view in enumerate(grad_views):
                     if grads[p] is None:
