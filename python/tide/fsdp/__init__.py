@@ -199,14 +199,18 @@ def _agree(pg, payload, what):
                            % (what, ", ".join(d[:12] for d in everyone)))
 
 
-def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, tuning=None):
+def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, tuning=None,
+           reduce_in_fp32=False):
     """Switch `module`'s FSDP2 parameter groups to TIDE (collective; see the module doc).
     Returns an Enabled record.  mode: "in_place" or "slot_reuse"; tier: None (best
     available), 1 or 0; nodes / gpus_per_node: the topology (default: see
     tide.torch_binding.default_topology); tuning: per-group knobs (see _tuning.py and
     docs/fsdp.md): None or "solver" (the sizing solver per group size), "default" (the
     planner's defaults), a dict of tide_config_t tuning fields for every group, or a
-    callable (group name, fp32 shard bytes) -> such a dict."""
+    callable (group name, fp32 shard bytes) -> such a dict.  reduce_in_fp32: False (the
+    default) rounds each reduction to the MixedPrecisionPolicy's reduce dtype where stock
+    FSDP2 rounds (stock's result; bit for bit at world 2); True keeps TIDE-RS's fp32 sum
+    for a bf16 reduce dtype (Tier 1; see _rounding.py)."""
     from torch.distributed.fsdp import FSDPModule
 
     if not isinstance(module, FSDPModule):
@@ -240,6 +244,7 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
             logger.warning("tide.fsdp: group %s stays on stock FSDP2: %s", name, why)
             fallbacks.append((name, why))
         else:
+            spec.reduce_in_fp32 = bool(reduce_in_fp32)
             specs.append((spec, pg, _m))
     # Every rank takes part in the agreement whenever there is a process group of 2 or more
     # ranks, even with nothing to register, so that a rank that would register a group
@@ -254,7 +259,8 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
     nodes, gpus_per_node = _topology(agree_pg, nodes, gpus_per_node)
     configs = [_tuning.config_for(spec, nodes, gpus_per_node, mode, tuning)
                for spec, _pg, _m in specs]
-    _agree(agree_pg, (tier, mode, nodes, gpus_per_node, [s.key() for s, _, _m in specs],
+    _agree(agree_pg, (tier, mode, bool(reduce_in_fp32), nodes, gpus_per_node,
+                      [s.key() for s, _, _m in specs],
                       [_tuning.fields(c) for c in configs], [f[0] for f in fallbacks]),
            "the TIDE group signatures")
     # The library plans every group locally first: a group it does not serve is refused on

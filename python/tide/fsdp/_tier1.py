@@ -34,7 +34,7 @@ import logging
 import torch
 
 from .. import _lib
-from . import _adopt
+from . import _adopt, _rounding
 
 logger = logging.getLogger("tide.fsdp")
 
@@ -535,6 +535,13 @@ class Tier1Group:
             grad_views = None
             self.calls["in_place_reduce"] = self.calls.get("in_place_reduce", 0) + 1
         reduce_dtype = reduce_dtype or grad_dtype
+        # Where stock rounds to a reduce dtype narrower than fp32 (enable(reduce_in_fp32=
+        # False), the default), TIDE rounds too: the gradients when they are wider than the
+        # reduce dtype (stock's pack casts them), and the fp32 sum (stock's reduce output is
+        # in the reduce dtype).  See _rounding.py.
+        rounding = _rounding.reduce_rounding(self.spec, reduce_dtype)
+        if rounding is not None and grad_dtype != rounding:
+            unsharded_grads[:] = _rounding.round_grads(unsharded_grads, rounding)
         (predivide_factor, postdivide_factor, reduce_scatter_op, _all_reduce_op) = (
             _get_gradient_divide_factors(reduce_scatter_group, all_reduce_group, reduce_dtype,
                                          device.type, gradient_divide_factor,
@@ -587,6 +594,8 @@ class Tier1Group:
             self.calls["reduce_scatter"] += 1
             if g is not self.group:
                 self.calls["wide_reduce_scatter"] += 1
+            if rounding is not None:
+                reduce_output = reduce_output.to(rounding)
             reduce_scatter_event = reduce_scatter_stream.record_event()
             post_reduce_stream = reduce_scatter_stream
         # -- END: ops in reduce_scatter stream
@@ -595,7 +604,7 @@ class Tier1Group:
             post_reduce_stream = all_reduce_stream
             all_reduce_stream.wait_stream(reduce_scatter_stream)
             with handle.stream(all_reduce_stream):
-                if reduce_dtype != torch.float32:
+                if reduce_output.dtype != reduce_dtype:
                     reduce_output = reduce_output.to(reduce_dtype)  # the hook's dtype
                 all_reduce_hook(reduce_output)
 
