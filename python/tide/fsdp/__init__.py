@@ -17,8 +17,9 @@ fully_shard submodule) it chooses:
   the bytes.  See _tier0.py.
 - stock FSDP2, with one log line naming the reason, for groups outside TIDE's contract:
   sharding off dim 0, more than 256 parameters, mixed or unsupported dtypes, CPU offload,
-  all-gather extensions (fsdp_pre_all_gather), DTensor (TP) parameters, world size 1, HSDP or
-  replication, reshard_after_forward to a smaller mesh, custom communication hooks.
+  all-gather extensions (fsdp_pre_all_gather), DTensor (TP) parameters, world size 1, meshes
+  without a shard dimension, reshard_after_forward to a smaller mesh, custom communication
+  hooks.  HSDP is served on its shard dimension (_hsdp.py).
 
 Ranks whose groups disagree (shapes, dtypes, tier, mode, topology) abort enable() with a
 RuntimeError on every rank before anything is registered.
@@ -106,12 +107,12 @@ def _contract(name, pg, tier):
     from torch.distributed.fsdp._fully_shard._fsdp_api import CPUOffloadPolicy
     from torch.distributed.fsdp._fully_shard._fsdp_collectives import (
         DefaultAllGather, DefaultReduceScatter)
-    from torch.distributed.fsdp._fully_shard._fsdp_common import FSDPMeshInfo, HSDPMeshInfo
+    from torch.distributed.fsdp._fully_shard._fsdp_common import FSDPMeshInfo
 
     fps = pg.fsdp_params
     mesh = pg.mesh_info
-    if not isinstance(mesh, FSDPMeshInfo) or isinstance(mesh, HSDPMeshInfo):
-        return None, "HSDP / replicated meshes are not supported yet"
+    if not isinstance(mesh, FSDPMeshInfo):
+        return None, "replicated meshes without a shard dimension are not supported"
     world = mesh.shard_mesh_size
     if world < 2:
         return None, "world size 1"
