@@ -153,7 +153,8 @@ def table(rows):
         target = {"stock": "", "in_place": "<= 1.10", "slot_reuse": "<= 1.00"}[r["variant"]]
         met = ""
         if target:
-            met = "met" if ratio <= float(target[3:]) else "NOT met"
+            met = ("n/a" if ratio != ratio  # NaN: no stock figure (--device cpu)
+                   else "met" if ratio <= float(target[3:]) else "NOT met")
         lines.append("%-6d %-11s %14.0f %14.0f %14.0f %12s %10.3f  %s %s" % (
             r["world"], r["variant"], r["device_used_mib_per_process"],
             r["max_allocated_mib"], r["max_reserved_mib"],

@@ -25,46 +25,20 @@ torch.cuda.memory_reserved(), but the caching allocator hands out sub-blocks of 
 arena bytes on their own line instead.
 """
 
-import ctypes
 import os
 
 import torch
 
-from .. import _lib
 from ..plan import REGION_NAMES
-from ..torch_binding import tide_dtype
-
-_PAGE = 4096
+from ..torch_binding import arena_plan
 
 
 def _arena_summary(entries):
     """The library's plan of one arena for `entries` (the set's register entries)."""
-    keep = []
-    arr = (_lib.GroupEntryStruct * len(entries))()
-    from ..plan import _GroupSignature
-
-    for i, e in enumerate(entries):
-        sig = _GroupSignature(e["shapes"], tide_dtype(e["ag_dtype"]), tide_dtype(e["grad_dtype"]),
-                              tide_dtype(e["shard_dtype"]))
-        name = e["name"].encode()
-        keep.extend([sig, name, e["config"]])
-        arr[i].config = ctypes.cast(ctypes.pointer(e["config"]),
-                                    ctypes.POINTER(_lib.ConfigStruct))
-        arr[i].group = ctypes.pointer(sig.desc)
-        arr[i].ring_slot = _lib.RING_OWN_SLOT if e["ring_slot"] is None else e["ring_slot"]
-        arr[i].name = name
-    handle = ctypes.c_void_p()
-    _lib.call("tide_arena_plan_create", len(entries), arr, ctypes.byref(handle))
-    try:
-        s = _lib.ArenaSummaryStruct()
-        _lib.call("tide_arena_plan_get_summary", handle, ctypes.byref(s))
-        out = {"total": s.total_bytes, "own_slots": s.own_slot_bytes,
-               "largest_group": s.largest_group_bytes, "largest_rs": s.largest_rs_bytes,
-               "separate": s.separate_bytes}
-        out["regions"] = {REGION_NAMES[r]: s.region_bytes[r] for r in range(len(REGION_NAMES))}
-        return out
-    finally:
-        _lib.require("tide_arena_plan_destroy")(handle)
+    plan = arena_plan(entries)
+    return {"total": plan["total_bytes"], "own_slots": plan["own_slot_bytes"],
+            "largest_group": plan["largest_group_bytes"], "largest_rs": plan["largest_rs_bytes"],
+            "separate": plan["separate_bytes"], "regions": dict(plan["region_bytes"])}
 
 
 def mapped_arena_bytes(comm):
