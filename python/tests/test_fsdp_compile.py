@@ -3,10 +3,11 @@ orders (compile each block, then fully_shard, as torchtitan does; fully_shard, t
 each block) and a whole compiled model, TIDE against stock FSDP2, bit for bit (fp32 at world
 2: the sums have two terms).  FSDP2's hooks run outside the compiled graphs (dynamo skips
 them: torch._dynamo.config.skip_fsdp_hooks), so Tier 1 serves every group and the test
-checks it did.  Compiled autograd (Traceable FSDP2, FSDP2's hooks traced) is where Tier 1
-cannot run: it raises a clear RuntimeError in the step (not yet a fallback; see
-test_compiled_autograd_is_refused_clearly).
+checks it did.  Traceable FSDP2 (FSDP2's hooks traced, with compiled autograd) is where TIDE
+cannot run: set before enable(), every group stays on stock with one log line (_compile.py).
 """
+
+import math
 
 import pytest
 
@@ -103,20 +104,44 @@ def _ca_body(rank, world):
         stock = _compiled_autograd(rank, world)
     except Exception as exc:  # stock itself cannot run it here
         return {"stock_error": "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0])}
-    return {"stock": stock, "tide": _compiled_autograd(rank, world, "in_place")}
+    import logging
+
+    lines = []
+
+    class _Count(logging.Handler):
+        def emit(self, record):
+            if "stays on stock" in record.getMessage():
+                lines.append(record.getMessage())
+
+    handler = _Count()
+    logging.getLogger("tide.fsdp").addHandler(handler)
+    try:
+        tide = _compiled_autograd(rank, world, "in_place")
+    finally:
+        logging.getLogger("tide.fsdp").removeHandler(handler)
+    return {"stock": stock, "tide": tide, "log_lines": len(lines)}
 
 
-def test_compiled_autograd_is_refused_clearly(tmp_path):
-    """Not done: Tier 1 under compiled autograd (Traceable FSDP2).  Stock runs it on the CPU;
-    with Tier 1 the step raises tide.fsdp's RuntimeError naming the workaround (tier=0 or
-    disable).  A stock fallback per call was tried and fails in autograd (an unsharded
-    parameter's version counter moves between TIDE's forward and stock's traced backward), so
-    this stays a refusal; docs/fsdp.md lists it as open.  The test fails once that changes."""
-    records = fsdp_harness.run(2, _ca_body, tmp_path, timeout=600, allow_failure=True)
+def test_traceable_fsdp2_falls_back_to_stock(tmp_path):
+    """Compiled autograd with FSDP2's hooks traced (skip_fsdp_hooks=False, set before
+    enable): every group stays on stock FSDP2 with one log line and its reason in
+    enabled(model).fallbacks; the step raises nothing and equals stock's."""
+    records = fsdp_harness.run(2, _ca_body, tmp_path, timeout=600)
     for rec in records:
-        if rec["ok"] and "stock_error" in rec["result"]:
+        assert rec["ok"], rec.get("traceback")
+        if "stock_error" in rec["result"]:
             pytest.skip("stock FSDP2 with compiled autograd does not run here: "
                         + rec["result"]["stock_error"])
-        assert not rec["ok"], "Tier 1 ran under compiled autograd: update this test and docs"
-        assert "Tier 1 does not run under torch.compile / compiled autograd" in rec["error"], (
-            rec["error"])
+    for rank, rec in enumerate(records):
+        stock, tide = rec["result"]["stock"], rec["result"]["tide"]
+        assert tide["groups"] == [], rank
+        assert sorted(n for n, _ in tide["fallbacks"]) == ["<root>", "layers.0", "layers.1"]
+        assert all("Traceable FSDP2" in why for _, why in tide["fallbacks"])
+        assert rec["result"]["log_lines"] == 1, rec["result"]["log_lines"]
+        # Stock Traceable FSDP2 itself does not train on the CPU with torch 2.11 (observed:
+        # non-finite losses from the first step, in every run), so there is no stock result
+        # to match here; where stock's losses are finite, the fallback must equal them.
+        if all(math.isfinite(x) for x in stock["losses"]):
+            for a, b in zip(stock["params"], tide["params"]):
+                assert all(torch.equal(x, y) for x, y in zip(a, b)), rank
+            assert stock["losses"] == tide["losses"], rank

@@ -35,7 +35,7 @@ import torch.distributed as dist
 
 from .. import _lib
 from ..torch_binding import Comm
-from . import _internals, _ring, _tier0, _tier1, _tuning
+from . import _compile, _internals, _ring, _tier0, _tier1, _tuning
 
 logger = logging.getLogger("tide.fsdp")
 
@@ -235,14 +235,19 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
         _check_idle(name, pg, "enable")
     tier = _choose_tier(tier)
     specs, fallbacks = [], []
+    traced = _compile.traceable_fsdp_reason()
     for name, _m, pg in groups:
-        spec, why = _contract(name, pg, tier)
+        spec, why = _contract(name, pg, tier) if traced is None else (None, traced)
         if spec is None:
-            logger.warning("tide.fsdp: group %s stays on stock FSDP2: %s", name, why)
+            if traced is None:
+                logger.warning("tide.fsdp: group %s stays on stock FSDP2: %s", name, why)
             fallbacks.append((name, why))
         else:
             spec.reduce_in_fp32 = bool(reduce_in_fp32)
             specs.append((spec, pg, _m))
+    if traced is not None and groups:
+        logger.warning("tide.fsdp: every group (%d) stays on stock FSDP2: %s", len(groups),
+                       traced)
     # One communicator per shard process group (the dense part on the full mesh, experts on
     # their sub-mesh, ...), in the order the groups first appear in named_modules(): every
     # rank of a process group reaches its agreement and registration in the same order.
