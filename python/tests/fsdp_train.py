@@ -56,14 +56,15 @@ class _CountStockCopies:
 def train(rank, world, steps=20, tide_mode=None, exact=False, mp=None, accum=1,
           sync_each_micro=False, tier=None, topology=None, seed=0, lr=1e-2, perturb=False,
           divide_factor=None, force_sum=False, hook=False, reshard_after_forward=True,
-          prefetch=False, device=None, reduce_in_fp32=False):
+          prefetch=False, device=None, reduce_in_fp32=False, compile=None):
     """One run; returns {"losses": [...], "params": [[local shards after step s]],
     "addresses": [...per step], "groups": [(fqn, tier)], "fallbacks": [...]}."""
     import tide.fsdp
 
     mp_dtypes = None if mp is None else (_DTYPES[mp[0]], _DTYPES[mp[1]])
     model = fsdp_model.build(seed=seed, exact=exact, mp=mp_dtypes,
-                             reshard_after_forward=reshard_after_forward, device=device)
+                             reshard_after_forward=reshard_after_forward, device=device,
+                             compile=compile)
     if prefetch:
         # Explicit prefetching: each layer unshards the next one (forward) / the previous
         # one (backward) ahead of time, through FSDPModule's public API.
