@@ -21,8 +21,10 @@ fully_shard submodule) it chooses:
   without a shard dimension, reshard_after_forward to a smaller mesh, custom communication
   hooks.  HSDP is served on its shard dimension (_hsdp.py).
 
-Ranks whose groups disagree (shapes, dtypes, tier, mode, topology) abort enable() with a
-RuntimeError on every rank before anything is registered.
+Groups on different shard process groups (a dense part on the full mesh and experts on an
+expert sub-mesh; every replica of an HSDP mesh) get one communicator per process group, all
+in one enable().  Ranks whose groups disagree (shapes, dtypes, tier, mode, topology) abort
+enable() with a RuntimeError on every rank before anything is registered.
 """
 
 import gc
