@@ -95,3 +95,66 @@ def test_frozen_parameters_and_clipping_world2(tmp_path):
             for step, (a, b) in enumerate(zip(stock["params"], tide["params"])):
                 assert all(torch.equal(x, y) for x, y in zip(a, b)), (where, step)
             assert stock["losses"] == tide["losses"], where
+
+
+def _runtime_fallback(rank, world):
+    """fp32-accumulated gradients of bf16 groups whose fp32 companion is unavailable (the
+    library's refusal, forced here): those reductions run on stock FSDP2, logged once per
+    group and listed once in enabled(model).fallbacks; results stay stock's."""
+    import logging
+
+    import torch.nn.functional as F
+
+    import fsdp_model
+    import tide.fsdp
+
+    lines = []
+
+    class _Count(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    def run(use_tide):
+        model = fsdp_model.build(seed=0, mp=(torch.bfloat16, torch.float32))
+        rec = tide.fsdp.enable(model) if use_tide else None
+        if rec is not None:
+            for st in rec.states:
+                st.wide_refused = "refused for the test"
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=False)
+        for step in range(3):
+            for micro in range(2):
+                model.set_requires_gradient_sync(micro == 1)
+                x, y = fsdp_model.batch(step, rank, micro)
+                F.cross_entropy(model(x).reshape(-1, 37), y.reshape(-1)).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        params = [p.to_local().detach().clone() for p in model.parameters()]
+        out = {"params": params}
+        if rec is not None:
+            out["fallbacks"] = list(tide.fsdp.enabled(model).fallbacks)
+            out["stock_reduce"] = {st.spec.name: st.calls["stock_reduce"] for st in rec.states}
+            tide.fsdp.disable(model)
+        return out
+
+    handler = _Count()
+    logging.getLogger("tide.fsdp").addHandler(handler)
+    try:
+        stock, tide_run = run(False), run(True)
+    finally:
+        logging.getLogger("tide.fsdp").removeHandler(handler)
+    tide_run["log_lines"] = [m for m in lines if "reduces with stock FSDP2" in m]
+    tide_run["equal"] = all(torch.equal(a, b) for a, b in zip(stock["params"],
+                                                             tide_run["params"]))
+    return tide_run
+
+
+def test_runtime_fallback_is_listed_once(tmp_path):
+    for rec in fsdp_harness.run(2, _runtime_fallback, tmp_path, timeout=300):
+        assert rec["ok"], rec.get("traceback")
+        r = rec["result"]
+        assert r["equal"]
+        assert sorted(r["stock_reduce"]) == ["<root>", "layers.0", "layers.1"]
+        assert all(n == 3 for n in r["stock_reduce"].values()), r["stock_reduce"]
+        assert sorted(n for n, _ in r["fallbacks"]) == ["<root>", "layers.0", "layers.1"]
+        assert all("reductions on stock FSDP2" in why for _, why in r["fallbacks"])
+        assert len(r["log_lines"]) == 3, r["log_lines"]

@@ -293,6 +293,8 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
     module._tide_fsdp = Enabled(mode, comm0, [st for d in done for st in d[2]], fallbacks,
                                 pg0, ring0)
     module._tide_fsdp.comms = [(d[0], d[1]) for d in done]
+    for st in module._tide_fsdp.states:  # calls that fall back later are listed there too
+        st.fallback_sink = fallbacks
     logger.info("tide.fsdp: enabled %s", module._tide_fsdp)
     return module._tide_fsdp
 

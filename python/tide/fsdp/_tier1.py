@@ -493,6 +493,10 @@ class Tier1Group:
             self._fallback_logged = True
             logger.warning(
                 "tide.fsdp: %s reduces with stock FSDP2 for this call: %s", self.spec.name, why)
+            # Also in enabled(model).fallbacks (the list enable() returned), once.
+            sink = getattr(self, "fallback_sink", None)
+            if sink is not None:
+                sink.append((self.spec.name, "reductions on stock FSDP2: " + why))
 
     def reduce(self, fsdp_params, unsharded_grads, reduce_scatter_group, reduce_scatter_stream,
                reduce_scatter_comm, orig_dtype, reduce_dtype, device, gradient_divide_factor,
