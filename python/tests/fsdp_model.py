@@ -106,11 +106,14 @@ class TinyLlama(nn.Module):
         return self.head(self.norm(x)).float()
 
 
-def build(seed=0, exact=False, mp=None, reshard_after_forward=True, device=None, **dims):
+def build(seed=0, exact=False, mp=None, reshard_after_forward=True, device=None, compile=None,
+          **dims):
     """The model, seeded, wrapped with fully_shard per layer and at the root.  device: None
     (fully_shard's default mesh) or a device type ("cpu", "cuda") for a 1-D mesh over the
     default process group; the parameters are initialised on the CPU either way, so every
-    device starts from the same bits."""
+    device starts from the same bits.  compile: None, "before" (each block compiled, then
+    fully_shard, as torchtitan does), "after" (fully_shard, then each block compiled) or
+    "whole" (the whole model compiled after fully_shard)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     torch.manual_seed(seed)
@@ -123,9 +126,19 @@ def build(seed=0, exact=False, mp=None, reshard_after_forward=True, device=None,
         kw["mesh"] = init_device_mesh(torch.device(device).type, (dist.get_world_size(),))
     if mp is not None:
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=mp[0], reduce_dtype=mp[1])
+    if compile not in (None, "before", "after", "whole"):
+        raise ValueError("compile: %r" % (compile,))
+    if compile == "before":
+        for layer in model.layers:
+            layer.compile()
     for layer in model.layers:
         fully_shard(layer, reshard_after_forward=reshard_after_forward, **kw)
     fully_shard(model, **kw)
+    if compile == "after":
+        for layer in model.layers:
+            layer.compile()
+    elif compile == "whole":
+        model.compile()
     return model
 
 

@@ -56,14 +56,15 @@ class _CountStockCopies:
 def train(rank, world, steps=20, tide_mode=None, exact=False, mp=None, accum=1,
           sync_each_micro=False, tier=None, topology=None, seed=0, lr=1e-2, perturb=False,
           divide_factor=None, force_sum=False, hook=False, reshard_after_forward=True,
-          prefetch=False, device=None):
+          prefetch=False, device=None, reduce_in_fp32=False, compile=None):
     """One run; returns {"losses": [...], "params": [[local shards after step s]],
     "addresses": [...per step], "groups": [(fqn, tier)], "fallbacks": [...]}."""
     import tide.fsdp
 
     mp_dtypes = None if mp is None else (_DTYPES[mp[0]], _DTYPES[mp[1]])
     model = fsdp_model.build(seed=seed, exact=exact, mp=mp_dtypes,
-                             reshard_after_forward=reshard_after_forward, device=device)
+                             reshard_after_forward=reshard_after_forward, device=device,
+                             compile=compile)
     if prefetch:
         # Explicit prefetching: each layer unshards the next one (forward) / the previous
         # one (backward) ahead of time, through FSDPModule's public API.
@@ -91,6 +92,8 @@ def train(rank, world, steps=20, tide_mode=None, exact=False, mp=None, accum=1,
         kw = {}
         if topology is not None:
             kw = dict(nodes=topology[0], gpus_per_node=topology[1])
+        if reduce_in_fp32:
+            kw["reduce_in_fp32"] = True
         rec = tide.fsdp.enable(model, mode=tide_mode, tier=tier, **kw)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1, foreach=False)
     losses, params, addresses = [], [], []
@@ -140,7 +143,8 @@ def compare(rank, world, configs):
         # (PREMUL_SUM): the same arithmetic through another stock path.
         tide_kw = {k: v for k, v in cfg.items() if k != "stock"}
         stock_kw = {k: v for k, v in tide_kw.items() if k not in ("tide_mode", "tier",
-                                                                  "topology")}
+                                                                  "topology",
+                                                                  "reduce_in_fp32")}
         stock_kw.update(cfg.get("stock", {}))
         key = repr(sorted(stock_kw.items()))
         if key not in stock_cache:

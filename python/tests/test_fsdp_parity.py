@@ -12,8 +12,9 @@ What is bit-exact and why (docs/fsdp.md, "Numerics"):
 - world 4, plain fp32 gradients: TIDE and gloo sum four values in different orders, so the
   results differ by rounding; the test requires TIDE to stay within stock's own rounding
   spread: the deviation of a stock run whose fp32 masters start one ulp away.
-- bf16 with reduce_dtype=None: stock reduces in bf16, TIDE-RS always into fp32, so TIDE
-  equals stock's reduce_dtype=float32 run bit for bit and stays within the spread of stock's
+- bf16 with reduce_dtype=None and enable(reduce_in_fp32=True): stock reduces in bf16, TIDE-RS
+  into fp32, so TIDE equals stock's reduce_dtype=float32 run bit for bit (the default, which
+  rounds as stock does, is test_fsdp_reduce_dtype.py's) and stays within the spread of stock's
   rounding variants (one-ulp start, fp32 reduction).
 """
 
@@ -127,7 +128,7 @@ def _spread_runs(rank, world):
             "bf16_fp32_reduce": fsdp_train.train(rank, world, steps=STEPS,
                                                  mp=("bf16", "fp32")),
             "bf16_tide": fsdp_train.train(rank, world, steps=STEPS, mp=("bf16", None),
-                                          tide_mode="slot_reuse")}
+                                          tide_mode="slot_reuse", reduce_in_fp32=True)}
 
 
 def _body(rank, world, configs):
@@ -166,7 +167,7 @@ def test_parity_with_stock_fsdp2(world, tmp_path):
                 # divisor) moves the losses by orders of magnitude more.
                 assert _max_param_diff(stock, tide) <= fp32_spread_p, where
                 assert _max_loss_diff(stock, tide) <= 2 * fp32_spread_l, where
-        # bf16 with reduce_dtype=None: TIDE reduces into fp32.
+        # bf16 with reduce_dtype=None, reduce_in_fp32=True: TIDE reduces into fp32.
         tide_b = spread["bf16_tide"]
         assert tide_b["groups"] and tide_b["fallbacks"] == []
         if world == 2:

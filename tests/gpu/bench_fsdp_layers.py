@@ -272,8 +272,8 @@ def _tide_rank(rank, world, cfg):
         torch.cuda.set_device(0)
     block, pg = _shard_layer(_layer(cfg["dim"], cfg["hidden"], cfg["heads"],
                                     _dtype(cfg["dtype"])), world, cfg["device"])
-    rec = tide.fsdp.enable(block, mode=cfg["mode"], tier=1, sum_ctas=cfg.get("sum_ctas"),
-                           landing_ctas=cfg.get("landing_ctas"))
+    knobs = {k: cfg[k] for k in ("sum_ctas", "landing_ctas") if cfg.get(k) is not None}
+    rec = tide.fsdp.enable(block, mode=cfg["mode"], tier=1, tuning=knobs or None)
     if [t for _, t in rec.groups] != [1] or rec.fallbacks:
         raise RuntimeError("TIDE did not take the layer: %s" % rec)
     st = rec.states[0]

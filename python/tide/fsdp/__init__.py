@@ -17,11 +17,14 @@ fully_shard submodule) it chooses:
   the bytes.  See _tier0.py.
 - stock FSDP2, with one log line naming the reason, for groups outside TIDE's contract:
   sharding off dim 0, more than 256 parameters, mixed or unsupported dtypes, CPU offload,
-  all-gather extensions (fsdp_pre_all_gather), DTensor (TP) parameters, world size 1, HSDP or
-  replication, reshard_after_forward to a smaller mesh, custom communication hooks.
+  all-gather extensions (fsdp_pre_all_gather), DTensor (TP) parameters, world size 1, meshes
+  without a shard dimension, reshard_after_forward to a smaller mesh, custom communication
+  hooks.  HSDP is served on its shard dimension (_hsdp.py).
 
-Ranks whose groups disagree (shapes, dtypes, tier, mode, topology) abort enable() with a
-RuntimeError on every rank before anything is registered.
+Groups on different shard process groups (a dense part on the full mesh and experts on an
+expert sub-mesh; every replica of an HSDP mesh) get one communicator per process group, all
+in one enable().  Ranks whose groups disagree (shapes, dtypes, tier, mode, topology) abort
+enable() with a RuntimeError on every rank before anything is registered.
 """
 
 import gc
@@ -34,7 +37,7 @@ import torch.distributed as dist
 
 from .. import _lib
 from ..torch_binding import Comm
-from . import _internals, _ring, _tier0, _tier1, _tuning
+from . import _compile, _internals, _ring, _tier0, _tier1, _tuning
 
 logger = logging.getLogger("tide.fsdp")
 
@@ -70,6 +73,9 @@ class Enabled:
         self.states = states
         self.fallbacks = fallbacks
         self.process_group = pg
+        # [(shard process group, Comm)]: one communicator per process group TIDE serves,
+        # in enable's order; comm / process_group / ring are the first one's.
+        self.comms = [(pg, comm)] if comm is not None else []
 
     @property
     def groups(self):
@@ -106,12 +112,12 @@ def _contract(name, pg, tier):
     from torch.distributed.fsdp._fully_shard._fsdp_api import CPUOffloadPolicy
     from torch.distributed.fsdp._fully_shard._fsdp_collectives import (
         DefaultAllGather, DefaultReduceScatter)
-    from torch.distributed.fsdp._fully_shard._fsdp_common import FSDPMeshInfo, HSDPMeshInfo
+    from torch.distributed.fsdp._fully_shard._fsdp_common import FSDPMeshInfo
 
     fps = pg.fsdp_params
     mesh = pg.mesh_info
-    if not isinstance(mesh, FSDPMeshInfo) or isinstance(mesh, HSDPMeshInfo):
-        return None, "HSDP / replicated meshes are not supported yet"
+    if not isinstance(mesh, FSDPMeshInfo):
+        return None, "replicated meshes without a shard dimension are not supported"
     world = mesh.shard_mesh_size
     if world < 2:
         return None, "world size 1"
@@ -199,14 +205,18 @@ def _agree(pg, payload, what):
                            % (what, ", ".join(d[:12] for d in everyone)))
 
 
-def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, tuning=None):
+def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, tuning=None,
+           reduce_in_fp32=False):
     """Switch `module`'s FSDP2 parameter groups to TIDE (collective; see the module doc).
     Returns an Enabled record.  mode: "in_place" or "slot_reuse"; tier: None (best
     available), 1 or 0; nodes / gpus_per_node: the topology (default: see
     tide.torch_binding.default_topology); tuning: per-group knobs (see _tuning.py and
     docs/fsdp.md): None or "solver" (the sizing solver per group size), "default" (the
     planner's defaults), a dict of tide_config_t tuning fields for every group, or a
-    callable (group name, fp32 shard bytes) -> such a dict."""
+    callable (group name, fp32 shard bytes) -> such a dict.  reduce_in_fp32: False (the
+    default) rounds each reduction to the MixedPrecisionPolicy's reduce dtype where stock
+    FSDP2 rounds (stock's result; bit for bit at world 2); True keeps TIDE-RS's fp32 sum
+    for a bf16 reduce dtype (Tier 1; see _rounding.py)."""
     from torch.distributed.fsdp import FSDPModule
 
     if not isinstance(module, FSDPModule):
@@ -227,35 +237,79 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
         _check_idle(name, pg, "enable")
     tier = _choose_tier(tier)
     specs, fallbacks = [], []
-    pg0 = None
+    traced = _compile.traceable_fsdp_reason()
     for name, _m, pg in groups:
-        spec, why = _contract(name, pg, tier)
-        if spec is not None:
-            shard_pg = pg.mesh_info.shard_process_group
-            if pg0 is None:
-                pg0 = shard_pg
-            elif shard_pg is not pg0:
-                spec, why = None, "another process group than the first TIDE group's"
+        spec, why = _contract(name, pg, tier) if traced is None else (None, traced)
         if spec is None:
-            logger.warning("tide.fsdp: group %s stays on stock FSDP2: %s", name, why)
+            if traced is None:
+                logger.warning("tide.fsdp: group %s stays on stock FSDP2: %s", name, why)
             fallbacks.append((name, why))
         else:
+            spec.reduce_in_fp32 = bool(reduce_in_fp32)
             specs.append((spec, pg, _m))
-    # Every rank takes part in the agreement whenever there is a process group of 2 or more
+    if traced is not None and groups:
+        logger.warning("tide.fsdp: every group (%d) stays on stock FSDP2: %s", len(groups),
+                       traced)
+    # One communicator per shard process group (the dense part on the full mesh, experts on
+    # their sub-mesh, ...), in the order the groups first appear in named_modules(): every
+    # rank of a process group reaches its agreement and registration in the same order.
+    by_pg = []
+    for entry in specs:
+        shard_pg = entry[1].mesh_info.shard_process_group
+        for pg_i, entries in by_pg:
+            if pg_i is shard_pg:
+                entries.append(entry)
+                break
+        else:
+            by_pg.append((shard_pg, [entry]))
+    # Every rank takes part in an agreement whenever there is a process group of 2 or more
     # ranks, even with nothing to register, so that a rank that would register a group
     # cannot wait alone in the collective.
-    agree_pg = pg0
-    if agree_pg is None:
+    if not by_pg:
         agree_pg = next((getattr(pg.mesh_info, "shard_process_group", None)
                          for _n, _m2, pg in groups), None)
-    if agree_pg is None or dist.get_world_size(agree_pg) < 2:
+        if agree_pg is not None and dist.get_world_size(agree_pg) >= 2:
+            _agree(agree_pg, (tier, mode, bool(reduce_in_fp32), [], [],
+                              [f[0] for f in fallbacks]), "the TIDE group signatures")
         module._tide_fsdp = Enabled(mode, None, [], fallbacks, None)
         return module._tide_fsdp
-    nodes, gpus_per_node = _topology(agree_pg, nodes, gpus_per_node)
+    done = []  # [(pg, comm, states, ring)]
+    try:
+        for shard_pg, entries in by_pg:
+            comm, states, ring = _enable_on(module, shard_pg, entries, tier, mode, nodes,
+                                            gpus_per_node, tuning, reduce_in_fp32, fallbacks)
+            if comm is not None:
+                done.append((shard_pg, comm, states, ring))
+    except BaseException:
+        for _pg, comm, states, _ring in done:
+            _abandon(comm, states)
+        raise
+    if not done:
+        module._tide_fsdp = Enabled(mode, None, [], fallbacks, None)
+        return module._tide_fsdp
+    if tier == 1:
+        _tier1.install()
+    pg0, comm0, _s, ring0 = done[0]
+    module._tide_fsdp = Enabled(mode, comm0, [st for d in done for st in d[2]], fallbacks,
+                                pg0, ring0)
+    module._tide_fsdp.comms = [(d[0], d[1]) for d in done]
+    for st in module._tide_fsdp.states:  # calls that fall back later are listed there too
+        st.fallback_sink = fallbacks
+    logger.info("tide.fsdp: enabled %s", module._tide_fsdp)
+    return module._tide_fsdp
+
+
+def _enable_on(module, pg0, specs, tier, mode, nodes, gpus_per_node, tuning, reduce_in_fp32,
+               fallbacks):
+    """Agreement, planning and registration of the groups `specs` [(spec, pg, module)] of
+    one shard process group `pg0` (collective over it).  Returns (comm, states, ring), comm
+    None when the library planned none of them."""
+    nodes, gpus_per_node = _topology(pg0, nodes, gpus_per_node)
     configs = [_tuning.config_for(spec, nodes, gpus_per_node, mode, tuning)
                for spec, _pg, _m in specs]
-    _agree(agree_pg, (tier, mode, nodes, gpus_per_node, [s.key() for s, _, _m in specs],
-                      [_tuning.fields(c) for c in configs], [f[0] for f in fallbacks]),
+    _agree(pg0, (tier, mode, bool(reduce_in_fp32), nodes, gpus_per_node,
+                 [s.key() for s, _, _m in specs],
+                 [_tuning.fields(c) for c in configs], [f[0] for f in fallbacks]),
            "the TIDE group signatures")
     # The library plans every group locally first: a group it does not serve is refused on
     # every rank alike, before any collective, and stays on stock FSDP2.
@@ -268,8 +322,7 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
             logger.warning("tide.fsdp: group %s stays on stock FSDP2: %s", spec.name, why)
             fallbacks.append((spec.name, why))
     if not kept:
-        module._tide_fsdp = Enabled(mode, None, [], fallbacks, None)
-        return module._tide_fsdp
+        return None, [], None
     comm = Comm.from_process_group(pg0, nodes, gpus_per_node, device=kept[0][1].device)
     states = []
     ring = None
@@ -281,24 +334,24 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
                 states.append(_tier0.Tier0Group(pg, comm, spec, mode,
                                                 **_tuning.fields(config)))
     except BaseException:
-        for st in states:
-            st.release()
-        _tier1.uninstall_if_unused()
-        for st in states:  # collective, like the registrations that succeeded everywhere
-            try:
-                st.close()
-            except Exception:
-                pass
+        _abandon(comm, states)
+        raise
+    return comm, states, ring
+
+
+def _abandon(comm, states):
+    for st in states:
+        st.release()
+    _tier1.uninstall_if_unused()
+    for st in states:  # collective, like the registrations that succeeded everywhere
         try:
-            comm.close()
+            st.close()
         except Exception:
             pass
-        raise
-    if tier == 1:
-        _tier1.install()
-    module._tide_fsdp = Enabled(mode, comm, states, fallbacks, pg0, ring)
-    logger.info("tide.fsdp: enabled %s", module._tide_fsdp)
-    return module._tide_fsdp
+    try:
+        comm.close()
+    except Exception:
+        pass
 
 
 def _register_tier1(module, comm, kept, mode):
@@ -359,10 +412,12 @@ def _close(module, handle):
     gc.collect()
     live = sum(st.group.live_views() for st in handle.states)
     flag = torch.tensor([live], dtype=torch.int64)
-    if handle.process_group is not None:
-        if "nccl" in str(dist.get_backend(handle.process_group)).lower():
-            flag = flag.to(handle.comm.device)  # NCCL reduces device tensors only
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=handle.process_group)
+    comms = getattr(handle, "comms", None) or [(handle.process_group, handle.comm)]
+    for pg, comm in comms:  # in enable's order: the same on every rank
+        if pg is not None:
+            if "nccl" in str(dist.get_backend(pg)).lower():
+                flag = flag.to(comm.device)  # NCCL reduces device tensors only
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=pg)
     if int(flag.item()):
         module._tide_fsdp_closing = handle
         raise RuntimeError("tide.fsdp.disable: %d tensor(s) on this rank (at most %d on one "
@@ -372,7 +427,8 @@ def _close(module, handle):
     module._tide_fsdp_closing = None
     for st in handle.states:
         st.close()
-    handle.comm.close()
+    for _pg, comm in comms:
+        comm.close()
 
 
 def _drop_all_gather_state(pg):

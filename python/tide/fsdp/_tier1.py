@@ -34,7 +34,7 @@ import logging
 import torch
 
 from .. import _lib
-from . import _adopt
+from . import _adopt, _hsdp, _rounding
 
 logger = logging.getLogger("tide.fsdp")
 
@@ -493,6 +493,10 @@ class Tier1Group:
             self._fallback_logged = True
             logger.warning(
                 "tide.fsdp: %s reduces with stock FSDP2 for this call: %s", self.spec.name, why)
+            # Also in enabled(model).fallbacks (the list enable() returned), once.
+            sink = getattr(self, "fallback_sink", None)
+            if sink is not None:
+                sink.append((self.spec.name, "reductions on stock FSDP2: " + why))
 
     def reduce(self, fsdp_params, unsharded_grads, reduce_scatter_group, reduce_scatter_stream,
                reduce_scatter_comm, orig_dtype, reduce_dtype, device, gradient_divide_factor,
@@ -514,8 +518,10 @@ class Tier1Group:
             _raise_assert_with_print(
                 f"FSDP reduce-scatter expects uniform gradient dtype but got {grad_dtypes}")
         grad_dtype = unsharded_grads[0].dtype
-        if all_reduce_group is not None or reduce_scatter_group is None:
+        if reduce_scatter_group is None:
             return None  # never registered that way; stock handles it
+        # all_reduce_group is set for HSDP only (FSDP2 passes it for meshes with a replicate
+        # dimension, and a mesh without a shard dimension is never registered): _hsdp.py.
         g, grad_views = self.group, self.grad_views
         if grad_dtype != self.spec.grad_dtype:
             g, grad_views = self._wide_group(grad_dtype), self.wide_grad_views
@@ -535,7 +541,14 @@ class Tier1Group:
             grad_views = None
             self.calls["in_place_reduce"] = self.calls.get("in_place_reduce", 0) + 1
         reduce_dtype = reduce_dtype or grad_dtype
-        (predivide_factor, postdivide_factor, reduce_scatter_op, _all_reduce_op) = (
+        # Where stock rounds to a reduce dtype narrower than fp32 (enable(reduce_in_fp32=
+        # False), the default), TIDE rounds too: the gradients when they are wider than the
+        # reduce dtype (stock's pack casts them), and the fp32 sum (stock's reduce output is
+        # in the reduce dtype).  See _rounding.py.
+        rounding = _rounding.reduce_rounding(self.spec, reduce_dtype)
+        if rounding is not None and grad_dtype != rounding:
+            unsharded_grads[:] = _rounding.round_grads(unsharded_grads, rounding)
+        (predivide_factor, postdivide_factor, reduce_scatter_op, all_reduce_op) = (
             _get_gradient_divide_factors(reduce_scatter_group, all_reduce_group, reduce_dtype,
                                          device.type, gradient_divide_factor,
                                          force_sum_reduction_for_comms))
@@ -548,7 +561,8 @@ class Tier1Group:
         # before the post-division, as in stock, so the post divisor then stays a division.
         alpha, post_after_hook = _alpha(reduce_scatter_op, predivide_factor, postdivide_factor,
                                         gradient_divide_factor, world_size,
-                                        all_reduce_hook is not None)
+                                        all_reduce_hook is not None
+                                        or all_reduce_group is not None)
         handle = _get_device_handle(device.type)
         current_stream = handle.current_stream()
         grads = [None] * len(self.fsdp_params)
@@ -587,15 +601,31 @@ class Tier1Group:
             self.calls["reduce_scatter"] += 1
             if g is not self.group:
                 self.calls["wide_reduce_scatter"] += 1
+            if rounding is not None:
+                reduce_output = reduce_output.to(rounding)
             reduce_scatter_event = reduce_scatter_stream.record_event()
             post_reduce_stream = reduce_scatter_stream
+            all_reduce_input = all_reduce_event = None
+            if all_reduce_group is not None:  # HSDP: the replica all-reduce, as stock
+                (deferred, reduce_output, post_reduce_stream, all_reduce_input,
+                 all_reduce_event, partial_reduce_output) = _hsdp.replica_all_reduce(
+                    reduce_output, reduce_scatter_stream, all_reduce_stream, handle,
+                    all_reduce_group, all_reduce_op, all_reduce_grads, partial_reduce_output)
+                if deferred:
+                    self.calls["deferred_all_reduce"] = (
+                        self.calls.get("deferred_all_reduce", 0) + 1)
+                    holder = torch.empty(0, device=device)
+                    holder._tide_keepalive = keepalive
+                    return (holder, reduce_scatter_event, post_reduce_stream.record_event(),
+                            None, None, partial_reduce_output)
+                self.calls["replica_all_reduce"] = self.calls.get("replica_all_reduce", 0) + 1
         # -- END: ops in reduce_scatter stream
 
         if all_reduce_hook is not None:
             post_reduce_stream = all_reduce_stream
             all_reduce_stream.wait_stream(reduce_scatter_stream)
             with handle.stream(all_reduce_stream):
-                if reduce_dtype != torch.float32:
+                if reduce_output.dtype != reduce_dtype:
                     reduce_output = reduce_output.to(reduce_dtype)  # the hook's dtype
                 all_reduce_hook(reduce_output)
 
@@ -630,7 +660,8 @@ class Tier1Group:
         # returned "input" until then), which covers TIDE's read completion.
         holder = torch.empty(0, device=device)
         holder._tide_keepalive = keepalive
-        return (holder, reduce_scatter_event, post_reduce_event, None, None, None)
+        return (holder, reduce_scatter_event, post_reduce_event, all_reduce_input,
+                all_reduce_event, None)
 
     def close(self):
         if self.wide is not None:

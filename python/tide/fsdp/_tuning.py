@@ -44,6 +44,12 @@ def _checked(knobs, what):
     if bad:
         raise ValueError("tuning: %s names %s; the knobs are %s" % (what, ", ".join(bad),
                                                                    ", ".join(FIELDS)))
+    for name, value in knobs.items():
+        # 0 is tide_config_t's "the library chooses"; anything else the C planner would
+        # refuse is refused here, before any collective, instead of a silent stock fallback.
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1024:
+            raise ValueError("tuning: %s: %s must be an int in [0, 1024] (0: the library's "
+                             "choice), got %r" % (what, name, value))
     return knobs
 
 

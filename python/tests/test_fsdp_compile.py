@@ -1,0 +1,147 @@
+"""torch.compile with tide.fsdp at world 2 on the CPU (inductor, gcc): compiled blocks in both
+orders (compile each block, then fully_shard, as torchtitan does; fully_shard, then compile
+each block) and a whole compiled model, TIDE against stock FSDP2, bit for bit (fp32 at world
+2: the sums have two terms).  FSDP2's hooks run outside the compiled graphs (dynamo skips
+them: torch._dynamo.config.skip_fsdp_hooks), so Tier 1 serves every group and the test
+checks it did.  Traceable FSDP2 (FSDP2's hooks traced, with compiled autograd) is where TIDE
+cannot run: set before enable(), every group stays on stock with one log line (_compile.py).
+"""
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import fsdp_harness  # noqa: E402
+import fsdp_train  # noqa: E402
+
+STEPS = 3
+
+
+def _train(rank, world, how, tide_mode=None):
+    import torch.nn.functional as F
+    from torch.distributed.fsdp import fully_shard
+
+    import fsdp_model
+    import tide.fsdp
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = fsdp_model.TinyLlama()
+    if how == "compile_then_shard":
+        for layer in model.layers:
+            layer.compile()
+    for layer in model.layers:
+        fully_shard(layer)
+    fully_shard(model)
+    if how == "shard_then_compile":
+        for layer in model.layers:
+            layer.compile()
+    elif how == "whole":
+        model.compile()
+    rec = tide.fsdp.enable(model, mode=tide_mode) if tide_mode else None
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1, foreach=False)
+    losses, params = [], []
+    with fsdp_train._CountStockCopies() as counter:
+        for step in range(STEPS):
+            x, y = fsdp_model.batch(step, rank)
+            loss = F.cross_entropy(model(x).reshape(-1, 37), y.reshape(-1))
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+            params.append([p.to_local().detach().clone() for p in model.parameters()])
+    out = {"losses": losses, "params": params, "stock_copies": counter.counts}
+    if rec is not None:
+        out.update(groups=rec.groups, fallbacks=rec.fallbacks,
+                   calls={st.spec.name: dict(st.calls) for st in rec.states})
+        tide.fsdp.disable(model)
+    return out
+
+
+def _body(rank, world, hows):
+    torch.set_num_threads(1)
+    return [(how, _train(rank, world, how), _train(rank, world, how, tide_mode="in_place"))
+            for how in hows]
+
+
+@pytest.mark.parametrize("hows", [["compile_then_shard", "shard_then_compile"], ["whole"]])
+def test_compiled_blocks_world2(tmp_path, hows):
+    records = fsdp_harness.run(2, _body, tmp_path, timeout=600, hows=hows)
+    for rank, rec in enumerate(records):
+        assert rec["ok"], rec.get("traceback")
+        for how, stock, tide in rec["result"]:
+            where = "rank %d, %s" % (rank, how)
+            assert tide["fallbacks"] == [], where
+            assert [t for _, t in tide["groups"]] == [1] * 3, where
+            for name, calls in tide["calls"].items():
+                assert calls["reduce_scatter"] == STEPS, (where, name, calls)
+                assert calls.get("stock_reduce", 0) == 0, (where, name, calls)
+                assert calls.get("stock_all_gather", 0) == 0, (where, name, calls)
+            assert tide["stock_copies"]["reduce_scatter_tensor"] == 0, where
+            assert stock["stock_copies"]["reduce_scatter_tensor"] > 0, where
+            for step, (a, b) in enumerate(zip(stock["params"], tide["params"])):
+                assert all(torch.equal(x, y) for x, y in zip(a, b)), (where, step)
+            assert stock["losses"] == tide["losses"], where
+
+
+def _compiled_autograd(rank, world, tide_mode=None):
+    """A whole compiled model with compiled autograd on (FSDP2's hooks traced)."""
+    import torch._dynamo.config as dcfg
+
+    dcfg.skip_fsdp_hooks = False
+    try:
+        with torch._dynamo.compiled_autograd._enable(torch.compile):
+            return _train(rank, world, "whole", tide_mode=tide_mode)
+    finally:
+        dcfg.skip_fsdp_hooks = True
+
+
+def _ca_body(rank, world):
+    torch.set_num_threads(1)
+    try:
+        stock = _compiled_autograd(rank, world)
+    except Exception as exc:  # stock itself cannot run it here
+        return {"stock_error": "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0])}
+    import logging
+
+    lines = []
+
+    class _Count(logging.Handler):
+        def emit(self, record):
+            if "stays on stock" in record.getMessage():
+                lines.append(record.getMessage())
+
+    handler = _Count()
+    logging.getLogger("tide.fsdp").addHandler(handler)
+    try:
+        tide = _compiled_autograd(rank, world, "in_place")
+    finally:
+        logging.getLogger("tide.fsdp").removeHandler(handler)
+    return {"stock": stock, "tide": tide, "log_lines": len(lines)}
+
+
+def test_traceable_fsdp2_falls_back_to_stock(tmp_path):
+    """Compiled autograd with FSDP2's hooks traced (skip_fsdp_hooks=False, set before
+    enable): every group stays on stock FSDP2 with one log line and its reason in
+    enabled(model).fallbacks; the step raises nothing and equals stock's."""
+    records = fsdp_harness.run(2, _ca_body, tmp_path, timeout=600)
+    for rec in records:
+        assert rec["ok"], rec.get("traceback")
+        if "stock_error" in rec["result"]:
+            pytest.skip("stock FSDP2 with compiled autograd does not run here: "
+                        + rec["result"]["stock_error"])
+    for rank, rec in enumerate(records):
+        stock, tide = rec["result"]["stock"], rec["result"]["tide"]
+        assert tide["groups"] == [], rank
+        assert sorted(n for n, _ in tide["fallbacks"]) == ["<root>", "layers.0", "layers.1"]
+        assert all("Traceable FSDP2" in why for _, why in tide["fallbacks"])
+        assert rec["result"]["log_lines"] == 1, rec["result"]["log_lines"]
+        # Stock Traceable FSDP2 itself does not train on the CPU with torch 2.11 (observed:
+        # non-finite losses from the first step, in every run), so there is no stock result
+        # to match here; where stock's losses are finite, the fallback must equal them.
+        if all(math.isfinite(x) for x in stock["losses"]):
+            for a, b in zip(stock["params"], tide["params"]):
+                assert all(torch.equal(x, y) for x, y in zip(a, b)), rank
+            assert stock["losses"] == tide["losses"], rank
