@@ -160,25 +160,16 @@ static int compare_records(ctx_t *c, int step) {
     int ok = 1;
     for (int k = 0; k < c->num_rec; ++k) {
         record_t *rc = &c->rec[k];
-        char msg[160];
-        if (memcmp(rc->a, rc->b, rc->bytes) != 0) {
-            snprintf(msg, sizeof(msg), "step %d %s: the shared arena's bytes differ from the "
-                     "group registered alone", step, rc->what);
-            ok = fail_run(c, "%s", msg);
-        }
-        if (rc->want != NULL && memcmp(rc->a, rc->want, rc->bytes) != 0) {
-            snprintf(msg, sizeof(msg), "step %d %s: the landing does not hold the shards", step,
-                     rc->what);
-            ok = fail_run(c, "%s", msg);
-        }
+        if (memcmp(rc->a, rc->b, rc->bytes) != 0)
+            ok = fail_run(c, "step %d %s: the shared arena's bytes differ from the group "
+                          "registered alone", step, rc->what);
+        if (rc->want != NULL && memcmp(rc->a, rc->want, rc->bytes) != 0)
+            ok = fail_run(c, "step %d %s: the landing does not hold the shards", step, rc->what);
         if (rc->want == NULL) {
             int nonzero = 0;
             for (uint64_t e = 0; e < rc->bytes / 4; ++e)
                 nonzero |= ((const float *)rc->a)[e] != 0.0f;
-            if (!nonzero) {
-                snprintf(msg, sizeof(msg), "step %d %s: the output is all zero", step, rc->what);
-                ok = fail_run(c, "%s", msg);
-            }
+            if (!nonzero) ok = fail_run(c, "step %d %s: the output is all zero", step, rc->what);
         }
         cudaFreeHost(rc->a);
         cudaFreeHost(rc->b);
