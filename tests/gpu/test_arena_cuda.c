@@ -66,7 +66,7 @@ static void fill(uint16_t *buf, uint64_t elems, uint64_t seed) {
 
 /* A pair of host copies made on the devices, compared after the step's sync. */
 typedef struct {
-    void *a, *b;   /* pinned: the set's and the alone group's bytes */
+    void *a, *b; /* pinned: the set's and the alone group's bytes */
     uint64_t bytes;
     const void *want; /* or NULL: the expected landing (host) */
     char what[96];
@@ -86,8 +86,8 @@ typedef struct {
     tide_param_geometry_t geo[G][MAX_P];
     cudaStream_t ag[MAX_N], rs[MAX_N], lone[MAX_N];
     cudaEvent_t ag_done[MAX_N];
-    uint16_t *h_shards[G];          /* N shards of the step */
-    uint16_t *h_landing[G];         /* the expected landing */
+    uint16_t *h_shards[G];  /* N shards of the step */
+    uint16_t *h_landing[G]; /* the expected landing */
     uint16_t *h_grads[G][MAX_N];
     void *d_shards[G][MAX_N];
     void *d_grads[G][MAX_N];
@@ -97,7 +97,9 @@ typedef struct {
     int bad; /* FAIL lines printed in this run */
 } ctx_t;
 
-static int dev_of(const ctx_t *c, int r) { return r % c->dev_count; }
+static int dev_of(const ctx_t *c, int r) {
+    return r % c->dev_count;
+}
 
 static uint64_t grad_elems(const ctx_t *c, int i) {
     uint64_t e = 0;
@@ -125,12 +127,12 @@ __attribute__((format(printf, 2, 3))) static int fail_run(ctx_t *c, const char *
 #define CU(call, what)                                                                             \
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) return fail_run(c, what ": %s", cudaGetErrorString(e_));           \
+        if (e_ != cudaSuccess) return fail_run(c, what ": %s", cudaGetErrorString(e_));            \
     } while (0)
 
 /* Copy `bytes` of the set's `a_dev` (on stream sa) and the alone group's `b_dev` (on sb). */
-static int record(ctx_t *c, const void *a_dev, cudaStream_t sa, const void *b_dev,
-                  cudaStream_t sb, uint64_t bytes, const void *want, const char *what) {
+static int record(ctx_t *c, const void *a_dev, cudaStream_t sa, const void *b_dev, cudaStream_t sb,
+                  uint64_t bytes, const void *want, const char *what) {
     if (c->num_rec == c->cap_rec) {
         c->cap_rec = c->cap_rec ? 2 * c->cap_rec : 64;
         c->rec = realloc(c->rec, (size_t)c->cap_rec * sizeof(*c->rec));
@@ -161,8 +163,10 @@ static int compare_records(ctx_t *c, int step) {
     for (int k = 0; k < c->num_rec; ++k) {
         record_t *rc = &c->rec[k];
         if (memcmp(rc->a, rc->b, rc->bytes) != 0)
-            ok = fail_run(c, "step %d %s: the shared arena's bytes differ from the group "
-                          "registered alone", step, rc->what);
+            ok = fail_run(c,
+                          "step %d %s: the shared arena's bytes differ from the group "
+                          "registered alone",
+                          step, rc->what);
         if (rc->want != NULL && memcmp(rc->a, rc->want, rc->bytes) != 0)
             ok = fail_run(c, "step %d %s: the landing does not hold the shards", step, rc->what);
         if (rc->want == NULL) {
@@ -261,8 +265,8 @@ static int reduce(ctx_t *c, int i, int step) {
             g_alone[p] = (const uint8_t *)c->d_grads[i][r] + off;
             off += c->shapes[i][p].dim0 * c->shapes[i][p].inner * 2;
         }
-        TRY(tide_reduce_scatter(c->alone[r][i], g_alone, c->d_out_alone[i][r], alpha, acc,
-                                c->mode, c->lone[r]),
+        TRY(tide_reduce_scatter(c->alone[r][i], g_alone, c->d_out_alone[i][r], alpha, acc, c->mode,
+                                c->lone[r]),
             "reduce_scatter (alone)");
     }
     for (int r = 0; r < c->n; ++r) {
