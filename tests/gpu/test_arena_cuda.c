@@ -224,6 +224,7 @@ static int gather(ctx_t *c, int i, int step) {
         TRY(tide_group_landing(c->set[r][i], 0, &a), "group_landing");
         TRY(tide_group_landing(c->alone[r][i], 0, &b), "group_landing");
         snprintf(what, sizeof(what), "AG of group %d, rank %d's landing", i, r);
+        CU(cudaSetDevice(dev_of(c, r)), "cudaSetDevice"); /* its streams' device */
         if (!record(c, a, c->ag[r], b, c->lone[r], c->sum[i].group_bytes, c->h_landing[i], what))
             return 0;
         /* After the copy out: the staging of a Slot-Reuse RS overwrites the landing. */
@@ -241,6 +242,7 @@ static int reduce(ctx_t *c, int i, int step) {
         const void *g_set[MAX_P], *g_alone[MAX_P];
         uint8_t *staged = NULL;
         /* FSDP2: the backward (here: the staging) follows the all-gather. */
+        CU(cudaSetDevice(dev_of(c, r)), "cudaSetDevice");
         CU(cudaStreamWaitEvent(c->rs[r], c->ag_done[r], 0), "cudaStreamWaitEvent");
         if (c->mode == TIDE_RS_SLOT_REUSE) {
             void *slot = NULL;
@@ -274,6 +276,7 @@ static int reduce(ctx_t *c, int i, int step) {
     }
     for (int r = 0; r < c->n; ++r) {
         snprintf(what, sizeof(what), "RS of group %d, rank %d's output", i, r);
+        CU(cudaSetDevice(dev_of(c, r)), "cudaSetDevice");
         if (!record(c, c->d_out_set[i][r], c->rs[r], c->d_out_alone[i][r], c->lone[r],
                     c->sum[i].fp32_shard_bytes, NULL, what))
             return 0;
