@@ -10,6 +10,8 @@
  *                                          of one process or one handle per process
  *   arena_create / arena_destroy           (collective) every rank's arena of one group,
  *                                          zeroed, seen by each rank as N base pointers
+ *   arena_view_create (optional)           (collective) a group's view of a shared arena's
+ *                                          memory with its own call state (docs/arena.md)
  *   execute                                run one rank's program of one call, bound to the
  *                                          call's operands (CPU: to completion on the calling
  *                                          thread; CUDA: enqueued on `stream`)
