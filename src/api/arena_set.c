@@ -67,10 +67,12 @@ tide_result_t tide_set_fence(struct tide_group *g, const tide_set_use_t *use, vo
     if (!need) return TIDE_SUCCESS;
     tide_binding_t b = {0};
     b.plan = g->plan;
-    b.arena = set->arena;
+    b.arena = g->arena;
     b.rank = g->comm->rank;
     b.epoch = g->fences;
-    TIDE_CHECK(g->comm->ops->execute(set->arena, &g->fence[rs_handover], &b, stream));
+    /* On the group's view where the fabric makes views: the fence's call state is the
+     * group's (its counter is the group's TIDE_CTR_FENCE). */
+    TIDE_CHECK(g->comm->ops->execute(g->arena, &g->fence[rs_handover], &b, stream));
     ++g->fences;
     return TIDE_SUCCESS;
 }
@@ -218,6 +220,33 @@ static tide_result_t resolve_entries(const struct tide_comm *comm, int n,
     return TIDE_SUCCESS;
 }
 
+/* Each group's arena: a view of the set's (GPU fabrics), or the set's arena itself (CPU). */
+static void views_destroy(struct tide_arena_set *set, int count) {
+    for (int i = 0; i < count; ++i) {
+        struct tide_group *g = set->groups[i];
+        if (g->arena != NULL && g->arena != set->arena) set->comm->ops->arena_destroy(g->arena);
+        g->arena = NULL;
+    }
+}
+
+static tide_result_t views_create(struct tide_arena_set *set) {
+    const struct tide_fabric_ops *ops = set->comm->ops;
+    for (int i = 0; i < set->num_groups; ++i) {
+        struct tide_group *g = set->groups[i];
+        if (ops->arena_view_create == NULL) {
+            g->arena = set->arena;
+            continue;
+        }
+        const tide_result_t res = ops->arena_view_create(
+            set->arena, tide_plan_signature(set->ap->groups[i].plan), &g->arena);
+        if (res != TIDE_SUCCESS) {
+            views_destroy(set, i);
+            return res;
+        }
+    }
+    return TIDE_SUCCESS;
+}
+
 static tide_result_t set_alloc(struct tide_comm *comm, int n, struct tide_arena_set **set_out) {
     struct tide_arena_set *set = calloc(1, sizeof(*set));
     if (set == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "groups_register: out of host memory");
@@ -262,10 +291,13 @@ tide_result_t tide_groups_register(tide_comm_t comm, int num_groups,
                    TIDE_ARENA_MAX_GROUPS);
     TIDE_ARG_CHECK(entries != NULL && groups_out != NULL,
                    "groups_register: entries and groups_out must be non-NULL");
-    if (comm->ops->kind != TIDE_FABRIC_CPU)
+    /* The CPU fabric keeps no per-arena call state: its groups share the arena object.  The
+     * GPU fabrics do, and serve a set through views (fabric.h, arena_view_create). */
+    if (comm->ops->kind != TIDE_FABRIC_CPU && comm->ops->arena_view_create == NULL)
         return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
-                        "groups_register: the %s fabric does not serve shared arenas yet (the CPU "
-                        "fabric does; docs/arena.md, \"Fabrics\"): register the groups one by "
+                        "groups_register: the %s fabric (this communicator's kind of world) does "
+                        "not serve shared arenas yet (the CPU fabric and the single-process CUDA "
+                        "fabric do; docs/arena.md, \"Fabrics\"): register the groups one by "
                         "one with tide_group_register",
                         comm->ops->name);
 
@@ -303,10 +335,12 @@ tide_result_t tide_groups_register(tide_comm_t comm, int num_groups,
     TIDE_CHECK_GOTO(comm->ops->arena_create(comm->world, set->ap->layout.total_bytes,
                                             set_signature(set->ap), &set->arena),
                     res, fail_members);
+    TIDE_CHECK_GOTO(views_create(set), res, fail_arena);
     for (int i = 0; i < num_groups; ++i) {
         res = tide_handle_add(set->groups[i], TIDE_HANDLE_GROUP);
         if (res != TIDE_SUCCESS) {
             /* The handles added so far go through the quarantine, the others are freed. */
+            views_destroy(set, num_groups);
             comm->ops->arena_destroy(set->arena);
             for (int j = 0; j < num_groups; ++j) {
                 member_free(set->groups[j]);
@@ -318,7 +352,6 @@ tide_result_t tide_groups_register(tide_comm_t comm, int num_groups,
             set_free(set);
             goto out;
         }
-        set->groups[i]->arena = set->arena;
         set->groups[i]->poison = TIDE_SUCCESS;
     }
     set->live_groups = num_groups;
@@ -328,6 +361,8 @@ tide_result_t tide_groups_register(tide_comm_t comm, int num_groups,
     res = TIDE_SUCCESS;
     goto out;
 
+fail_arena:
+    comm->ops->arena_destroy(set->arena);
 fail_members:
     unwind(set, built, false);
     goto out;
@@ -344,12 +379,16 @@ tide_result_t tide_set_group_release(struct tide_group *g) {
     const int res_index = tide_set_landing(g);
     if (set->occupant[res_index] == g->set_index) set->live[res_index] = false;
     set->groups[g->set_index] = NULL;
+    /* A view goes with its group (collective, like the group's release); the memory stays
+     * with the set's arena until the last group. */
+    tide_result_t view_res = TIDE_SUCCESS;
+    if (g->arena != set->arena) view_res = set->comm->ops->arena_destroy(g->arena);
     member_free(g);
     tide_handle_release(g, TIDE_HANDLE_GROUP, sizeof(*g));
     --set->comm->live_groups;
-    if (--set->live_groups > 0) return TIDE_SUCCESS;
+    if (--set->live_groups > 0) return view_res;
     /* The last group of the set: the arena goes (collective, like a lone group's). */
     const tide_result_t res = set->comm->ops->arena_destroy(set->arena);
     set_free(set);
-    return res;
+    return view_res != TIDE_SUCCESS ? view_res : res;
 }

@@ -250,7 +250,9 @@ static tide_result_t agree(struct tide_group *g, tide_collective_t coll, uint64_
     /* The check's own sequence advances with every exchange, so that a call refused later
      * (before any op ran) never posts the same sequence number twice. */
     uint64_t *seq = g->set != NULL ? &g->set->checks[coll] : &g->checks[coll];
-    TIDE_CHECK(ops->call_check(g->arena, coll, (*seq)++, sig, &other, &other_sig));
+    /* A set's sequence is the parent arena's (its groups may run on views of it). */
+    TIDE_CHECK(ops->call_check(g->set != NULL ? g->set->arena : g->arena, coll, (*seq)++, sig,
+                               &other, &other_sig));
     if (other < 0) return TIDE_SUCCESS;
     char mine[128], theirs[128];
     describe_signature(coll, sig, mine, sizeof(mine));

@@ -10,6 +10,8 @@
  *                                          of one process or one handle per process
  *   arena_create / arena_destroy           (collective) every rank's arena of one group,
  *                                          zeroed, seen by each rank as N base pointers
+ *   arena_view_create (optional)           (collective) a group's view of a shared arena's
+ *                                          memory with its own call state (docs/arena.md)
  *   execute                                run one rank's program of one call, bound to the
  *                                          call's operands (CPU: to completion on the calling
  *                                          thread; CUDA: enqueued on `stream`)
@@ -132,6 +134,16 @@ struct tide_fabric_ops {
                                   uint64_t signature, struct tide_fabric_arena **arena_out);
     /* Collective; releases this rank's view (and the memory with the last view). */
     tide_result_t (*arena_destroy)(struct tide_fabric_arena *arena);
+
+    /* Optional (NULL: the fabric serves no shared arenas, docs/arena.md "Fabrics").
+     * Collective over the world, paired across ranks like arena_create: a view of `parent`'s
+     * memory for one group of a shared arena (`signature` identifies the group).  The view
+     * sees the parent's N base pointers and owns fresh call state (the GPU fabrics' families,
+     * events, prepared command lists, call counters), so the groups of a set run their
+     * programs each on its own view.  arena_destroy of a view releases the view only; the
+     * memory goes with the parent, which is destroyed after its views. */
+    tide_result_t (*arena_view_create)(struct tide_fabric_arena *parent, uint64_t signature,
+                                       struct tide_fabric_arena **view_out);
 
     /* Run (or enqueue on `stream`) the binding rank's part of `prog` for one call. */
     tide_result_t (*execute)(struct tide_fabric_arena *arena, const tide_program_t *prog,

@@ -25,6 +25,7 @@ tide_result_t tide_program_compile_fence(const struct tide_plan *plan, bool zero
     TIDE_ARG_CHECK(plan != NULL && prog_out != NULL, "fence: plan and prog_out must be non-NULL");
     tide_program_t prog;
     TIDE_CHECK(tide_program_init(plan, TIDE_COLL_ALL_GATHER, TIDE_RS_IN_PLACE, &prog));
+    prog.fence = zero_inbox ? 2 : 1;
     const int n = plan->topo.ranks;
     tide_result_t res = TIDE_SUCCESS;
     const uint64_t inbox = plan->arena.regions[TIDE_REGION_INBOX].bytes;

@@ -138,6 +138,9 @@ typedef enum { TIDE_COLL_ALL_GATHER = 0, TIDE_COLL_REDUCE_SCATTER = 1 } tide_col
 typedef struct {
     tide_collective_t coll;
     tide_rs_mode_t mode;
+    /* 0: an AG / RS program; 1: the cross-group fence, 2: the fence that zeroes the inbox
+     * first (fence.c).  Fabrics that keep call state per program family tell them apart. */
+    int fence;
     const struct tide_plan *plan; /* borrowed */
     int num_ranks;
     tide_rank_program_t *ranks;   /* N entries */

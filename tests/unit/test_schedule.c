@@ -20,6 +20,8 @@
 #include "program/machine.h"
 #include "program/program.h"
 
+#include <string.h>
+
 static const tide_param_shape_t shapes[] = {{105, 9}, {10, 16}, {3, 1}};
 
 static tide_plan_t plan_of(int m, int l, int passes, tide_rs_mode_t mode, int cast) {
@@ -239,6 +241,44 @@ static void test_compiled_programs(void **state) {
                 tide_program_free(&rs);
                 tide_plan_destroy(plan);
             }
+}
+
+/* The cross-group fence (program/fence.c) as the CUDA executors run it: a valid schedule,
+ * and in both forms every rank's caller stream waits on this call's signal of every other
+ * rank (that is what orders a group's call after the previous group's on every rank). */
+static void test_fence_programs(void **state) {
+    (void)state;
+    static const int topo[][2] = {{1, 1}, {1, 4}, {2, 2}, {3, 2}};
+    for (size_t k = 0; k < sizeof(topo) / sizeof(topo[0]); ++k)
+        for (int zero = 0; zero < 2; ++zero) {
+            tide_plan_t plan = plan_of(topo[k][0], topo[k][1], 1, TIDE_RS_IN_PLACE, 0);
+            tide_program_t f;
+            assert_tide(TIDE_SUCCESS, tide_program_compile_fence(plan, zero != 0, &f));
+            assert_int_equal(f.fence, 1 + zero);
+            check_program(&f);
+            tide_schedule_t s;
+            assert_tide(TIDE_SUCCESS, tide_schedule_build(&f, &s));
+            const int n = s.num_ranks;
+            bool *seen = calloc((size_t)n * (size_t)n, sizeof(bool));
+            assert_non_null(seen);
+            for (int form = 0; form < TIDE_SCHED_FORMS; ++form) {
+                memset(seen, 0, (size_t)n * (size_t)n * sizeof(bool));
+                for (int i = 0; i < s.num_cmds[form]; ++i) {
+                    const tide_sched_cmd_t *c = &s.cmds[form][i];
+                    if (c->kind != TIDE_SCHED_CMD_WAIT) continue;
+                    assert_int_equal(c->thread % TIDE_Q_COUNT, TIDE_Q_CALLER);
+                    const int r = c->thread / TIDE_Q_COUNT;
+                    seen[r * n + s.slot_thread[c->arg] / TIDE_Q_COUNT] = true;
+                }
+                for (int r = 0; r < n; ++r)
+                    for (int j = 0; j < n; ++j)
+                        if (j != r) assert_true(seen[r * n + j]);
+            }
+            free(seen);
+            tide_schedule_free(&s);
+            tide_program_free(&f);
+            tide_plan_destroy(plan);
+        }
 }
 
 /* The first WAIT of any rank, or NULL. */
@@ -493,6 +533,7 @@ static void test_malformed_rejected(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_compiled_programs),
+        cmocka_unit_test(test_fence_programs),
         cmocka_unit_test(test_rails_variant),
         cmocka_unit_test(test_mutations_rejected),
         cmocka_unit_test(test_machine_rules),

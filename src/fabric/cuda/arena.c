@@ -10,6 +10,11 @@
  * unused: counters are resolved into events on the host (program/schedule.c).
  *
  * The memory goes with the last view, after the last enqueued calls completed.
+ *
+ * Shared arenas (docs/arena.md, "Fabrics"): arena_view_create makes a registration that
+ * borrows a parent registration's memory (its N base pointers, nothing allocated or zeroed)
+ * and owns fresh families, so that each group of a set keeps its own events, prepared command
+ * lists and call counters.  The views are destroyed before the parent, which frees the memory.
  */
 #include "core/checks.h"
 #include "fabric/cuda/cuda.h"
@@ -64,7 +69,7 @@ void tide_cuda_family_free(tide_cuda_family_t *fam, int ranks) {
 static void group_quiesce(tide_cuda_group_t *g) {
     tide_cuda_shared_t *sh = g->shared;
     bool sync_devices = false;
-    for (int f = 0; f < 2; ++f) {
+    for (int f = 0; f < 3; ++f) {
         tide_cuda_family_t *fam = &g->fam[f];
         if (fam->last_epoch < 0) continue;
         const int p = (int)(fam->last_epoch % 2);
@@ -73,7 +78,7 @@ static void group_quiesce(tide_cuda_group_t *g) {
         else
             sync_devices = true;
     }
-    for (int f = 0; f < 2 && !sync_devices; ++f)
+    for (int f = 0; f < 3 && !sync_devices; ++f)
         if (g->fam[f].broken != TIDE_SUCCESS) sync_devices = true;
     if (sync_devices)
         for (int d = 0; d < sh->num_devices; ++d)
@@ -84,8 +89,12 @@ static void group_quiesce(tide_cuda_group_t *g) {
 static void group_free(tide_cuda_group_t *g) {
     tide_cuda_shared_t *sh = g->shared;
     group_quiesce(g);
-    for (int f = 0; f < 2; ++f)
+    for (int f = 0; f < 3; ++f)
         tide_cuda_family_free(&g->fam[f], sh->ranks);
+    if (g->parent != NULL) {
+        free(g); /* the memory is the parent's */
+        return;
+    }
     if (g->bases != NULL)
         for (int r = 0; r < sh->ranks; ++r)
             if (g->bases[r] != NULL) cudaFree(g->bases[r]);
@@ -95,9 +104,20 @@ static void group_free(tide_cuda_group_t *g) {
 }
 
 /* Allocate and zero the N arenas of a registration. */
+static tide_result_t families_init(tide_cuda_group_t *g) {
+    TIDE_CHECK(family_init(g->shared, &g->fam[0], TIDE_COLL_ALL_GATHER));
+    TIDE_CHECK(family_init(g->shared, &g->fam[1], TIDE_COLL_REDUCE_SCATTER));
+    /* The fence runs SIGNAL / WAIT programs compiled as all-gathers (program/fence.c). */
+    return family_init(g->shared, &g->fam[2], TIDE_COLL_ALL_GATHER);
+}
+
 static tide_result_t group_alloc(tide_cuda_group_t *g) {
     tide_cuda_shared_t *sh = g->shared;
     const int n = sh->ranks;
+    if (g->parent != NULL) {
+        g->bases = g->parent->bases;
+        return families_init(g);
+    }
     g->bases = calloc((size_t)n, sizeof(*g->bases));
     if (g->bases == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda fabric: %d arenas", n);
     for (int r = 0; r < n; ++r) {
@@ -112,14 +132,12 @@ static tide_result_t group_alloc(tide_cuda_group_t *g) {
     }
     for (int d = 0; d < sh->num_devices; ++d)
         TIDE_CUDA_CALL(cudaStreamSynchronize(sh->util[d]), "cudaStreamSynchronize(arena zeroing)");
-    TIDE_CHECK(family_init(sh, &g->fam[0], TIDE_COLL_ALL_GATHER));
-    TIDE_CHECK(family_init(sh, &g->fam[1], TIDE_COLL_REDUCE_SCATTER));
-    return TIDE_SUCCESS;
+    return families_init(g);
 }
 
 /* The registration `seq` (under the lock): found, or created by the first rank to arrive. */
-static tide_result_t group_of(tide_cuda_shared_t *sh, uint64_t seq, uint64_t bytes,
-                              uint64_t signature, tide_cuda_group_t **out) {
+static tide_result_t group_of(tide_cuda_shared_t *sh, tide_cuda_group_t *parent, uint64_t seq,
+                              uint64_t bytes, uint64_t signature, tide_cuda_group_t **out) {
     for (tide_cuda_group_t *g = sh->registering; g != NULL; g = g->next)
         if (g->seq == seq) {
             *out = g;
@@ -128,6 +146,7 @@ static tide_result_t group_of(tide_cuda_shared_t *sh, uint64_t seq, uint64_t byt
     tide_cuda_group_t *g = calloc(1, sizeof(*g));
     if (g == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda fabric: out of host memory");
     g->shared = sh;
+    g->parent = parent;
     g->seq = seq;
     g->bytes = bytes;
     g->signature = signature;
@@ -138,19 +157,34 @@ static tide_result_t group_of(tide_cuda_shared_t *sh, uint64_t seq, uint64_t byt
     if (g->failed != TIDE_SUCCESS) {
         /* Keep the entry so that the other ranks learn of the failure; free the memory now
          * (nothing ran on it). */
-        for (int f = 0; f < 2; ++f)
+        for (int f = 0; f < 3; ++f)
             tide_cuda_family_free(&g->fam[f], sh->ranks);
-        if (g->bases != NULL)
+        if (g->bases != NULL && parent == NULL) {
             for (int r = 0; r < sh->ranks; ++r)
                 if (g->bases[r] != NULL) cudaFree(g->bases[r]);
+            free(g->bases);
+        }
         (void)cudaGetLastError();
-        free(g->bases);
         g->bases = NULL;
+    } else if (parent != NULL) {
+        g->view_next = parent->views;
+        parent->views = g;
     }
     g->next = sh->registering;
     sh->registering = g;
     *out = g;
     return TIDE_SUCCESS;
+}
+
+/* A view that goes leaves its parent's list (under the lock). */
+static void unlink_view(tide_cuda_group_t *g) {
+    if (g->parent == NULL) return;
+    for (tide_cuda_group_t **p = &g->parent->views; *p != NULL; p = &(*p)->view_next)
+        if (*p == g) {
+            *p = g->view_next;
+            g->view_next = NULL;
+            return;
+        }
 }
 
 /* The last rank passed registration: the entry leaves the registering list. */
@@ -163,8 +197,10 @@ static void unlist(tide_cuda_shared_t *sh, tide_cuda_group_t *g) {
         }
 }
 
-tide_result_t tide_cuda_arena_create(struct tide_fabric_world *world, uint64_t bytes,
-                                     uint64_t signature, struct tide_fabric_arena **arena_out) {
+/* A registration of this rank: of new memory (parent NULL) or a view of parent's. */
+static tide_result_t attach(struct tide_fabric_world *world, tide_cuda_group_t *parent,
+                            uint64_t bytes, uint64_t signature,
+                            struct tide_fabric_arena **arena_out) {
     tide_cuda_world_t *w = (tide_cuda_world_t *)world;
     tide_cuda_shared_t *sh = w->shared;
     if (bytes == 0 || bytes > (uint64_t)SIZE_MAX)
@@ -176,7 +212,7 @@ tide_result_t tide_cuda_arena_create(struct tide_fabric_world *world, uint64_t b
     pthread_mutex_lock(&sh->lock);
     const uint64_t seq = w->registrations++;
     tide_cuda_group_t *g = NULL;
-    tide_result_t res = group_of(sh, seq, bytes, signature, &g);
+    tide_result_t res = group_of(sh, parent, seq, bytes, signature, &g);
     if (res != TIDE_SUCCESS) goto fail_locked;
     const bool last = ++g->arrived == sh->ranks;
     if (last) unlist(sh, g);
@@ -188,7 +224,7 @@ tide_result_t tide_cuda_arena_create(struct tide_fabric_world *world, uint64_t b
         if (last && g->refs == 0) free(g);
         goto fail_locked;
     }
-    if (g->signature != signature || g->bytes != bytes) {
+    if (g->signature != signature || g->bytes != bytes || g->parent != parent) {
         /* The ranks that attached would wait for this one forever: the group fails for all. */
         g->failed = TIDE_ERR_INVALID_ARGUMENT;
         res = TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
@@ -196,7 +232,10 @@ tide_result_t tide_cuda_arena_create(struct tide_fabric_world *world, uint64_t b
                        "differs from the first rank's (%llu bytes); registration is collective: "
                        "every rank must pass the same config and group",
                        world->rank, (unsigned long long)bytes, (unsigned long long)g->bytes);
-        if (last && g->refs == 0) group_free(g);
+        if (last && g->refs == 0) {
+            unlink_view(g);
+            group_free(g);
+        }
         goto fail_locked;
     }
     ++g->refs;
@@ -214,6 +253,22 @@ fail_locked:
     return res;
 }
 
+tide_result_t tide_cuda_arena_create(struct tide_fabric_world *world, uint64_t bytes,
+                                     uint64_t signature, struct tide_fabric_arena **arena_out) {
+    return attach(world, NULL, bytes, signature, arena_out);
+}
+
+tide_result_t tide_cuda_arena_view_create(struct tide_fabric_arena *parent, uint64_t signature,
+                                          struct tide_fabric_arena **view_out) {
+    tide_cuda_group_t *pg = ((tide_cuda_arena_t *)parent)->group;
+    if (pg->parent != NULL)
+        return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
+                        "cuda fabric: rank %d: a view of a view (views share a registration's "
+                        "memory: pass the parent arena)",
+                        parent->world->rank);
+    return attach(parent->world, pg, parent->bytes, signature, view_out);
+}
+
 tide_result_t tide_cuda_arena_destroy(struct tide_fabric_arena *arena) {
     if (arena == NULL) return TIDE_SUCCESS;
     tide_cuda_arena_t *a = (tide_cuda_arena_t *)arena;
@@ -221,6 +276,7 @@ tide_result_t tide_cuda_arena_destroy(struct tide_fabric_arena *arena) {
     tide_cuda_shared_t *sh = g->shared;
     pthread_mutex_lock(&sh->lock);
     const bool last = --g->refs == 0 && g->arrived == sh->ranks;
+    if (last) unlink_view(g);
     pthread_mutex_unlock(&sh->lock);
     if (last) {
         int prev_device = -1;

@@ -399,8 +399,15 @@ struct tide_cuda_group {
     int arrived;               /* ranks that called arena_create */
     int refs;                  /* views alive */
     tide_result_t failed;      /* the registration failed for some rank */
-    uint8_t **bases;           /* [N] device pointers */
-    tide_cuda_family_t fam[2]; /* [0]: AG, [1]: RS */
+    uint8_t **bases;           /* [N] device pointers (a view: the parent's) */
+    /* [0]: AG, [1]: RS, [2]: the cross-group fence of a view (prep[0]: plain, prep[1]: with
+     * the inbox zeroed), whose calls also wait for the last call of every sibling view. */
+    tide_cuda_family_t fam[3];
+    /* Shared arenas (docs/arena.md): a view has the registration whose memory it shares as
+     * `parent` (NULL: the group owns its memory); a parent lists its live views. */
+    tide_cuda_group_t *parent;
+    tide_cuda_group_t *views;      /* a parent's views, linked by view_next */
+    tide_cuda_group_t *view_next;
 };
 
 typedef struct {
@@ -411,6 +418,13 @@ typedef struct {
 tide_result_t tide_cuda_arena_create(struct tide_fabric_world *world, uint64_t bytes,
                                      uint64_t signature, struct tide_fabric_arena **arena_out);
 tide_result_t tide_cuda_arena_destroy(struct tide_fabric_arena *arena);
+tide_result_t tide_cuda_arena_view_create(struct tide_fabric_arena *parent, uint64_t signature,
+                                          struct tide_fabric_arena **view_out);
+
+/* The family a program runs in: 0 AG, 1 RS, 2 the fence. */
+static inline int tide_cuda_family_of(const tide_program_t *prog) {
+    return prog->fence ? 2 : prog->coll == TIDE_COLL_ALL_GATHER ? 0 : 1;
+}
 
 /* Build a program's schedule and upload its tables (first call of the program). */
 tide_result_t tide_cuda_prepare(tide_cuda_group_t *g, tide_cuda_family_t *fam,

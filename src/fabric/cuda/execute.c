@@ -49,6 +49,7 @@
 
 typedef struct {
     tide_cuda_shared_t *sh;
+    tide_cuda_group_t *g;
     tide_cuda_family_t *fam;
     tide_cuda_prepared_t *pp;
     int parity;
@@ -228,6 +229,32 @@ static tide_result_t issue_cmd(issue_t *is, const tide_sched_cmd_t *c) {
     }
 }
 
+/* A fence call of a view also waits, on every rank's caller stream, for the last call of each
+ * family of every sibling view (every rank done: its family fence event).  The SIGNAL / WAIT
+ * program alone orders the fence after the work on the streams the fence is enqueued on;
+ * FSDP enqueues all-gathers and reduce-scatters on different streams, and a slot handed from
+ * one group's reduce-scatter to another group's all-gather must wait for the former too.
+ * Every such call was enqueued already: a rank calls the fence after its part of them, and a
+ * call is enqueued when its last rank calls it. */
+static tide_result_t wait_siblings(issue_t *is, int r) {
+    const tide_cuda_group_t *parent = is->g->parent;
+    if (is->fam != &is->g->fam[2] || parent == NULL) return TIDE_SUCCESS;
+    for (const tide_cuda_group_t *v = parent->views; v != NULL; v = v->view_next) {
+        if (v == is->g) continue;
+        for (int f = 0; f < 3; ++f) {
+            const tide_cuda_family_t *fam = &v->fam[f];
+            if (fam->last_epoch < 0) continue;
+            const int p = (int)(fam->last_epoch % 2);
+            if (fam->fence_epoch[p] != fam->last_epoch)
+                return TIDE_ERR(TIDE_ERR_INTERNAL,
+                                "cuda fabric: fence: a sibling view's call %lld has no fence",
+                                (long long)fam->last_epoch);
+            TIDE_CHECK(wait_on(is, caller_of(is, r), fam->fence[p]));
+        }
+    }
+    return TIDE_SUCCESS;
+}
+
 static tide_result_t enqueue_commands(issue_t *is, int form, uint64_t epoch, int64_t fence) {
     tide_cuda_shared_t *sh = is->sh;
     tide_cuda_family_t *fam = is->fam;
@@ -235,6 +262,7 @@ static tide_result_t enqueue_commands(issue_t *is, int form, uint64_t epoch, int
     for (int r = 0; r < n; ++r) {
         TIDE_CHECK(on_device_of(is, r));
         if (fence >= 0) TIDE_CHECK(wait_on(is, caller_of(is, r), fam->fence[fence % 2]));
+        TIDE_CHECK(wait_siblings(is, r));
         if (is->pp->batched) TIDE_CHECK(batch_upload(is, r));
         if (is->pp->direct)
             TIDE_CHECK(tide_cuda_direct_fuse_upload(sh, is->pp, is->parity, r, caller_of(is, r),
@@ -309,6 +337,7 @@ tide_result_t tide_cuda_enqueue(tide_cuda_group_t *g, tide_cuda_family_t *fam) {
     issue_t is;
     memset(&is, 0, sizeof(is));
     is.sh = g->shared;
+    is.g = g;
     is.fam = fam;
     is.pp = &fam->prep[pi];
     is.parity = (int)(e % 2);
@@ -398,7 +427,9 @@ static tide_result_t record_call(tide_cuda_group_t *g, tide_cuda_family_t *fam, 
         return TIDE_ERR(TIDE_ERR_FABRIC,
                         "cuda fabric: rank %d: the group's %s calls are unusable "
                         "since a call failed (%s): %s",
-                        r, fam->coll == TIDE_COLL_ALL_GATHER ? "all-gather" : "reduce-scatter",
+                        r, fam == &g->fam[2]                     ? "fence"
+                           : fam->coll == TIDE_COLL_ALL_GATHER ? "all-gather"
+                                                               : "reduce-scatter",
                         tide_get_error_string(fam->broken), fam->broken_msg);
     tide_result_t res = wait_turn(sh, fam, b);
     if (res != TIDE_SUCCESS) return family_break(sh, fam, res);
@@ -464,8 +495,8 @@ tide_result_t tide_cuda_execute(struct tide_fabric_arena *arena, const tide_prog
     cudaStream_t caller = NULL;
     TIDE_CHECK(tide_cuda_call_check("cuda fabric", prog, binding, arena, sh->ranks,
                                     tide_cuda_device_of(sh, r), stream, &caller));
-    const int fi = prog->coll == TIDE_COLL_ALL_GATHER ? 0 : 1;
-    const int pi = fi == 0 ? 0 : (int)prog->mode;
+    const int fi = tide_cuda_family_of(prog);
+    const int pi = fi == 2 ? prog->fence - 1 : fi == 0 ? 0 : (int)prog->mode;
     int prev_device = -1;
     if (cudaGetDevice(&prev_device) != cudaSuccess) {
         (void)cudaGetLastError();

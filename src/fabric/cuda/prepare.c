@@ -150,9 +150,12 @@ tide_result_t tide_cuda_prepare(tide_cuda_group_t *g, tide_cuda_family_t *fam,
     TIDE_CHECK_GOTO(events_create(sh, pp), res, fail);
     for (int r = 0; r < n; ++r)
         TIDE_CHECK_GOTO(tables_upload(sh, pp, &prog->ranks[r], r), res, fail);
-    /* Before the batches: elided copies join no batch. */
-    TIDE_CHECK_GOTO(tide_cuda_direct_prepare(sh, pp, prog), res, fail);
-    TIDE_CHECK_GOTO(tide_cuda_direct_ag_prepare(sh, pp, prog), res, fail);
+    /* Before the batches: elided copies join no batch.  A fence has no copies to elide
+     * (it is compiled as an all-gather, which direct_ag would otherwise inspect). */
+    if (prog->fence == 0) {
+        TIDE_CHECK_GOTO(tide_cuda_direct_prepare(sh, pp, prog), res, fail);
+        TIDE_CHECK_GOTO(tide_cuda_direct_ag_prepare(sh, pp, prog), res, fail);
+    }
     if (sh->batch) TIDE_CHECK_GOTO(tide_cuda_batch_prepare(sh, pp, prog), res, fail);
     if (pp->sched.has_sum) {
         const int np = prog->plan->geom.num_params;

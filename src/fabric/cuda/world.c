@@ -319,6 +319,7 @@ const struct tide_fabric_ops tide_fabric_cuda_ops = {
     .world_destroy = cuda_world_destroy,
     .arena_create = tide_cuda_arena_create,
     .arena_destroy = tide_cuda_arena_destroy,
+    .arena_view_create = tide_cuda_arena_view_create,
     .execute = tide_cuda_execute,
 };
 
