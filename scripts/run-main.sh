@@ -78,9 +78,13 @@ cat <<EOF | tee "$out/header.txt"
 # events after a GPU hold.  busbw = bytes (N - 1) / N / time (nccl-tests); share = the fewest
 # bytes the collective must move at this GPU's measured copy bandwidth, over the time.
 EOF
-echo "# main job: timing (llama3-70b-layer / ${TIDE_MAIN_DIVISOR:-2}, 1x8 and 2x4) ..." >&2
+# The job holds TIDE's and PyTorch's buffers of one 2x4 / 1x8 layer at once: dim 0 / 2 (816 MiB
+# a group) needs more than an 80 GB card has, / 4 fits one (H100: 75 GB in use at / 2).
+gib=$(python3 -c 'import torch; print(torch.cuda.get_device_properties(0).total_memory >> 30)')
+divisor=${TIDE_MAIN_DIVISOR:-$([ "$gib" -ge 120 ] && echo 2 || echo 4)}
+echo "# main job: timing (llama3-70b-layer / $divisor on a $gib GiB GPU, 1x8 and 2x4) ..." >&2
 python3 tests/gpu/bench_torch_baseline.py --lib build-cuda/libtide.so \
-  --divisor "${TIDE_MAIN_DIVISOR:-2}" --sum-ctas 16 --landing-ctas 16 --json "$out/bench_torch.json" \
+  --divisor "$divisor" --sum-ctas 16 --landing-ctas 16 --json "$out/bench_torch.json" \
   "$@" | tee "$out/bench_torch.txt" >&2  # every path's medians, as progress
 nvidia-smi -L >"$out/machine.txt"
 python3 tools/tide-bench/gpu_table.py "$out/bench_torch.json" --json "$out/rows.json" |
