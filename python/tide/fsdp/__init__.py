@@ -281,7 +281,7 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
             if comm is not None:
                 done.append((shard_pg, comm, states, ring))
     except BaseException:
-        for _pg, comm, states, _ring in done:
+        for _pg, comm, states, _unused_ring in done:
             _abandon(comm, states)
         raise
     if not done:
@@ -371,11 +371,7 @@ def _register_tier1(module, comm, kept, mode):
     except BaseException:
         for st in states:
             st.release()
-        for g in groups:
-            try:
-                g.close()
-            except Exception:
-                pass
+        _ring.close_quietly(groups)
         raise
     return states, ring
 

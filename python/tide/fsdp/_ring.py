@@ -116,13 +116,18 @@ def register(comm, specs, configs, names, slots):
                                         e["shard_dtype"], mode=_lib.mode_name(e["config"].mode),
                                         **_tuning_fields(e["config"])))
     except BaseException:
-        for g in groups:
-            try:
-                g.close()
-            except Exception:
-                pass
+        close_quietly(groups)
         raise
     return groups, False, entries
+
+
+def close_quietly(groups):
+    """Release registered groups on an error path: the first error is the one to report."""
+    for g in groups:
+        try:
+            g.close()
+        except Exception:
+            pass
 
 
 _TUNING_FIELDS = ("wave_width", "round_width", "passes", "staging_slots", "sum_ctas",
