@@ -189,8 +189,26 @@ tide_result_t rs_add_sum_table(rs_ctx_t *c, int rank, const rs_dest_t *d, int sl
 
 /* ------------------------------------------------------------------ LAND tables */
 
-tide_result_t rs_add_land_table(rs_ctx_t *c, int rank, int pass, int gen, int *index_out) {
+/* Append the landing segments of np pieces whose partials sit at `row` of the input block:
+ * each piece lands at its parameter's rows of the output, cut into RS_SEG_MAX_ELEMS chunks. */
+static int append_land_segs(rs_ctx_t *c, const tide_rs_piece_t *pcs, int np, uint64_t row,
+                            int n) {
     const tide_geom_t *g = &c->plan->geom;
+    for (int x = 0; x < np; ++x) {
+        const tide_rs_piece_t *pc = &pcs[x];
+        for (uint64_t at = 0; at < pc->len; at += RS_SEG_MAX_ELEMS) {
+            const uint64_t len = pc->len - at < RS_SEG_MAX_ELEMS ? pc->len - at : RS_SEG_MAX_ELEMS;
+            tide_land_seg_t *sg = &c->land_segs[n++];
+            sg->out_off = g->params[pc->param].elem_offset + pc->begin + at;
+            sg->in_off = row + pc->col + at;
+            sg->len = (uint32_t)len;
+            sg->pad_ = 0;
+        }
+    }
+    return n;
+}
+
+tide_result_t rs_add_land_table(rs_ctx_t *c, int rank, int pass, int gen, int *index_out) {
     const int i = rank % c->l, node = rank / c->l;
     uint64_t total = 0;
     for (int s = 0; s < c->l; ++s) {
@@ -208,19 +226,7 @@ tide_result_t rs_add_land_table(rs_ctx_t *c, int rank, int pass, int gen, int *i
         int np;
         const tide_rs_piece_t *pcs = pieces_of(c, pass, s, &np);
         /* Row i of block s: this rank's partials of sub-slice s. */
-        const uint64_t row = ((uint64_t)s * c->l + (uint64_t)i) * c->e_sub;
-        for (int x = 0; x < np; ++x) {
-            const tide_rs_piece_t *pc = &pcs[x];
-            for (uint64_t at = 0; at < pc->len; at += RS_SEG_MAX_ELEMS) {
-                const uint64_t len =
-                    pc->len - at < RS_SEG_MAX_ELEMS ? pc->len - at : RS_SEG_MAX_ELEMS;
-                tide_land_seg_t *sg = &c->land_segs[n++];
-                sg->out_off = g->params[pc->param].elem_offset + pc->begin + at;
-                sg->in_off = row + pc->col + at;
-                sg->len = (uint32_t)len;
-                sg->pad_ = 0;
-            }
-        }
+        n = append_land_segs(c, pcs, np, ((uint64_t)s * c->l + (uint64_t)i) * c->e_sub, n);
     }
 
     tide_table_t tb = {0};
@@ -235,7 +241,6 @@ tide_result_t rs_add_land_table(rs_ctx_t *c, int rank, int pass, int gen, int *i
 }
 
 tide_result_t rs_add_land_table_m1(rs_ctx_t *c, int rank, int pass, int s, int *index_out) {
-    const tide_geom_t *g = &c->plan->geom;
     const int i = rank % c->l, node = rank / c->l;
     int np;
     const tide_rs_piece_t *pcs = pieces_of(c, pass, s, &np);
@@ -246,20 +251,8 @@ tide_result_t rs_add_land_table_m1(rs_ctx_t *c, int rank, int pass, int s, int *
     TIDE_CHECK(reserve(&segs, &c->land_cap, total, sizeof(tide_land_seg_t)));
     c->land_segs = segs;
 
-    int n = 0;
     /* Row i of rank s's spare block of the pass: this rank's partials of sub-slice s. */
-    const uint64_t row = (uint64_t)i * c->e_sub;
-    for (int x = 0; x < np; ++x) {
-        const tide_rs_piece_t *pc = &pcs[x];
-        for (uint64_t at = 0; at < pc->len; at += RS_SEG_MAX_ELEMS) {
-            const uint64_t len = pc->len - at < RS_SEG_MAX_ELEMS ? pc->len - at : RS_SEG_MAX_ELEMS;
-            tide_land_seg_t *sg = &c->land_segs[n++];
-            sg->out_off = g->params[pc->param].elem_offset + pc->begin + at;
-            sg->in_off = row + pc->col + at;
-            sg->len = (uint32_t)len;
-            sg->pad_ = 0;
-        }
-    }
+    const int n = append_land_segs(c, pcs, np, (uint64_t)i * c->e_sub, 0);
 
     tide_table_t tb = {0};
     tb.kind = TIDE_OP_LAND;
