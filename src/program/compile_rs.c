@@ -208,6 +208,14 @@ static tide_result_t emit_round(rs_ctx_t *c, int rank, const rs_net_t *net,
     return TIDE_SUCCESS;
 }
 
+/* A node-wide join on counter ctr: signal it on every local rank (this one included), then
+ * wait until this rank's copy has every local rank's signal of the call. */
+static tide_result_t node_join(rs_ctx_t *c, int rank, int ctr, int64_t inc, int64_t thr) {
+    for (int j = 0; j < c->l; ++j)
+        TIDE_CHECK(push(c, rank, TIDE_Q_NET, tide_op_signal(local_rank(c, rank, j), ctr)));
+    return push(c, rank, TIDE_Q_NET, tide_op_wait(rank, ctr, inc, thr));
+}
+
 static tide_result_t emit_landing(rs_ctx_t *c, int rank, rs_net_t *net, int g) {
     const tide_rs_schedule_t *rs = &c->plan->rs;
     const tide_rs_wave_t *wv = &rs->waves[g];
@@ -244,11 +252,7 @@ static tide_result_t emit_landing(rs_ctx_t *c, int rank, rs_net_t *net, int g) {
             push(c, rank, TIDE_Q_NET,
                  tide_op_wait(rank, TIDE_CTR_RS_ARRIVED + q, net->arrived_inc[q], net->arrived[q])));
     const int64_t node_inc = c->l * net->waves_inc[q], node_thr = c->l * net->waves[q];
-    for (int j = 0; j < c->l; ++j)
-        TIDE_CHECK(push(c, rank, TIDE_Q_NET,
-                        tide_op_signal(local_rank(c, rank, j), TIDE_CTR_RS_NODE_ARRIVED + q)));
-    TIDE_CHECK(
-        push(c, rank, TIDE_Q_NET, tide_op_wait(rank, TIDE_CTR_RS_NODE_ARRIVED + q, node_inc, node_thr)));
+    TIDE_CHECK(node_join(c, rank, TIDE_CTR_RS_NODE_ARRIVED + q, node_inc, node_thr));
 
     int table;
     TIDE_CHECK(rs_add_land_table(c, rank, wv->pass, q, &table));
@@ -257,11 +261,7 @@ static tide_result_t emit_landing(rs_ctx_t *c, int rank, rs_net_t *net, int g) {
     land.init = (uint8_t)(g % rs->waves_per_pass == 0); /* first landing of the pass's rows */
     TIDE_CHECK(push(c, rank, TIDE_Q_NET, land));
 
-    for (int j = 0; j < c->l; ++j)
-        TIDE_CHECK(push(c, rank, TIDE_Q_NET,
-                        tide_op_signal(local_rank(c, rank, j), TIDE_CTR_RS_NODE_LANDED + q)));
-    TIDE_CHECK(
-        push(c, rank, TIDE_Q_NET, tide_op_wait(rank, TIDE_CTR_RS_NODE_LANDED + q, node_inc, node_thr)));
+    TIDE_CHECK(node_join(c, rank, TIDE_CTR_RS_NODE_LANDED + q, node_inc, node_thr));
     /* Generation q is free on the whole node: credit the senders of its next wave. */
     const tide_rs_wave_t *nx = &rs->waves[next_on_generation(rs, g)];
     for (int cc = nx->first; cc < nx->first + remote_count(nx); ++cc)
@@ -295,11 +295,7 @@ static tide_result_t emit_landing_m1(rs_ctx_t *c, int rank, rs_net_t *net, int g
         tide_op_wait(rank, TIDE_CTR_RS_SUMMED, c->d_all, (int64_t)rs_own_pos(c, wv->pass) + 1)));
     net->waves[q] += 1;
     const int64_t node_inc = c->l * net->waves_inc[q], node_thr = c->l * net->waves[q];
-    for (int j = 0; j < c->l; ++j)
-        TIDE_CHECK(push(c, rank, TIDE_Q_NET,
-                        tide_op_signal(local_rank(c, rank, j), TIDE_CTR_RS_NODE_ARRIVED + q)));
-    TIDE_CHECK(
-        push(c, rank, TIDE_Q_NET, tide_op_wait(rank, TIDE_CTR_RS_NODE_ARRIVED + q, node_inc, node_thr)));
+    TIDE_CHECK(node_join(c, rank, TIDE_CTR_RS_NODE_ARRIVED + q, node_inc, node_thr));
     for (int s = 0; s < c->l; ++s) {
         int table;
         TIDE_CHECK(rs_add_land_table_m1(c, rank, wv->pass, s, &table));
@@ -309,11 +305,7 @@ static tide_result_t emit_landing_m1(rs_ctx_t *c, int rank, rs_net_t *net, int g
         land.init = 1; /* one wave per pass, and the sub-slices' elements are disjoint */
         TIDE_CHECK(push(c, rank, TIDE_Q_NET, land));
     }
-    for (int j = 0; j < c->l; ++j)
-        TIDE_CHECK(push(c, rank, TIDE_Q_NET,
-                        tide_op_signal(local_rank(c, rank, j), TIDE_CTR_RS_NODE_LANDED + q)));
-    TIDE_CHECK(
-        push(c, rank, TIDE_Q_NET, tide_op_wait(rank, TIDE_CTR_RS_NODE_LANDED + q, node_inc, node_thr)));
+    TIDE_CHECK(node_join(c, rank, TIDE_CTR_RS_NODE_LANDED + q, node_inc, node_thr));
     /* Every local rank has read this rank's spare of the pass: call e + 2 may refill it. */
     return push(c, rank, TIDE_Q_NET, tide_op_signal(rank, TIDE_CTR_RS_SPARE_USED));
 }
