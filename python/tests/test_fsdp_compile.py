@@ -101,7 +101,9 @@ def _compiled_autograd(rank, world, tide_mode=None):
 def _ca_body(rank, world):
     torch.set_num_threads(1)
     try:
+        # Stock runs twice: a reference exists only where stock reproduces itself.
         stock = _compiled_autograd(rank, world)
+        stock_again = _compiled_autograd(rank, world)
     except Exception as exc:  # stock itself cannot run it here
         return {"stock_error": "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0])}
     import logging
@@ -119,7 +121,15 @@ def _ca_body(rank, world):
         tide = _compiled_autograd(rank, world, "in_place")
     finally:
         logging.getLogger("tide.fsdp").removeHandler(handler)
-    return {"stock": stock, "tide": tide, "log_lines": len(lines)}
+    return {"stock": stock, "tide": tide, "log_lines": len(lines),
+            "stock_reproducible": _same_run(stock, stock_again)}
+
+
+def _same_run(a, b):
+    """Bit-equal parameters and losses, all finite (NaN never equals itself)."""
+    return (all(math.isfinite(x) for x in a["losses"]) and a["losses"] == b["losses"]
+            and all(torch.equal(x, y) for pa, pb in zip(a["params"], b["params"])
+                    for x, y in zip(pa, pb)))
 
 
 def test_traceable_fsdp2_falls_back_to_stock(tmp_path):
@@ -138,10 +148,11 @@ def test_traceable_fsdp2_falls_back_to_stock(tmp_path):
         assert sorted(n for n, _ in tide["fallbacks"]) == ["<root>", "layers.0", "layers.1"]
         assert all("Traceable FSDP2" in why for _, why in tide["fallbacks"])
         assert rec["result"]["log_lines"] == 1, rec["result"]["log_lines"]
-        # Stock Traceable FSDP2 itself does not train on the CPU with torch 2.11 (observed:
-        # non-finite losses from the first step, in every run), so there is no stock result
-        # to match here; where stock's losses are finite, the fallback must equal them.
-        if all(math.isfinite(x) for x in stock["losses"]):
+        # Stock Traceable FSDP2 itself does not train reliably on the CPU with torch 2.11
+        # (observed: non-finite losses from the first step on one machine; finite losses that
+        # differ between two stock runs in one process on another), so a reference exists only
+        # where two stock runs agree bit for bit; there the fallback must equal them.
+        if rec["result"]["stock_reproducible"]:
             for a, b in zip(stock["params"], tide["params"]):
                 assert all(torch.equal(x, y) for x, y in zip(a, b)), rank
             assert stock["losses"] == tide["losses"], rank
