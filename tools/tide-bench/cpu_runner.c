@@ -139,29 +139,48 @@ static void *rank_main(void *arg) {
 
     int total = o->warmup + o->iters;
     for (int it = 0; it < total; ++it) {
-        double t[5];
+        /* Counterbalanced order: TIDE runs first in two iterations, second in the next two.
+         * Each phase starts with the caches as the phase before left them, and TIDE's arena
+         * and the stock buffers do not fit the cache together, so a fixed order would hand
+         * one side the other's evictions in every iteration. */
+        const int tide_first = (it / 2) % 2 == 0; /* both orders meet both slots */
+        double t_ag[2], t_rs[2]; /* [0] TIDE, [1] stock */
         int slot = it % 2;
-        pthread_barrier_wait(&w->bar);
-        t[0] = now_us();
-        r = tide_all_gather(w->groups[rank], w->shards[rank], slot, NULL);
-        if (r != TIDE_SUCCESS) record_error(w, r, rank, "tide_all_gather");
-        pthread_barrier_wait(&w->bar);
-        t[1] = now_us();
-        stock_all_gather(w, rank, geo, S);
-        pthread_barrier_wait(&w->bar);
-        t[2] = now_us();
-        r = tide_reduce_scatter(w->groups[rank], (const void *const *)w->grads[rank],
-                                w->out_tide[rank], w->alpha, 0, o->mode, NULL);
-        if (r != TIDE_SUCCESS) record_error(w, r, rank, "tide_reduce_scatter");
-        pthread_barrier_wait(&w->bar);
-        t[3] = now_us();
-        stock_pack(w, rank, geo, elems);
-        pthread_barrier_wait(&w->bar);
-        stock_reduce(w, rank, elems);
-        pthread_barrier_wait(&w->bar);
-        t[4] = now_us();
-        if (rank == 0 && it >= o->warmup)
-            for (int k = 0; k < 4; ++k) w->times[k][it - o->warmup] = t[k + 1] - t[k];
+        for (int k = 0; k < 2; ++k) {
+            const int tide = (k == 0) == tide_first;
+            pthread_barrier_wait(&w->bar);
+            const double t0 = now_us();
+            if (tide) {
+                r = tide_all_gather(w->groups[rank], w->shards[rank], slot, NULL);
+                if (r != TIDE_SUCCESS) record_error(w, r, rank, "tide_all_gather");
+            } else {
+                stock_all_gather(w, rank, geo, S);
+            }
+            pthread_barrier_wait(&w->bar);
+            t_ag[tide ? 0 : 1] = now_us() - t0;
+        }
+        for (int k = 0; k < 2; ++k) {
+            const int tide = (k == 0) == tide_first;
+            pthread_barrier_wait(&w->bar);
+            const double t0 = now_us();
+            if (tide) {
+                r = tide_reduce_scatter(w->groups[rank], (const void *const *)w->grads[rank],
+                                        w->out_tide[rank], w->alpha, 0, o->mode, NULL);
+                if (r != TIDE_SUCCESS) record_error(w, r, rank, "tide_reduce_scatter");
+            } else {
+                stock_pack(w, rank, geo, elems);
+                pthread_barrier_wait(&w->bar);
+                stock_reduce(w, rank, elems);
+            }
+            pthread_barrier_wait(&w->bar);
+            t_rs[tide ? 0 : 1] = now_us() - t0;
+        }
+        if (rank == 0 && it >= o->warmup) {
+            w->times[0][it - o->warmup] = t_ag[0];
+            w->times[1][it - o->warmup] = t_ag[1];
+            w->times[2][it - o->warmup] = t_rs[0];
+            w->times[3][it - o->warmup] = t_rs[1];
+        }
         if (rank == 0) w->last_slot = slot;
         if (w->err != TIDE_SUCCESS) break;
     }

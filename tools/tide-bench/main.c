@@ -88,7 +88,11 @@ static void print_table(const bench_opts_t *o, const bench_row_t *rows, int n) {
            "# fp32 pack + reduce), not PyTorch's ops: tests/gpu/bench_torch_baseline.py times\n"
            "# TIDE, PyTorch's FSDP2 ops and this stand-in side by side\n",
            o->iters);
-    if (o->fabric != TIDE_FABRIC_CPU)
+    if (o->fabric == TIDE_FABRIC_CPU)
+        printf("# cpu: TIDE and the stock path alternate which runs first (two iterations each):\n"
+               "# their buffers do not fit the cache together, and a fixed order would give one\n"
+               "# side the other's evictions in every iteration\n");
+    else
         printf("# %s: device buffers; a time runs from the first enqueue to the end of every rank's\n"
                "# work (host clock, devices synchronised before and after)\n",
                fabric_name(o->fabric));
