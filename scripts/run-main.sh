@@ -55,8 +55,8 @@ if [ "$path" = cpu ]; then
 # (busbw is nccl-tests' definition, of host memory).  With a GPU visible this script runs
 # TIDE against PyTorch's own ops instead.
 EOF
-  # Medians of 15 iterations: rank threads outnumber the cores, so single iterations vary.
-  exec ./build/tide-bench --iters 15 --warmup 2 "$@"
+  # Medians of 40 iterations: rank threads outnumber the cores, so single iterations vary.
+  exec ./build/tide-bench --iters 40 --warmup 4 "$@"
 fi
 
 python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' || {
