@@ -5,6 +5,11 @@ each block) and a whole compiled model, TIDE against stock FSDP2, bit for bit (f
 them: torch._dynamo.config.skip_fsdp_hooks), so Tier 1 serves every group and the test
 checks it did.  Traceable FSDP2 (FSDP2's hooks traced, with compiled autograd) is where TIDE
 cannot run: set before enable(), every group stays on stock with one log line (_compile.py).
+Compiled autograd with dynamo's default (FSDP2's hooks not traced) is served by Tier 1.
+Setting skip_fsdp_hooks=False after enable() is refused by Tier 1 with an error naming the
+remedy (disable(), or tier=0); stock FSDP2 itself stops in that configuration here
+(queue_callback needs compiled autograd with fullgraph=True), so there is no stock step to
+fall back to.
 """
 
 import math
@@ -84,6 +89,36 @@ def test_compiled_blocks_world2(tmp_path, hows):
             for step, (a, b) in enumerate(zip(stock["params"], tide["params"])):
                 assert all(torch.equal(x, y) for x, y in zip(a, b)), (where, step)
             assert stock["losses"] == tide["losses"], where
+
+
+def _ca_served_body(rank, world):
+    torch.set_num_threads(1)
+    runs = {}
+    for name, mode in (("stock", None), ("stock_again", None), ("tide", "in_place")):
+        with torch._dynamo.compiled_autograd._enable(torch.compile):
+            runs[name] = _train(rank, world, "whole", tide_mode=mode)
+    return {"stock": runs["stock"], "tide": runs["tide"],
+            "stock_reproducible": _same_run(runs["stock"], runs["stock_again"])}
+
+
+def test_compiled_autograd_served_world2(tmp_path):
+    """Compiled autograd where FSDP2 runs it with its hooks outside the graphs (dynamo's
+    default skip_fsdp_hooks=True), on a whole compiled model: Tier 1 serves every group, and
+    the step equals stock's bit for bit."""
+    records = fsdp_harness.run(2, _ca_served_body, tmp_path, timeout=600)
+    for rank, rec in enumerate(records):
+        assert rec["ok"], rec.get("traceback")
+        stock, tide = rec["result"]["stock"], rec["result"]["tide"]
+        assert rec["result"]["stock_reproducible"], rank  # else there is no reference
+        assert tide["fallbacks"] == [], rank
+        assert [t for _, t in tide["groups"]] == [1] * 3, rank
+        for name, calls in tide["calls"].items():
+            assert calls["reduce_scatter"] == STEPS, (rank, name, calls)
+            assert calls.get("stock_reduce", 0) == 0, (rank, name, calls)
+            assert calls.get("stock_all_gather", 0) == 0, (rank, name, calls)
+        for step, (a, b) in enumerate(zip(stock["params"], tide["params"])):
+            assert all(torch.equal(x, y) for x, y in zip(a, b)), (rank, step)
+        assert stock["losses"] == tide["losses"], rank
 
 
 def _compiled_autograd(rank, world, tide_mode=None):
