@@ -40,10 +40,14 @@
 /* One program's analysis, made by the first rank that runs it and shared by all: every
  * rank's copy of a group's program is compiled from the same plan (the registration compared
  * the group signatures), so the analysis and the op numbering are the same; the ranks differ
- * only in the program copy they bind against. */
+ * only in the program copy they bind against.  A program is known by its collective, mode,
+ * fence kind and its group's arena regions. */
 struct tide_cpu_direct_plan {
     struct tide_cpu_direct_plan *next;
     int coll, mode, fence; /* which program of the group */
+    /* Which group: the groups of a shared arena (docs/arena.md) run on one fabric arena, each
+     * with its own regions in it (its signals and resident blocks at least). */
+    tide_region_info_t regions[TIDE_REGION_COUNT];
     tide_schedule_t sched; /* the op numbering of the analysis */
     tide_direct_t dir;
 };
@@ -110,7 +114,9 @@ static tide_result_t plan_of(tide_cpu_direct_group_t *g, int mask, const tide_pr
     tide_result_t res = TIDE_SUCCESS;
     pthread_mutex_lock(&g->lock);
     struct tide_cpu_direct_plan *p = g->plans;
-    while (p != NULL && (p->coll != coll || p->mode != mode || p->fence != prog->fence))
+    const tide_region_info_t *regions = prog->plan->arena.regions;
+    while (p != NULL && (p->coll != coll || p->mode != mode || p->fence != prog->fence ||
+                         memcmp(p->regions, regions, sizeof(p->regions)) != 0))
         p = p->next;
     if (p == NULL) {
         p = calloc(1, sizeof(*p));
@@ -121,6 +127,7 @@ static tide_result_t plan_of(tide_cpu_direct_group_t *g, int mask, const tide_pr
         p->coll = coll;
         p->mode = mode;
         p->fence = prog->fence;
+        memcpy(p->regions, regions, sizeof(p->regions));
         res = tide_schedule_layout(prog, &p->sched);
         /* One memory for all ranks: no domains. */
         if (res == TIDE_SUCCESS) res = tide_direct_analyse(prog, &p->sched, mask, NULL, &p->dir);
