@@ -154,6 +154,20 @@ static void run_free(tide_sched_run_t *run) {
     free(run->log);
 }
 
+tide_result_t tide_schedule_layout(const tide_program_t *prog, tide_schedule_t *out) {
+    if (prog == NULL || prog->ranks == NULL || prog->num_ranks < 1)
+        return TIDE_ERR(TIDE_ERR_INTERNAL, "schedule: empty program");
+    tide_schedule_t s;
+    memset(&s, 0, sizeof(s));
+    tide_result_t res = layout(prog, &s);
+    if (res != TIDE_SUCCESS) {
+        tide_schedule_free(&s);
+        return res;
+    }
+    *out = s;
+    return TIDE_SUCCESS;
+}
+
 tide_result_t tide_schedule_build(const tide_program_t *prog, tide_schedule_t *out) {
     return tide_schedule_build_rails(prog, 0, out);
 }

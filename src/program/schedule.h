@@ -70,6 +70,11 @@ uint64_t tide_schedule_rank_hash(const tide_program_t *prog, int rank);
 tide_result_t tide_schedule_build(const tide_program_t *prog, tide_schedule_t *out);
 void tide_schedule_free(tide_schedule_t *s);
 
+/* The op numbering alone (num_ranks, num_threads, op_base, num_ops, num_counters; no
+ * abstract execution, no commands): what an analysis of the program's ops needs
+ * (program/direct.h).  Released with tide_schedule_free. */
+tide_result_t tide_schedule_layout(const tide_program_t *prog, tide_schedule_t *out);
+
 /* The same for a fabric that carries the cross-node puts as rail steps (program/rails.h) with
  * `gpus_per_node` ranks per node (0: no rails, tide_schedule_build).  There a put's flag
  * is written by its receiver once the bytes are in and a credit becomes a precondition of a

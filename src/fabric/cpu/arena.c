@@ -65,6 +65,15 @@ static tide_result_t create_object(tide_cpu_world_t *w, const char *name, size_t
     tide_cpu_header_t *h = addr;
     atomic_store_explicit(&h->signature, signature, memory_order_relaxed);
     atomic_store_explicit(&h->bytes, bytes, memory_order_relaxed);
+    if (!w->shared->processes && w->shared->direct != 0) {
+        /* Direct mode's shared state (direct.c): threads only, where every rank's memory is
+         * this process's. */
+        res = tide_cpu_direct_group_new(w->base.ranks, &map->direct);
+        if (res != TIDE_SUCCESS) {
+            tide_cpu_map_release(map);
+            return res;
+        }
+    }
     if (!w->shared->processes) {
         /* The other threads take a reference before the second barrier. */
         pthread_mutex_lock(&w->shared->lock);
@@ -197,6 +206,7 @@ tide_result_t tide_cpu_arena_destroy(struct tide_fabric_arena *arena) {
     /* Collective, so that no peer still copies into this rank's arena when a process unmaps
      * it; the memory itself is refcounted and goes with the last mapping either way. */
     tide_result_t res = tide_cpu_barrier((tide_cpu_world_t *)arena->world, "group deregistration");
+    tide_cpu_direct_free_all(a);
     tide_cpu_map_release(a->map);
     free(arena->bases);
     free(a);

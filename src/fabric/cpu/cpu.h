@@ -59,11 +59,15 @@ tide_result_t tide_cpu_shm_open(const char *name, size_t bytes, uint64_t deadlin
                                 void **addr_out);
 void tide_cpu_shm_unlink(const char *name);
 
-/* A mapping shared by the rank handles of one process; the last reference unmaps it. */
+struct tide_cpu_direct_group;
+
+/* A mapping shared by the rank handles of one process; the last reference unmaps it (and
+ * frees `direct`). */
 typedef struct {
     void *addr;
     size_t bytes;
     atomic_int refs;
+    struct tide_cpu_direct_group *direct; /* threads world with direct mode: direct.c */
 } tide_cpu_map_t;
 
 tide_result_t tide_cpu_map_new(void *addr, size_t bytes, tide_cpu_map_t **map_out);
@@ -84,6 +88,7 @@ typedef struct {
 typedef struct {
     atomic_int refs;
     bool processes;              /* one process per rank */
+    int direct;                  /* TIDE_CPU_DIRECT mask (direct.c); 0 with processes */
     char job[TIDE_CPU_NAME_MAX]; /* prefix of every shm name of the world */
     tide_cpu_ctl_t *ctl;
     size_t ctl_bytes;
@@ -160,10 +165,15 @@ typedef struct {
 } tide_cpu_call_rec_t;
 _Static_assert(sizeof(tide_cpu_call_rec_t) == 64, "one cache line per rank");
 
+struct tide_cpu_direct_prog;
+
 typedef struct {
     struct tide_fabric_arena base;
     tide_cpu_map_t *map;
     tide_cpu_call_rec_t *calls; /* N records */
+    /* Direct mode (direct.c): this rank's analyses of the programs it ran, and its joins. */
+    struct tide_cpu_direct_prog *direct_progs;
+    uint64_t joins[2];          /* [collective]: end-of-call joins this rank entered */
 } tide_cpu_arena_t;
 
 tide_result_t tide_cpu_arena_create(struct tide_fabric_world *world, uint64_t bytes,
@@ -180,6 +190,51 @@ tide_result_t tide_cpu_call_check(struct tide_fabric_arena *arena, tide_collecti
 void tide_cpu_sum(const tide_sum_args_t *args);
 void tide_cpu_land(const tide_land_args_t *args);
 void tide_cpu_cast_bf16(const float *in, uint16_t *out, uint64_t n);
+
+/* ------------------------------------------------------------------ direct mode (direct.c) */
+
+/* TIDE_CPU_DIRECT: a mask of program/direct.h's bits (default all; 0: off), read when a
+ * threads world is created.  A world of processes never takes direct mode: there a rank's
+ * gradients and shard are private to its process. */
+int tide_cpu_direct_env(void);
+
+/* One registration's shared state (threads world): every rank's binding of its current call
+ * of each collective, published before its first op, and the end-of-call join counters. */
+struct tide_cpu_direct_plan;
+typedef struct tide_cpu_direct_group {
+    tide_cpu_counter_t joined[2];               /* [collective] arrivals, cumulative */
+    pthread_mutex_t lock;                       /* plans */
+    struct tide_cpu_direct_plan *plans;         /* one analysis per program, for all ranks */
+    _Atomic(const tide_binding_t *) bound[];    /* [collective * N + rank] */
+} tide_cpu_direct_group_t;
+
+tide_result_t tide_cpu_direct_group_new(int ranks, tide_cpu_direct_group_t **out);
+void tide_cpu_direct_group_free(tide_cpu_direct_group_t *g);
+
+/* A rank's direct state for one program (NULL: the call runs the plain emulation). */
+typedef struct tide_cpu_direct_prog tide_cpu_direct_prog_t;
+
+/* Start of a call: the program's analysis (made at its first call on this rank) and the
+ * publication of `b`; *dp_out is NULL when no shortcut applies. */
+tide_result_t tide_cpu_direct_begin(tide_cpu_arena_t *a, const tide_program_t *prog,
+                                    const tide_binding_t *b, tide_cpu_direct_prog_t **dp_out);
+/* Whether op `index` of queue q is a copy or landing that direct mode leaves out. */
+bool tide_cpu_direct_skips(const tide_cpu_direct_prog_t *dp, int rank, tide_queue_t q,
+                           int index);
+/* Rebind a data op for direct mode: a copy's source (all-gather readers of an elided put),
+ * a SUM's peers and fused table, a landing's in_table. */
+tide_result_t tide_cpu_direct_copy(tide_cpu_direct_prog_t *dp, const tide_binding_t *b,
+                                   tide_queue_t q, int index, tide_bound_op_t *bo);
+tide_result_t tide_cpu_direct_sum(tide_cpu_direct_prog_t *dp, const tide_binding_t *b,
+                                  tide_queue_t q, int index, tide_sum_args_t *a);
+tide_result_t tide_cpu_direct_land(tide_cpu_direct_prog_t *dp, const tide_binding_t *b,
+                                   tide_queue_t q, int index, tide_land_args_t *a);
+/* End of a call: wait until every rank of the world ended this call, so that no peer still
+ * reads this rank's gradients or shard or writes its output when it returns.  One counter
+ * wait with the TIDE_TIMEOUT_MS deadline.  A `failed` call only counts its arrival. */
+tide_result_t tide_cpu_direct_end(tide_cpu_arena_t *a, tide_cpu_direct_prog_t *dp,
+                                  const tide_binding_t *b, bool failed);
+void tide_cpu_direct_free_all(tide_cpu_arena_t *a);
 
 /* The interpreter (interp.c). */
 tide_result_t tide_cpu_execute(struct tide_fabric_arena *arena, const tide_program_t *prog,

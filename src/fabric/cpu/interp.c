@@ -34,6 +34,7 @@ typedef struct {
     uint64_t blocked_since[TIDE_Q_COUNT]; /* 0: not blocked */
     tide_bound_op_t blocked_op[TIDE_Q_COUNT];
     tide_cpu_call_rec_t *recs; /* the ranks' doorbells */
+    tide_cpu_direct_prog_t *direct; /* direct mode's shortcuts (direct.c), or NULL */
 } run_t;
 
 /* `owner` is the rank whose arena holds the counter: the only rank that waits on it. */
@@ -56,6 +57,18 @@ static tide_result_t step(run_t *run, tide_queue_t q, bool *ready) {
     tide_bound_op_t bo;
     TIDE_CHECK(tide_bind_op(run->b, run->prog, q, index, &bo));
     *ready = true;
+    /* Direct mode: a copy nobody reads, or a landing a fused sum stored, only signals. */
+    if (run->direct != NULL && op->kind != TIDE_OP_WAIT &&
+        tide_cpu_direct_skips(run->direct, run->b->rank, q, index)) {
+        if (op->kind == TIDE_OP_LAND) {
+            tide_land_args_t a; /* bound all the same: its table's checks */
+            TIDE_CHECK(tide_bind_land(run->b, run->prog, q, index, &a));
+        }
+        if (bo.signal != NULL) signal_add(run, bo.signal, op->sig_rank);
+        return TIDE_SUCCESS;
+    }
+    if (run->direct != NULL && (op->kind == TIDE_OP_COPY || op->kind == TIDE_OP_COPY2D))
+        TIDE_CHECK(tide_cpu_direct_copy(run->direct, run->b, q, index, &bo));
     switch (op->kind) {
     case TIDE_OP_WAIT: {
         uint64_t v = atomic_load_explicit(tide_cpu_counter(bo.wait_ctr), memory_order_acquire);
@@ -76,12 +89,15 @@ static tide_result_t step(run_t *run, tide_queue_t q, bool *ready) {
     case TIDE_OP_SUM: {
         tide_sum_args_t a;
         TIDE_CHECK(tide_bind_sum(run->b, run->prog, q, index, &a));
+        if (run->direct != NULL) TIDE_CHECK(tide_cpu_direct_sum(run->direct, run->b, q, index, &a));
         tide_cpu_sum(&a);
         break;
     }
     case TIDE_OP_LAND: {
         tide_land_args_t a;
         TIDE_CHECK(tide_bind_land(run->b, run->prog, q, index, &a));
+        if (run->direct != NULL)
+            TIDE_CHECK(tide_cpu_direct_land(run->direct, run->b, q, index, &a));
         tide_cpu_land(&a);
         break;
     }
@@ -100,6 +116,8 @@ static tide_result_t step(run_t *run, tide_queue_t q, bool *ready) {
     if (bo.signal != NULL) signal_add(run, bo.signal, op->sig_rank);
     return TIDE_SUCCESS;
 }
+
+static tide_result_t run_queues(run_t *run);
 
 /* The fail-stop message: the queue that missed its deadline, then the others that block. */
 static tide_result_t timeout_error(const run_t *run, tide_queue_t q, uint64_t now) {
@@ -150,36 +168,50 @@ tide_result_t tide_cpu_execute(struct tide_fabric_arena *arena, const tide_progr
     run.b = binding;
     run.prog = prog;
     run.recs = ((tide_cpu_arena_t *)arena)->calls;
+    TIDE_CHECK(tide_cpu_direct_begin((tide_cpu_arena_t *)arena, prog, binding, &run.direct));
+    tide_result_t res = run_queues(&run);
+    if (run.direct != NULL) {
+        tide_result_t joined = tide_cpu_direct_end((tide_cpu_arena_t *)arena, run.direct, binding,
+                                                   res != TIDE_SUCCESS);
+        if (res == TIDE_SUCCESS) res = joined;
+    }
+    return res;
+}
+
+/* Every queue of the rank, round-robin, to the end (see the top). */
+static tide_result_t run_queues(run_t *run) {
+    const tide_binding_t *binding = run->b;
+    const tide_program_t *prog = run->prog;
     const tide_rank_program_t *rp = &prog->ranks[binding->rank];
     const uint64_t timeout_ns = (uint64_t)tide_fabric_timeout_ms() * 1000000u;
-    tide_cpu_waiter_t wt = {.d = &run.recs[binding->rank].doorbell};
+    tide_cpu_waiter_t wt = {.d = &run->recs[binding->rank].doorbell};
 
     for (;;) {
         bool progress = false, done = true;
         for (int q = 0; q < TIDE_Q_COUNT; ++q) {
             const int num_ops = rp->queues[q].num_ops;
-            while (run.pc[q] < num_ops) {
+            while (run->pc[q] < num_ops) {
                 bool ready;
-                tide_result_t res = step(&run, (tide_queue_t)q, &ready);
+                tide_result_t res = step(run, (tide_queue_t)q, &ready);
                 if (res != TIDE_SUCCESS) {
                     tide_cpu_waiter_done(&wt);
                     return res;
                 }
                 if (!ready) {
                     uint64_t now = tide_cpu_now_ns();
-                    if (run.blocked_since[q] == 0) {
-                        run.blocked_since[q] = now;
-                    } else if (now - run.blocked_since[q] > timeout_ns) {
+                    if (run->blocked_since[q] == 0) {
+                        run->blocked_since[q] = now;
+                    } else if (now - run->blocked_since[q] > timeout_ns) {
                         tide_cpu_waiter_done(&wt);
-                        return timeout_error(&run, (tide_queue_t)q, now);
+                        return timeout_error(run, (tide_queue_t)q, now);
                     }
                     break;
                 }
-                run.blocked_since[q] = 0;
-                ++run.pc[q];
+                run->blocked_since[q] = 0;
+                ++run->pc[q];
                 progress = true;
             }
-            if (run.pc[q] < num_ops) done = false;
+            if (run->pc[q] < num_ops) done = false;
         }
         if (done) {
             tide_cpu_waiter_done(&wt);

@@ -132,6 +132,7 @@ tide_result_t tide_cpu_map_new(void *addr, size_t bytes, tide_cpu_map_t **map_ou
     if (m == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cpu fabric: out of host memory");
     m->addr = addr;
     m->bytes = bytes;
+    m->direct = NULL;
     atomic_init(&m->refs, 1);
     *map_out = m;
     return TIDE_SUCCESS;
@@ -141,6 +142,7 @@ void tide_cpu_map_release(tide_cpu_map_t *map) {
     if (map == NULL) return;
     if (atomic_fetch_sub_explicit(&map->refs, 1, memory_order_acq_rel) != 1) return;
     munmap(map->addr, map->bytes);
+    tide_cpu_direct_group_free(map->direct);
     free(map);
 }
 

@@ -49,6 +49,7 @@ static tide_result_t cpu_world_create_all(int nodes, int gpus_per_node,
     tide_result_t res;
     tide_cpu_shared_t *s = NULL;
     TIDE_CHECK(shared_new(false, job, &s));
+    s->direct = tide_cpu_direct_env();
     s->ctl_bytes = sizeof(tide_cpu_ctl_t);
     s->ctl = calloc(1, s->ctl_bytes);
     tide_cpu_world_t *w = calloc((size_t)n, sizeof(*w));

@@ -28,6 +28,7 @@
 #include "fabric/cuda/batch_copy.h"
 #include "fabric/fabric.h"
 #include "kernels/launch.h"
+#include "program/direct.h"
 #include "program/schedule.h"
 
 #include <cuda_runtime_api.h>
@@ -135,14 +136,10 @@ typedef struct {
     int32_t ctas; /* grid of its kernel: scaled with its bytes (batch_copy.h) */
 } tide_cuda_batch_t;
 
-/* A fused sum (direct.c): segment s of SUM op `sum` is stored by landing segment `seg` of LAND
- * op `land`. */
+/* A fused sum's device tables (direct.c); its plan (which landing stores each segment) is
+ * the analysis's (program/direct.h). */
 typedef struct {
-    int32_t land, seg;
-} tide_cuda_fuse_seg_t;
-
-typedef struct {
-    tide_cuda_fuse_seg_t *segs;      /* [num_segs of the SUM's table] */
+    const tide_direct_fuse_seg_t *segs; /* [num_segs of the SUM's table], owned by pp->dir */
     int num_segs;
     tide_sum_fused_t *host[2];       /* [parity] pinned: upload sources */
     tide_sum_fused_t *last[2];       /* [parity]: what the device table holds */
@@ -150,21 +147,6 @@ typedef struct {
     bool valid[2], inflight[2];
     cudaEvent_t done[2];             /* [parity] the upload's completion */
 } tide_cuda_fuse_t;
-
-/* Where a landing reads input k of segment s in direct mode (direct.c). */
-enum { TIDE_CUDA_LAND_READ = 0, TIDE_CUDA_LAND_ZERO = 1, TIDE_CUDA_LAND_ALIAS = 2 };
-typedef struct tide_cuda_land_src {
-    int32_t kind;   /* READ: its inbox; ZERO: +0.0f, not read; ALIAS: the source of `copy` */
-    int32_t copy;   /* ALIAS: op id of the elided inbox copy */
-    uint64_t delta; /* ALIAS: bytes from the copy's destination start */
-} tide_cuda_land_src_t;
-
-/* Where a copy reads in direct mode for the all-gather (direct_ag.c): the source of the
- * elided put `put`, `delta` bytes on (put < 0: its own source). */
-typedef struct {
-    int32_t put;
-    uint64_t delta;
-} tide_cuda_ag_src_t;
 
 /* A program's device-side state: its schedule, events, and segment tables. */
 typedef struct {
@@ -195,19 +177,21 @@ typedef struct {
     bool *desc_inflight[2];              /* [parity][N]: desc_done recorded after an upload */
     cudaEvent_t *desc_done[2];           /* [parity][N] */
     void *scratch;                       /* 2 * max_batch intervals (overlap check) */
-    /* Direct mode (direct.c): an RS program whose nodes each live on one device. */
+    /* Direct mode (direct.c): an RS program whose nodes each live on one device.  The
+     * analysis (program/direct.h) owns elide, land_src, fused_land, ag_src and ag_wait. */
+    tide_direct_t dir;
     bool direct;                         /* some TIDE_CUDA_DIRECT bit applies */
     bool direct_sum;                     /* SUMs read the peers' gradients in place */
     int direct_l;                        /* L: ranks per node */
     uint8_t *elide;                      /* [num_ops]: copies not issued */
-    tide_cuda_land_src_t **land_src;     /* [num_ops]: LAND ops, num_segs x num_in sources */
+    tide_direct_land_src_t **land_src;     /* [num_ops]: LAND ops, num_segs x num_in sources */
     void **land_dev[2];                  /* [parity][num_ops]: device in_table of a LAND op */
     const float ***land_last[2];         /* [parity][num_ops]: what each device table holds */
     tide_cuda_fuse_t **fuse;             /* [num_ops]: SUM ops stored as their landings */
     uint8_t *fused_land;                 /* [num_ops]: LAND ops a fused sum does */
     /* Direct mode for the all-gather (direct_ag.c): rail puts of own shards elided. */
     bool direct_ag;                      /* some put is elided (`elide`) */
-    tide_cuda_ag_src_t *ag_src;          /* [num_ops]: copies that read an elided put's source */
+    tide_direct_ag_src_t *ag_src;        /* [num_ops]: copies that read an elided put's source */
     uint8_t *ag_wait;                    /* [N x N]: rank r's call-done follows rank j's call */
 } tide_cuda_prepared_t;
 
@@ -242,8 +226,9 @@ bool tide_cuda_batch_disjoint(tide_cuda_prepared_t *pp, const tide_cuda_batch_t 
  * pushes are elided); landings skip inputs no copy writes; inbox copies whose source stays
  * valid are elided and the landings read that source; fused sums (8); all-gather rail puts
  * of own shards elided, their readers reading the shard (16, direct_ag.c). */
-enum { TIDE_CUDA_DIRECT_SUM = 1, TIDE_CUDA_DIRECT_ZERO = 2, TIDE_CUDA_DIRECT_ALIAS = 4,
-       TIDE_CUDA_DIRECT_FUSE = 8, TIDE_CUDA_DIRECT_AG = 16, TIDE_CUDA_DIRECT_ALL = 31,
+enum { TIDE_CUDA_DIRECT_SUM = TIDE_DIRECT_SUM, TIDE_CUDA_DIRECT_ZERO = TIDE_DIRECT_ZERO,
+       TIDE_CUDA_DIRECT_ALIAS = TIDE_DIRECT_ALIAS, TIDE_CUDA_DIRECT_FUSE = TIDE_DIRECT_FUSE,
+       TIDE_CUDA_DIRECT_AG = TIDE_DIRECT_AG, TIDE_CUDA_DIRECT_ALL = TIDE_DIRECT_ALL,
        /* The default: every shortcut; verified bit for bit on the GPU matrix
         * (bench/results/h200-2026-12-03b: 701 configurations with 15; -04d: ctest -L gpu
         * with 31). */
@@ -257,6 +242,10 @@ enum { TIDE_CUDA_DIRECT_SUM = 1, TIDE_CUDA_DIRECT_ZERO = 2, TIDE_CUDA_DIRECT_ALI
  * gradients (the other local ranks in local-rank order, then its own); lands: the landing
  * tables of this call's parity, uploaded when they change, bound into pp->bound. */
 bool tide_cuda_direct_world(const tide_cuda_shared_t *sh, int gpus_per_node);
+/* The analysis of `prog` for the bits of `mask`, with each rank's device as its memory domain,
+ * into pp->dir (program/direct.h). */
+tide_result_t tide_cuda_direct_analyse(tide_cuda_shared_t *sh, tide_cuda_prepared_t *pp,
+                                       const tide_program_t *prog, int mask);
 tide_result_t tide_cuda_direct_prepare(tide_cuda_shared_t *sh, tide_cuda_prepared_t *pp,
                                        const tide_program_t *prog);
 void tide_cuda_direct_free(tide_cuda_prepared_t *pp);
