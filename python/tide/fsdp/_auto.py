@@ -10,9 +10,19 @@ refusal (say, ranks that disagree) raises from that forward, as enable() would.
 To reach code that never imports tide (a test suite that spawns its own ranks), put
 python/tide/fsdp/sitecustomize on PYTHONPATH: its sitecustomize imports tide.fsdp when
 TIDE_FSDP is set, in every process that starts.
+
+A root whose forward runs under a TorchDispatchMode (CommDebugMode, a FLOP counter,
+FakeTensorMode, ...) stays on stock FSDP2 until its first forward outside one, with one log
+line: TIDE's collectives do not pass through the dispatcher, so the mode could not see (or
+replace) them, and enable()'s agreement collectives would run inside it as if they were the
+user's.  Every rank must run that forward the same way (they run one program), as for any
+collective.
 """
 
+import logging
 import os
+
+logger = logging.getLogger("tide.fsdp")
 
 _INSTALLED = []
 
@@ -34,14 +44,36 @@ def install(mode):
     def _lazy_init(self):
         first = self._is_root is None
         original(self)
-        if first and self._is_root:
-            root = self._modules[0]
-            if enabled(root) is None:
-                enable(root, mode=state[1])
+        if not self._is_root:
+            return
+        root = self._modules[0]
+        if not first and not getattr(root, "_tide_auto_waiting", False):
+            return  # enabled at its first forward, or disabled since: leave it as it is
+        if enabled(root) is not None:
+            return
+        modes = _dispatch_modes()
+        if modes:
+            if not getattr(root, "_tide_auto_waiting", False):
+                root._tide_auto_waiting = True
+                logger.warning("tide.fsdp: root %s stays on stock FSDP2 while its forward "
+                               "runs under TorchDispatchMode %s (TIDE's collectives bypass "
+                               "the dispatcher, the mode would not see them); TIDE is "
+                               "enabled at its first forward outside such a mode",
+                               type(root).__name__, ", ".join(modes))
+            return
+        root._tide_auto_waiting = False
+        enable(root, mode=state[1])
 
     _lazy_init._tide_auto = True
     FSDPState._lazy_init = _lazy_init
     _INSTALLED.append(state)
+
+
+def _dispatch_modes():
+    """Names of the user TorchDispatchModes active now (empty when none)."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    return [type(m).__name__ for m in _get_current_dispatch_mode_stack()]
 
 
 def uninstall():
