@@ -39,16 +39,29 @@ STATS_ENV = "TIDE_UPSTREAM_STATS_DIR"
 # ------------------------------------------------------------------ rank side
 
 
+def _rank_here():
+    """The rank of the caller: its process's, or its thread's in the threaded process groups
+    of FSDPTestMultiThread (several ranks in one process); None before init."""
+    import torch.distributed as dist
+
+    try:
+        return dist.get_rank() if dist.is_initialized() else None
+    except Exception:  # a thread without a rank (the unittest driver thread)
+        return None
+
+
 class _TideLog(logging.Handler):
     def __init__(self):
         super().__init__(logging.DEBUG)
-        self.records = []
+        self.records = []  # (rank, line)
 
     def emit(self, record):
-        self.records.append("%s %s" % (record.levelname, record.getMessage()))
+        self.records.append((_rank_here(), "%s %s" % (record.levelname, record.getMessage())))
 
 
-_GROUPS = []  # (fqn, tier, calls dict) of every TIDE group registered in this rank
+# (fqn, tier, calls dict, rank) of every TIDE group registered in this process: one rank's
+# (FSDPTest: a process per rank), or every rank's (FSDPTestMultiThread: a thread per rank).
+_GROUPS = []
 _LOG = _TideLog()
 
 
@@ -71,28 +84,34 @@ def _record_tide():
 
         def recording_init(self, *args, _init=init, **kwargs):
             _init(self, *args, **kwargs)
-            _GROUPS.append((self.spec.name, self.tier, self.calls))
+            _GROUPS.append((self.spec.name, self.tier, self.calls, _rank_here()))
 
         recording_init._upstream_recorder = True
         cls.__init__ = recording_init
     return True
 
 
-def _write_stats(test_name, rank, outcome):
+def _write_stats(test_name, rank, outcome, groups=None, log=None):
+    """Write one rank's TIDE record of one test: `groups` and `log` default to everything
+    this process recorded (a rank process); a threaded test passes its rank's share."""
     where = os.environ.get(STATS_ENV)
     if not where:
         return
     tide_on = bool(os.environ.get("TIDE_FSDP"))
-    totals = {"groups": len(_GROUPS), "tier1_groups": 0, "tier0_groups": 0,
-              "tide_all_gathers": 0, "tide_reduce_scatters": 0, "stock_reduces": 0}
-    for _name, tier, calls in _GROUPS:
+    groups = _GROUPS if groups is None else groups
+    log = [line for _r, line in _LOG.records] if log is None else log
+    totals = {"groups": len(groups), "tier1_groups": 0, "tier0_groups": 0,
+              "tide_all_gathers": 0, "tide_reduce_scatters": 0, "stock_reduces": 0,
+              "stock_all_gathers": 0}
+    for _name, tier, calls, _rank in groups:
         totals["tier1_groups" if tier == 1 else "tier0_groups"] += 1
         totals["tide_all_gathers"] += calls.get("all_gather", 0)
         totals["tide_reduce_scatters"] += calls.get("reduce_scatter", 0)
         totals["stock_reduces"] += calls.get("stock_reduce", 0)
+        totals["stock_all_gathers"] += calls.get("stock_all_gather", 0)
     stats = {"test": test_name, "rank": rank, "tide_switch": tide_on, "outcome": outcome,
-             "totals": totals, "groups": [[n, t, dict(c)] for n, t, c in _GROUPS],
-             "tide_log": _LOG.records}
+             "totals": totals, "groups": [[n, t, dict(c)] for n, t, c, _r in groups],
+             "tide_log": log}
     path = os.path.join(where, "%s.rank%d.json" % (test_name, rank))
     with open(path, "w") as f:
         json.dump(stats, f, indent=1)
@@ -137,6 +156,17 @@ _record_tide()
 # ------------------------------------------------------------------ parent side
 
 
+def _write_thread_ranks(test, groups_from, log_from):
+    """FSDPTestMultiThread runs its ranks as threads of this process: split what they
+    registered and logged during `test` by rank and write one record per rank, as a rank
+    process of FSDPTest does."""
+    groups, log = _GROUPS[groups_from:], _LOG.records[log_from:]
+    name = test.id().split(".")[-1]
+    for rank in range(test.world_size):
+        _write_stats(name, rank, "thread", [g for g in groups if g[3] == rank],
+                     [line for r, line in log if r == rank])
+
+
 class _Result(unittest.TextTestResult):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -145,7 +175,13 @@ class _Result(unittest.TextTestResult):
 
     def startTest(self, test):
         self._t0[test.id()] = time.time()
+        self._marks = (len(_GROUPS), len(_LOG.records))
         super().startTest(test)
+
+    def stopTest(self, test):
+        super().stopTest(test)
+        if isinstance(test, common_fsdp.FSDPTestMultiThread):
+            _write_thread_ranks(test, *self._marks)
 
     def _add(self, test, status, detail=""):
         self.cases.append({"id": test.id(), "status": status, "detail": detail,
@@ -178,15 +214,24 @@ def _tide_per_test(stats_dir, test_name):
     return ranks
 
 
-def _engagement(ranks):
-    """How TIDE took part in one test: 'off' (switch not set), 'served' (every rank
-    registered TIDE groups and ran TIDE collectives through them), 'fell back' (the switch
-    was on but no rank registered a TIDE group), or 'partial'."""
-    if not ranks or not ranks[0]["tide_switch"]:
+def _engagement(ranks, status):
+    """How TIDE took part in one test: 'off' (switch not set), 'skipped' (the test did not
+    run), 'served' (every rank registered TIDE groups and ran TIDE collectives through
+    them, none on stock), 'mixed' (served, but some calls of TIDE groups ran on stock
+    FSDP2), 'fell back' (the switch was on but no rank registered a TIDE group), or
+    'partial' (some ranks did)."""
+    if not os.environ.get("TIDE_FSDP"):
         return "off"
+    if status == "skipped":
+        return "skipped"
+    if not ranks:
+        return "fell back"
     served = [r["totals"]["groups"] > 0 and r["totals"]["tide_all_gathers"] > 0
               and r["totals"]["tide_reduce_scatters"] > 0 for r in ranks]
     if all(served):
+        if any(r["totals"].get("stock_reduces", 0) or r["totals"].get("stock_all_gathers", 0)
+               for r in ranks):
+            return "mixed"  # TIDE groups, but some of their calls ran on stock FSDP2
         return "served"
     if not any(r["totals"]["groups"] for r in ranks):
         return "fell back"
@@ -227,7 +272,7 @@ def main():
         test_name = case["id"].split(".")[-1]
         ranks = _tide_per_test(stats_dir, test_name)
         case["ranks_reporting"] = len(ranks)
-        case["tide"] = _engagement(ranks)
+        case["tide"] = _engagement(ranks, case["status"])
         if ranks:
             case["tide_totals_rank0"] = ranks[0]["totals"]
             case["tide_fallback_lines_rank0"] = [
