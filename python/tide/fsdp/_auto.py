@@ -11,11 +11,13 @@ To reach code that never imports tide (a test suite that spawns its own ranks), 
 python/tide/fsdp/sitecustomize on PYTHONPATH: its sitecustomize imports tide.fsdp when
 TIDE_FSDP is set, in every process that starts.
 
-A root whose forward runs under a TorchDispatchMode (CommDebugMode, a FLOP counter,
-FakeTensorMode, ...) stays on stock FSDP2 until its first forward outside one, with one log
-line: TIDE's collectives do not pass through the dispatcher, so the mode could not see (or
-replace) them, and enable()'s agreement collectives would run inside it as if they were the
-user's.  Every rank must run that forward the same way (they run one program), as for any
+A root stays on stock FSDP2, with one log line, until its first forward where it can be
+enabled: not while the forward runs under a TorchDispatchMode (CommDebugMode, a FLOP
+counter, FakeTensorMode, ...), since TIDE's collectives do not pass through the dispatcher,
+so the mode could not see (or replace) them, and enable()'s agreement collectives would run
+inside it as if they were the user's; not while one of its groups is unsharded (a pipeline
+schedule's unshard() before the first forward), since enable() registers resharded groups
+only.  Every rank must run that forward the same way (they run one program), as for any
 collective.
 """
 
@@ -51,15 +53,13 @@ def install(mode):
             return  # enabled at its first forward, or disabled since: leave it as it is
         if enabled(root) is not None:
             return
-        modes = _dispatch_modes()
-        if modes:
+        why = _not_now(root)
+        if why is not None:
             if not getattr(root, "_tide_auto_waiting", False):
                 root._tide_auto_waiting = True
-                logger.warning("tide.fsdp: root %s stays on stock FSDP2 while its forward "
-                               "runs under TorchDispatchMode %s (TIDE's collectives bypass "
-                               "the dispatcher, the mode would not see them); TIDE is "
-                               "enabled at its first forward outside such a mode",
-                               type(root).__name__, ", ".join(modes))
+                logger.warning("tide.fsdp: root %s stays on stock FSDP2 while %s; TIDE is "
+                               "enabled at its first forward where that no longer holds",
+                               type(root).__name__, why)
             return
         root._tide_auto_waiting = False
         enable(root, mode=state[1])
@@ -67,6 +67,26 @@ def install(mode):
     _lazy_init._tide_auto = True
     FSDPState._lazy_init = _lazy_init
     _INSTALLED.append(state)
+
+
+def _not_now(root):
+    """Why `root` cannot be enabled at this forward (None when it can): its forward runs
+    under a TorchDispatchMode, or one of its groups is not idle and resharded (unshard()
+    called before the first forward, as a pipeline schedule does to issue all-gathers early;
+    enable() registers only resharded groups)."""
+    from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState
+
+    from . import _param_groups
+
+    modes = _dispatch_modes()
+    if modes:
+        return ("its forward runs under TorchDispatchMode %s (TIDE's collectives bypass the "
+                "dispatcher, the mode would not see them)" % ", ".join(modes))
+    for name, _m, pg in _param_groups(root):
+        if (pg._training_state != TrainingState.IDLE or not pg.is_sharded
+                or pg._all_gather_result is not None):
+            return "its group %s is unsharded (unshard() before the forward)" % name
+    return None
 
 
 def _dispatch_modes():

@@ -1,5 +1,8 @@
-"""The TIDE_FSDP switch under a TorchDispatchMode (CommDebugMode): stock FSDP2 until the
-first root forward outside the mode.
+"""When the TIDE_FSDP switch enables a root, and TIDE under a TorchDispatchMode.
+
+The switch (tide/fsdp/_auto.py) enables a root at its first forward where it can: not under
+a TorchDispatchMode, not while a group is unsharded (unshard() before the first forward).
+Until then the root runs stock FSDP2, with one log line.
 
 TIDE's collectives do not pass through the dispatcher, so a dispatch mode that watches or
 replaces collectives (CommDebugMode counts c10d ops; PyTorch's own
@@ -135,5 +138,73 @@ def test_calls_under_a_dispatch_mode_after_enable_run_on_stock(tmp_path):
             assert calls.get("stock_all_gather", 0) >= 2, (name, calls)
         assert any("gathers with stock FSDP2 for this call: a TorchDispatchMode is active "
                    "(CommDebugMode)" in line for line in tide["lines"]), tide["lines"]
+        for a, b in zip(tide["params"], stock["params"]):
+            assert torch.equal(a, b)
+
+
+def _explicit_unshard(rank, world, switch):
+    """unshard() of every FSDP module before the first forward (the 1F1B pattern of
+    PyTorch's test_1f1b_microbatching): the first forward finds its groups unsharded."""
+    import logging
+
+    import torch.nn.functional as F
+    from torch.distributed.fsdp import FSDPModule
+
+    import fsdp_model
+    import tide.fsdp
+    from tide.fsdp import _auto
+
+    lines = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    logging.getLogger("tide.fsdp").addHandler(_Keep())
+    if switch:
+        _auto.install("in_place")
+    try:
+        model = fsdp_model.build(seed=0, exact=True, reshard_after_forward=False)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for m in model.modules():
+            if isinstance(m, FSDPModule):
+                m.unshard(async_op=True)
+        enabled_after = []
+        for step in range(3):
+            x, y = fsdp_model.batch(step, rank)
+            F.cross_entropy(model(x).reshape(-1, 37), y.reshape(-1)).backward()
+            enabled_after.append(tide.fsdp.enabled(model) is not None)
+            opt.step()
+            opt.zero_grad()
+        rec = tide.fsdp.enabled(model)
+        calls = [(st.spec.name, dict(st.calls)) for st in rec.states] if rec else []
+        params = [p.to_local().detach().clone() for p in model.parameters()]
+        if rec is not None:
+            tide.fsdp.disable(model)
+        return {"enabled": enabled_after, "calls": calls, "params": params, "lines": lines}
+    finally:
+        if switch:
+            _auto.uninstall()
+
+
+def _body_unshard(rank, world):
+    return {"stock": _explicit_unshard(rank, world, False),
+            "tide": _explicit_unshard(rank, world, True)}
+
+
+def test_switch_waits_for_resharded_groups(tmp_path):
+    recs = fsdp_harness.run(2, _body_unshard, tmp_path)
+    for rank, rec in enumerate(recs):
+        assert rec["ok"], rec.get("traceback")
+        stock, tide = rec["result"]["stock"], rec["result"]["tide"]
+        # Step 0 on stock (its groups were unsharded by the user), then TIDE from step 1:
+        # the backward resharded every group.
+        assert tide["enabled"] == [False, True, True]
+        assert sum("is unsharded (unshard() before the forward)" in line
+                   for line in tide["lines"]) == 1, tide["lines"]
+        assert tide["calls"]
+        for name, calls in tide["calls"]:
+            assert calls.get("reduce_scatter", 0) == 2, (name, calls)
+            assert calls.get("stock_reduce", 0) == 0, (name, calls)
         for a, b in zip(tide["params"], stock["params"]):
             assert torch.equal(a, b)
