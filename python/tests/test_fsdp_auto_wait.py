@@ -142,9 +142,12 @@ def test_calls_under_a_dispatch_mode_after_enable_run_on_stock(tmp_path):
             assert torch.equal(a, b)
 
 
-def _explicit_unshard(rank, world, switch):
+def _explicit_unshard(rank, world, switch, accumulate=False):
     """unshard() of every FSDP module before the first forward (the 1F1B pattern of
-    PyTorch's test_1f1b_microbatching): the first forward finds its groups unsharded."""
+    PyTorch's test_1f1b_microbatching): the first forward finds its groups unsharded.
+    accumulate: steps of three micro-batches, gradients reduced at the last one only
+    (set_requires_gradient_sync), resharded after every backward: the groups are resharded
+    at the second micro-batch's forward but hold the first one's unreduced gradients."""
     import logging
 
     import torch.nn.functional as F
@@ -170,10 +173,14 @@ def _explicit_unshard(rank, world, switch):
             if isinstance(m, FSDPModule):
                 m.unshard(async_op=True)
         enabled_after = []
+        micro = 3 if accumulate else 1
         for step in range(3):
-            x, y = fsdp_model.batch(step, rank)
-            F.cross_entropy(model(x).reshape(-1, 37), y.reshape(-1)).backward()
-            enabled_after.append(tide.fsdp.enabled(model) is not None)
+            for mb in range(micro):
+                if accumulate:
+                    model.set_requires_gradient_sync(mb == micro - 1)
+                x, y = fsdp_model.batch(step, rank, micro=mb)
+                F.cross_entropy(model(x).reshape(-1, 37), y.reshape(-1)).backward()
+                enabled_after.append(tide.fsdp.enabled(model) is not None)
             opt.step()
             opt.zero_grad()
         rec = tide.fsdp.enabled(model)
@@ -187,9 +194,9 @@ def _explicit_unshard(rank, world, switch):
             _auto.uninstall()
 
 
-def _body_unshard(rank, world):
-    return {"stock": _explicit_unshard(rank, world, False),
-            "tide": _explicit_unshard(rank, world, True)}
+def _body_unshard(rank, world, accumulate=False):
+    return {"stock": _explicit_unshard(rank, world, False, accumulate),
+            "tide": _explicit_unshard(rank, world, True, accumulate)}
 
 
 def test_switch_waits_for_resharded_groups(tmp_path):
@@ -200,7 +207,7 @@ def test_switch_waits_for_resharded_groups(tmp_path):
         # Step 0 on stock (its groups were unsharded by the user), then TIDE from step 1:
         # the backward resharded every group.
         assert tide["enabled"] == [False, True, True]
-        assert sum("is unsharded (unshard() before the forward)" in line
+        assert sum("is unsharded (unshard() before this forward)" in line
                    for line in tide["lines"]) == 1, tide["lines"]
         assert tide["calls"]
         for name, calls in tide["calls"]:
@@ -208,3 +215,47 @@ def test_switch_waits_for_resharded_groups(tmp_path):
             assert calls.get("stock_reduce", 0) == 0, (name, calls)
         for a, b in zip(tide["params"], stock["params"]):
             assert torch.equal(a, b)
+
+
+def test_switch_waits_for_reduced_gradients(tmp_path):
+    """PyTorch's test_1f1b_microbatching with the switch: enabling at the second
+    micro-batch dropped the first one's unreduced gradients (held by the unsharded
+    parameters that enable() rebuilds on the landing), and the step's gradients differed
+    from stock's.  The switch now waits for a forward without pending gradients."""
+    recs = fsdp_harness.run(2, _body_unshard, tmp_path, accumulate=True)
+    for rank, rec in enumerate(recs):
+        assert rec["ok"], rec.get("traceback")
+        stock, tide = rec["result"]["stock"], rec["result"]["tide"]
+        for a, b in zip(tide["params"], stock["params"]):
+            assert torch.equal(a, b)
+        # Step 0 on stock (unsharded, then unreduced gradients), TIDE from step 1 on.
+        assert tide["enabled"] == [False] * 3 + [True] * 6, tide["enabled"]
+        assert any("unreduced gradients" in line for line in tide["lines"]), tide["lines"]
+        for name, calls in tide["calls"]:
+            assert calls.get("reduce_scatter", 0) == 2, (name, calls)
+
+
+def _enable_mid_accumulation(rank, world):
+    import torch.nn.functional as F
+
+    import fsdp_model
+    import tide.fsdp
+
+    model = fsdp_model.build(seed=0, exact=True)
+    model.set_requires_gradient_sync(False)
+    x, y = fsdp_model.batch(0, rank)
+    F.cross_entropy(model(x).reshape(-1, 37), y.reshape(-1)).backward()
+    try:
+        tide.fsdp.enable(model, mode="in_place")
+    except RuntimeError as exc:
+        return str(exc)
+    return None
+
+
+def test_enable_refuses_groups_with_unreduced_gradients(tmp_path):
+    """enable() between micro-batches of an accumulation would drop their gradients (they
+    live on the unsharded parameters it rebuilds): a clear error instead, on every rank."""
+    recs = fsdp_harness.run(2, _enable_mid_accumulation, tmp_path)
+    for rec in recs:
+        assert rec["ok"], rec.get("traceback")
+        assert rec["result"] is not None and "holds unreduced gradients" in rec["result"], rec

@@ -17,7 +17,9 @@ counter, FakeTensorMode, ...), since TIDE's collectives do not pass through the 
 so the mode could not see (or replace) them, and enable()'s agreement collectives would run
 inside it as if they were the user's; not while one of its groups is unsharded (a pipeline
 schedule's unshard() before the first forward), since enable() registers resharded groups
-only.  Every rank must run that forward the same way (they run one program), as for any
+only; not while a group holds gradients accumulated without reduction
+(set_requires_gradient_sync(False) in earlier micro-batches), which live on the unsharded
+parameters that enable() rebuilds on TIDE's landing.  Every rank must run that forward the same way (they run one program), as for any
 collective.
 """
 
@@ -55,8 +57,10 @@ def install(mode):
             return
         why = _not_now(root)
         if why is not None:
-            if not getattr(root, "_tide_auto_waiting", False):
-                root._tide_auto_waiting = True
+            root._tide_auto_waiting = True
+            logged = root.__dict__.setdefault("_tide_auto_reasons", set())
+            if why not in logged:  # each reason once
+                logged.add(why)
                 logger.warning("tide.fsdp: root %s stays on stock FSDP2 while %s; TIDE is "
                                "enabled at its first forward where that no longer holds",
                                type(root).__name__, why)
@@ -73,19 +77,18 @@ def _not_now(root):
     """Why `root` cannot be enabled at this forward (None when it can): its forward runs
     under a TorchDispatchMode, or one of its groups is not idle and resharded (unshard()
     called before the first forward, as a pipeline schedule does to issue all-gathers early;
-    enable() registers only resharded groups)."""
-    from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState
-
-    from . import _param_groups
+    enable() registers only resharded groups), or holds unreduced gradients of earlier
+    micro-batches (they live on the unsharded parameters enable() rebuilds)."""
+    from . import _busy, _param_groups
 
     modes = _dispatch_modes()
     if modes:
         return ("its forward runs under TorchDispatchMode %s (TIDE's collectives bypass the "
                 "dispatcher, the mode would not see them)" % ", ".join(modes))
     for name, _m, pg in _param_groups(root):
-        if (pg._training_state != TrainingState.IDLE or not pg.is_sharded
-                or pg._all_gather_result is not None):
-            return "its group %s is unsharded (unshard() before the forward)" % name
+        why = _busy(name, pg)
+        if why is not None:
+            return "its " + why
     return None
 
 
