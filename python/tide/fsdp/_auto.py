@@ -19,8 +19,8 @@ inside it as if they were the user's; not while one of its groups is unsharded (
 schedule's unshard() before the first forward), since enable() registers resharded groups
 only; not while a group holds gradients accumulated without reduction
 (set_requires_gradient_sync(False) in earlier micro-batches), which live on the unsharded
-parameters that enable() rebuilds on TIDE's landing.  Every rank must run that forward the same way (they run one program), as for any
-collective.
+parameters that enable() rebuilds on TIDE's landing.  Every rank must run that forward the
+same way (they run one program), as for any collective.
 """
 
 import logging
