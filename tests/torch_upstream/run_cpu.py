@@ -215,6 +215,11 @@ def _tide_per_test(stats_dir, test_name):
     return ranks
 
 
+# What tide.fsdp's fallback lines say: a group or root left on stock at enable, a call
+# of a TIDE group run on stock, unshards of a TIDE group on stock memory.
+_FALLBACK_MARKS = ("stays on stock", "stock FSDP2 for this call", "on stock FSDP2 memory")
+
+
 def _engagement(ranks, status):
     """How TIDE took part in one test:
     'off'         the switch was not set;
@@ -322,8 +327,8 @@ def main():
         if ranks:
             case["tide_totals_rank0"] = ranks[0]["totals"]
             case["tide_fallback_lines_rank0"] = [
-                line for line in ranks[0]["tide_log"] if "stays on stock" in line
-                or "stock FSDP2 for this call" in line]
+                line for line in ranks[0]["tide_log"] if any(
+                    mark in line for mark in _FALLBACK_MARKS)]
         cases.append(case)
     summary = {"label": args.label, "test_file": test_file, "torch": torch.__version__,
                "tide_switch": os.environ.get("TIDE_FSDP", ""),
