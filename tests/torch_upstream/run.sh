@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# run.sh PYTORCH_TEST_FILE_OR_DIR [OUTDIR] - PyTorch's own FSDP2 1-D training tests
-# (test_fully_shard_training.py, class TestFullyShard1DTrainingCore) on the CPU with gloo,
-# once on stock FSDP2 and once with TIDE switched on through the documented switch
+# run.sh PYTORCH_TEST_FILE_OR_DIR [OUTDIR] - PyTorch's own FSDP2 tests (any test file of
+# test/distributed/_composable/fsdp/, any of its classes) on the CPU with gloo, once on stock
+# FSDP2 and once with TIDE switched on through the documented switch
 # (PYTHONPATH=python/tide/fsdp/sitecustomize:python TIDE_FSDP=<mode>, docs/fsdp.md).
 #
-#   PYTORCH_TEST_FILE_OR_DIR  test_fully_shard_training.py itself, or a PyTorch checkout
-#                             (test/distributed/_composable/fsdp/ is looked up under it);
+#   PYTORCH_TEST_FILE_OR_DIR  a test file (e.g. test_fully_shard_training.py), or a PyTorch
+#                             checkout or folder holding it (TIDE_UPSTREAM_FILE names it);
 #                             take it from the PyTorch release that matches the installed
 #                             torch (docs/torch-upstream-tests.md says how)
 #   OUTDIR                    default bench/results/cpu-torch-upstream
+#   TIDE_UPSTREAM_FILE        the file looked up in a folder (default
+#                             test_fully_shard_training.py)
 #   TIDE_UPSTREAM_TESTS       the classes or Class.test names to run
-#                             (default TestFullyShard1DTrainingCore)
+#                             (default TestFullyShard1DTrainingCore); FSDPTest classes
+#                             (a process per rank) and FSDPTestMultiThread classes (a thread
+#                             per rank, all in one process) alike
 #   TIDE_UPSTREAM_MODES       TIDE modes to run (default "in_place"; "in_place slot_reuse")
 #   TIDE_UPSTREAM_RUNS        which passes: "stock tide" (default), "stock" or "tide"
 #   TIDE_LIBRARY              libtide.so to use (default build/libtide.so, built if absent)
@@ -19,8 +23,10 @@
 # per run, and for the TIDE runs whether TIDE served the test: "served" means every rank
 # registered TIDE groups and ran TIDE all-gathers and reduce-scatters through them (counted
 # by the groups themselves); "fell back" / "partial" mean TIDE's switch was on but stock
-# FSDP2 moved the bytes for all / some ranks, which is not a pass with TIDE.  The JSON
-# files next to it hold the per-rank counters and tide.fsdp's log lines.
+# FSDP2 moved the bytes for all / some ranks, which is not a pass with TIDE ("served-fwd":
+# served, in a test without a backward; "mixed": some calls of TIDE groups on stock); "skipped"
+# means the test did not run.  The JSON files next to it hold the per-rank counters and
+# tide.fsdp's log lines.
 # Exit status: 0 when every run's non-skipped tests passed and every TIDE-run test that
 # passed was served by TIDE; 1 otherwise.
 set -uo pipefail
@@ -30,12 +36,12 @@ out=${2:-$root/bench/results/cpu-torch-upstream}
 tests=${TIDE_UPSTREAM_TESTS:-TestFullyShard1DTrainingCore}
 modes=${TIDE_UPSTREAM_MODES:-in_place}
 runs=${TIDE_UPSTREAM_RUNS:-stock tide}
+name=${TIDE_UPSTREAM_FILE:-test_fully_shard_training.py}
 if [ -d "$src" ]; then
-    for cand in "$src/test/distributed/_composable/fsdp/test_fully_shard_training.py" \
-                "$src/test_fully_shard_training.py"; do
+    for cand in "$src/test/distributed/_composable/fsdp/$name" "$src/$name"; do
         [ -f "$cand" ] && { file=$cand; break; }
     done
-    [ -n "${file:-}" ] || { echo "no test_fully_shard_training.py under $src" >&2; exit 2; }
+    [ -n "${file:-}" ] || { echo "no $name under $src" >&2; exit 2; }
 else
     file=$src
 fi
@@ -78,11 +84,12 @@ for c in s["cases"]:
     if s["tide_switch"]:
         t = c.get("tide_totals_rank0") or {}
         line += " tide=%-9s rank0: %d groups (tier1 %d, tier0 %d), %d TIDE all-gathers, " \
-                "%d TIDE reduce-scatters, %d stock reductions" % (
+                "%d TIDE reduce-scatters, %d stock all-gathers, %d stock reductions" % (
                     c["tide"], t.get("groups", 0), t.get("tier1_groups", 0),
                     t.get("tier0_groups", 0), t.get("tide_all_gathers", 0),
-                    t.get("tide_reduce_scatters", 0), t.get("stock_reduces", 0))
-        if c["status"] == "passed" and c["tide"] != "served":
+                    t.get("tide_reduce_scatters", 0), t.get("stock_all_gathers", 0),
+                    t.get("stock_reduces", 0))
+        if c["status"] == "passed" and c["tide"] not in ("served", "served-fwd"):
             bad = 1
         for fb in sorted(set(c.get("tide_fallback_lines_rank0", []))):
             line += "\n         fallback: " + fb

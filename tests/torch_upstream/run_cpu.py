@@ -25,6 +25,7 @@ import importlib
 import json
 import logging
 import os
+import subprocess
 import sys
 import time
 import traceback
@@ -39,16 +40,29 @@ STATS_ENV = "TIDE_UPSTREAM_STATS_DIR"
 # ------------------------------------------------------------------ rank side
 
 
+def _rank_here():
+    """The rank of the caller: its process's, or its thread's in the threaded process groups
+    of FSDPTestMultiThread (several ranks in one process); None before init."""
+    import torch.distributed as dist
+
+    try:
+        return dist.get_rank() if dist.is_initialized() else None
+    except Exception:  # a thread without a rank (the unittest driver thread)
+        return None
+
+
 class _TideLog(logging.Handler):
     def __init__(self):
         super().__init__(logging.DEBUG)
-        self.records = []
+        self.records = []  # (rank, line)
 
     def emit(self, record):
-        self.records.append("%s %s" % (record.levelname, record.getMessage()))
+        self.records.append((_rank_here(), "%s %s" % (record.levelname, record.getMessage())))
 
 
-_GROUPS = []  # (fqn, tier, calls dict) of every TIDE group registered in this rank
+# (fqn, tier, calls dict, rank) of every TIDE group registered in this process: one rank's
+# (FSDPTest: a process per rank), or every rank's (FSDPTestMultiThread: a thread per rank).
+_GROUPS = []
 _LOG = _TideLog()
 
 
@@ -71,28 +85,34 @@ def _record_tide():
 
         def recording_init(self, *args, _init=init, **kwargs):
             _init(self, *args, **kwargs)
-            _GROUPS.append((self.spec.name, self.tier, self.calls))
+            _GROUPS.append((self.spec.name, self.tier, self.calls, _rank_here()))
 
         recording_init._upstream_recorder = True
         cls.__init__ = recording_init
     return True
 
 
-def _write_stats(test_name, rank, outcome):
+def _write_stats(test_name, rank, outcome, groups=None, log=None):
+    """Write one rank's TIDE record of one test: `groups` and `log` default to everything
+    this process recorded (a rank process); a threaded test passes its rank's share."""
     where = os.environ.get(STATS_ENV)
     if not where:
         return
     tide_on = bool(os.environ.get("TIDE_FSDP"))
-    totals = {"groups": len(_GROUPS), "tier1_groups": 0, "tier0_groups": 0,
-              "tide_all_gathers": 0, "tide_reduce_scatters": 0, "stock_reduces": 0}
-    for _name, tier, calls in _GROUPS:
+    groups = _GROUPS if groups is None else groups
+    log = [line for _r, line in _LOG.records] if log is None else log
+    totals = {"groups": len(groups), "tier1_groups": 0, "tier0_groups": 0,
+              "tide_all_gathers": 0, "tide_reduce_scatters": 0, "stock_reduces": 0,
+              "stock_all_gathers": 0}
+    for _name, tier, calls, _rank in groups:
         totals["tier1_groups" if tier == 1 else "tier0_groups"] += 1
         totals["tide_all_gathers"] += calls.get("all_gather", 0)
         totals["tide_reduce_scatters"] += calls.get("reduce_scatter", 0)
         totals["stock_reduces"] += calls.get("stock_reduce", 0)
+        totals["stock_all_gathers"] += calls.get("stock_all_gather", 0)
     stats = {"test": test_name, "rank": rank, "tide_switch": tide_on, "outcome": outcome,
-             "totals": totals, "groups": [[n, t, dict(c)] for n, t, c in _GROUPS],
-             "tide_log": _LOG.records}
+             "totals": totals, "groups": [[n, t, dict(c)] for n, t, c, _r in groups],
+             "tide_log": log}
     path = os.path.join(where, "%s.rank%d.json" % (test_name, rank))
     with open(path, "w") as f:
         json.dump(stats, f, indent=1)
@@ -137,6 +157,17 @@ _record_tide()
 # ------------------------------------------------------------------ parent side
 
 
+def _write_thread_ranks(test, groups_from, log_from):
+    """FSDPTestMultiThread runs its ranks as threads of this process: split what they
+    registered and logged during `test` by rank and write one record per rank, as a rank
+    process of FSDPTest does."""
+    groups, log = _GROUPS[groups_from:], _LOG.records[log_from:]
+    name = test.id().split(".")[-1]
+    for rank in range(test.world_size):
+        _write_stats(name, rank, "thread", [g for g in groups if g[3] == rank],
+                     [line for r, line in log if r == rank])
+
+
 class _Result(unittest.TextTestResult):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -145,7 +176,13 @@ class _Result(unittest.TextTestResult):
 
     def startTest(self, test):
         self._t0[test.id()] = time.time()
+        self._marks = (len(_GROUPS), len(_LOG.records))
         super().startTest(test)
+
+    def stopTest(self, test):
+        super().stopTest(test)
+        if isinstance(test, common_fsdp.FSDPTestMultiThread):
+            _write_thread_ranks(test, *self._marks)
 
     def _add(self, test, status, detail=""):
         self.cases.append({"id": test.id(), "status": status, "detail": detail,
@@ -178,19 +215,70 @@ def _tide_per_test(stats_dir, test_name):
     return ranks
 
 
-def _engagement(ranks):
-    """How TIDE took part in one test: 'off' (switch not set), 'served' (every rank
-    registered TIDE groups and ran TIDE collectives through them), 'fell back' (the switch
-    was on but no rank registered a TIDE group), or 'partial'."""
-    if not ranks or not ranks[0]["tide_switch"]:
+# What tide.fsdp's fallback lines say: a group or root left on stock at enable, a call
+# of a TIDE group run on stock, unshards of a TIDE group on stock memory.
+_FALLBACK_MARKS = ("stays on stock", "stock FSDP2 for this call", "on stock FSDP2 memory")
+
+
+def _engagement(ranks, status):
+    """How TIDE took part in one test:
+    'off'         the switch was not set;
+    'skipped'     the test did not run;
+    'served'      every rank registered TIDE groups and ran TIDE all-gathers and
+                  reduce-scatters through them, none of their calls on stock;
+    'served-fwd'  the same for a test without a backward: TIDE all-gathers, no
+                  reduce-scatter asked of any TIDE group (none ran on stock either);
+    'mixed'       served, but some calls of TIDE groups ran on stock FSDP2;
+    'fell back'   no rank registered a TIDE group, and tide.fsdp logged why;
+    'no groups'   no rank registered a TIDE group and nothing was refused (a model
+                  without parameters);
+    'partial'     some ranks registered TIDE groups and others did not, or a rank's
+                  groups ran no TIDE all-gather."""
+    if not os.environ.get("TIDE_FSDP"):
         return "off"
-    served = [r["totals"]["groups"] > 0 and r["totals"]["tide_all_gathers"] > 0
-              and r["totals"]["tide_reduce_scatters"] > 0 for r in ranks]
-    if all(served):
+    if status == "skipped":
+        return "skipped"
+    if not ranks or not any(r["totals"]["groups"] for r in ranks):
+        refused = any("stays on stock" in line for r in ranks for line in r["tide_log"])
+        return "fell back" if refused else "no groups"
+    t = [r["totals"] for r in ranks]
+    if not all(x["groups"] > 0 and x["tide_all_gathers"] > 0 for x in t):
+        return "partial"
+    if any(x.get("stock_reduces", 0) or x.get("stock_all_gathers", 0) for x in t):
+        return "mixed"  # TIDE groups, but some of their calls ran on stock FSDP2
+    if all(x["tide_reduce_scatters"] > 0 for x in t):
         return "served"
-    if not any(r["totals"]["groups"] for r in ranks):
-        return "fell back"
+    if not any(x["tide_reduce_scatters"] for x in t):
+        return "served-fwd"
     return "partial"
+
+
+def _flatten(suite):
+    for item in suite:
+        if isinstance(item, unittest.TestSuite):
+            yield from _flatten(item)
+        else:
+            yield item
+
+
+def _run_apart(test, test_file, stats_dir, label):
+    """Run one FSDPTestMultiThread test in a process of its own and return its case record.
+    In torch 2.11 every threaded test ends with an exception in its rank threads
+    (destroy_process_group: 'ThreadLocalWorld' object has no attribute 'comms'), and the
+    next threaded test in the same process may then crash it (a segmentation fault seen on
+    stock FSDP2): one process per test keeps one test's teardown from failing another."""
+    cls_test = "%s.%s" % (type(test).__name__, test._testMethodName)
+    part = os.path.join(stats_dir, "apart-%s.json" % test._testMethodName)
+    t0 = time.time()
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--in-process",
+                           "--label", label, "--out", part, test_file, cls_test])
+    if os.path.exists(part):
+        with open(part) as f:
+            return json.load(f)["cases"]
+    return [{"id": test.id(), "status": "error", "tide": "n/a", "ranks_reporting": 0,
+             "seconds": round(time.time() - t0, 1),
+             "detail": "the test's process ended with status %d before writing its record"
+                       % proc.returncode}]
 
 
 def main():
@@ -199,6 +287,8 @@ def main():
     ap.add_argument("classes", nargs="+", help="test classes (or Class.test_name)")
     ap.add_argument("--out", required=True, help="JSON summary to write")
     ap.add_argument("--label", default="")
+    ap.add_argument("--in-process", action="store_true",
+                    help="run FSDPTestMultiThread tests in this process too (see _run_apart)")
     args = ap.parse_args()
 
     test_file = os.path.abspath(args.test_file)
@@ -212,9 +302,13 @@ def main():
     os.environ[STATS_ENV] = stats_dir
 
     loader = unittest.TestLoader()
-    suite = unittest.TestSuite()
+    suite, threaded = unittest.TestSuite(), []
     for name in args.classes:
-        suite.addTests(loader.loadTestsFromName(name, module))
+        for test in _flatten(loader.loadTestsFromName(name, module)):
+            if isinstance(test, common_fsdp.FSDPTestMultiThread) and not args.in_process:
+                threaded.append(test)
+            else:
+                suite.addTest(test)
     runner = unittest.TextTestRunner(verbosity=2, resultclass=_Result, stream=sys.stdout)
     t0 = time.time()
     try:
@@ -223,16 +317,18 @@ def main():
         traceback.print_exc()
         raise
     cases = []
+    for test in threaded:
+        cases.extend(_run_apart(test, test_file, stats_dir, args.label))
     for case in result.cases:
         test_name = case["id"].split(".")[-1]
         ranks = _tide_per_test(stats_dir, test_name)
         case["ranks_reporting"] = len(ranks)
-        case["tide"] = _engagement(ranks)
+        case["tide"] = _engagement(ranks, case["status"])
         if ranks:
             case["tide_totals_rank0"] = ranks[0]["totals"]
             case["tide_fallback_lines_rank0"] = [
-                line for line in ranks[0]["tide_log"] if "stays on stock" in line
-                or "stock FSDP2 for this call" in line]
+                line for line in ranks[0]["tide_log"] if any(
+                    mark in line for mark in _FALLBACK_MARKS)]
         cases.append(case)
     summary = {"label": args.label, "test_file": test_file, "torch": torch.__version__,
                "tide_switch": os.environ.get("TIDE_FSDP", ""),
@@ -244,7 +340,7 @@ def main():
                                          case["seconds"],
                                          "  " + case["detail"].splitlines()[-1][:160]
                                          if case["detail"] else ""))
-    return 0 if result.wasSuccessful() else 1
+    return 0 if all(c["status"] in ("passed", "skipped") for c in cases) else 1
 
 
 if __name__ == "__main__":

@@ -98,13 +98,30 @@ def _param_groups(module):
     return out
 
 
-def _check_idle(name, pg, what):
+def _busy(name, pg):
+    """Why group `name` cannot be registered or released now (None when it can): it is
+    unsharded or mid-step, or it holds gradients accumulated without reduction
+    (set_requires_gradient_sync(False)), which FSDP2 keeps on the unsharded parameters that
+    registration rebuilds on TIDE's landing and release drops: they would be lost."""
     from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState
 
-    if (pg._training_state != TrainingState.IDLE or not pg.is_sharded
-            or pg._all_gather_result is not None):
-        raise RuntimeError("tide.fsdp.%s: group %s is in use (state %s, %s); call it between "
-                           "steps" % (what, name, pg._training_state.name, pg._sharded_state.name))
+    if pg._training_state != TrainingState.IDLE:
+        return "group %s is in use (state %s)" % (name, pg._training_state.name)
+    if not pg.is_sharded or pg._all_gather_result is not None:
+        return "group %s is unsharded (unshard() before this forward)" % name
+    for fp in pg.fsdp_params:
+        unsharded = fp.__dict__.get("_unsharded_param")
+        if fp.unsharded_accumulated_grad is not None or (
+                unsharded is not None and unsharded.grad is not None):
+            return ("group %s holds unreduced gradients (accumulated with "
+                    "set_requires_gradient_sync(False))" % name)
+    return None
+
+
+def _check_idle(name, pg, what):
+    why = _busy(name, pg)
+    if why is not None:
+        raise RuntimeError("tide.fsdp.%s: %s; call it between steps" % (what, why))
 
 
 def _contract(name, pg, tier):

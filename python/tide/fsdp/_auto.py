@@ -10,9 +10,23 @@ refusal (say, ranks that disagree) raises from that forward, as enable() would.
 To reach code that never imports tide (a test suite that spawns its own ranks), put
 python/tide/fsdp/sitecustomize on PYTHONPATH: its sitecustomize imports tide.fsdp when
 TIDE_FSDP is set, in every process that starts.
+
+A root stays on stock FSDP2, with one log line, until its first forward where it can be
+enabled: not while the forward runs under a TorchDispatchMode (CommDebugMode, a FLOP
+counter, FakeTensorMode, ...), since TIDE's collectives do not pass through the dispatcher,
+so the mode could not see (or replace) them, and enable()'s agreement collectives would run
+inside it as if they were the user's; not while one of its groups is unsharded (a pipeline
+schedule's unshard() before the first forward), since enable() registers resharded groups
+only; not while a group holds gradients accumulated without reduction
+(set_requires_gradient_sync(False) in earlier micro-batches), which live on the unsharded
+parameters that enable() rebuilds on TIDE's landing.  Every rank must run that forward the
+same way (they run one program), as for any collective.
 """
 
+import logging
 import os
+
+logger = logging.getLogger("tide.fsdp")
 
 _INSTALLED = []
 
@@ -34,14 +48,55 @@ def install(mode):
     def _lazy_init(self):
         first = self._is_root is None
         original(self)
-        if first and self._is_root:
-            root = self._modules[0]
-            if enabled(root) is None:
-                enable(root, mode=state[1])
+        if not self._is_root:
+            return
+        root = self._modules[0]
+        if not first and not getattr(root, "_tide_auto_waiting", False):
+            return  # enabled at its first forward, or disabled since: leave it as it is
+        if enabled(root) is not None:
+            return
+        why = _not_now(root)
+        if why is not None:
+            root._tide_auto_waiting = True
+            logged = root.__dict__.setdefault("_tide_auto_reasons", set())
+            if why not in logged:  # each reason once
+                logged.add(why)
+                logger.warning("tide.fsdp: root %s stays on stock FSDP2 while %s; TIDE is "
+                               "enabled at its first forward where that no longer holds",
+                               type(root).__name__, why)
+            return
+        root._tide_auto_waiting = False
+        enable(root, mode=state[1])
 
     _lazy_init._tide_auto = True
     FSDPState._lazy_init = _lazy_init
     _INSTALLED.append(state)
+
+
+def _not_now(root):
+    """Why `root` cannot be enabled at this forward (None when it can): its forward runs
+    under a TorchDispatchMode, or one of its groups is not idle and resharded (unshard()
+    called before the first forward, as a pipeline schedule does to issue all-gathers early;
+    enable() registers only resharded groups), or holds unreduced gradients of earlier
+    micro-batches (they live on the unsharded parameters enable() rebuilds)."""
+    from . import _busy, _param_groups
+
+    modes = _dispatch_modes()
+    if modes:
+        return ("its forward runs under TorchDispatchMode %s (TIDE's collectives bypass the "
+                "dispatcher, the mode would not see them)" % ", ".join(modes))
+    for name, _m, pg in _param_groups(root):
+        why = _busy(name, pg)
+        if why is not None:
+            return "its " + why
+    return None
+
+
+def _dispatch_modes():
+    """Names of the user TorchDispatchModes active now (empty when none)."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    return [type(m).__name__ for m in _get_current_dispatch_mode_stack()]
 
 
 def uninstall():

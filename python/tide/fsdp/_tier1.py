@@ -34,7 +34,7 @@ import logging
 import torch
 
 from .. import _lib
-from . import _adopt, _hsdp, _rounding
+from . import _adopt, _auto, _hsdp, _rounding
 
 logger = logging.getLogger("tide.fsdp")
 
@@ -164,6 +164,7 @@ class Tier1Group:
         self._fallback_logged = False
         self._order_logged = False
         self._defer_logged = False
+        self._mode_logged = False
         # The fp32-gradient companion group (see _wide_group), registered on first need.
         self.wide = None
         self.wide_grad_views = None
@@ -328,6 +329,9 @@ class Tier1Group:
                                "enable(..., tier=0)")
         self.check_params(fsdp_params)
         args = (group, async_op, copy_in_stream, all_gather_stream, device, all_gather_comm)
+        modes = _auto._dispatch_modes()
+        if modes:
+            return self._gather_on_stock(fsdp_params, args, modes)
         if self.ring.claim(self.slot_key, self) is not None:
             # The landing is held by a live group (an order other than the planned one, e.g.
             # prefetching two groups ahead): gather when the parameters are waited for, by
@@ -348,6 +352,27 @@ class Tier1Group:
                                      [[n] for n in self.numels], list(self.numels))
             return _TideAllGatherResult(result)
         return self._land(fsdp_params, *args)
+
+    def _gather_on_stock(self, fsdp_params, args, modes):
+        """An all-gather under a TorchDispatchMode (CommDebugMode, ...): TIDE's collectives
+        bypass the dispatcher, so the mode would not see them, and a mode that keeps
+        parameter tensors (CommDebugMode's module tracker keeps param.data) would alias the
+        landing.  This call runs on stock FSDP2 memory; the dispatcher's copy-out binds the
+        parameters to it, and the reshard drops it."""
+        if not self._mode_logged:
+            self._mode_logged = True
+            why = "a TorchDispatchMode is active (%s)" % ", ".join(modes)
+            logger.warning("tide.fsdp: %s gathers with stock FSDP2 for this call: %s (and "
+                           "every such call)", self.spec.name, why)
+            sink = getattr(self, "fallback_sink", None)
+            if sink is not None:
+                sink.append((self.spec.name, "calls on stock FSDP2: " + why))
+        for fp in fsdp_params:
+            fp.all_gather_outputs = []  # stock's copy-out allocates its own
+        self.on_stock = True
+        self.live = True
+        self.calls["stock_all_gather"] += 1
+        return _ORIGINALS["foreach_all_gather"](fsdp_params, *args)
 
     def _land(self, fsdp_params, group, async_op, copy_in_stream, all_gather_stream, device,
               all_gather_comm):
@@ -520,6 +545,11 @@ class Tier1Group:
         grad_dtype = unsharded_grads[0].dtype
         if reduce_scatter_group is None:
             return None  # never registered that way; stock handles it
+        modes = _auto._dispatch_modes()
+        if modes:  # see _gather_on_stock
+            self._log_fallback("a TorchDispatchMode is active (%s)" % ", ".join(modes))
+            self.calls["stock_reduce"] += 1
+            return None
         # all_reduce_group is set for HSDP only (FSDP2 passes it for meshes with a replicate
         # dimension, and a mesh without a shard dimension is never registered): _hsdp.py.
         g, grad_views = self.group, self.grad_views
