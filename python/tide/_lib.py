@@ -192,6 +192,7 @@ class ConfigStruct(ctypes.Structure):
         ("sum_ctas", ctypes.c_int),
         ("landing_ctas", ctypes.c_int),
         ("multicast", ctypes.c_int),
+        ("lane", ctypes.c_int),
     ]
 
 

@@ -138,6 +138,9 @@ extern "C" cudaError_t tide_cuda_land(const tide_land_args_t *args, int ctas, in
         args->num_in > TIDE_MAX_GPUS_PER_NODE || args->slices < 0 || args->slice < 0 ||
         (args->slice > 0 && args->slice >= args->slices))
         return cudaErrorInvalidValue;
+    /* bf16 inputs (the rail lane's landings) have no device kernel yet: refuse rather than
+     * read them as fp32. */
+    if (args->in_bf16) return cudaErrorNotSupported;
     if (args->num_segs == 0) return cudaSuccess;
     if (args->segs == NULL || args->out == NULL) return cudaErrorInvalidValue;
     for (int k = 0; k < args->num_in; ++k)
