@@ -259,6 +259,13 @@ typedef struct {
     double in_place_total_ns;     /* ring slots + receive stage + staging + previous grads */
     double slot_reuse_total_ns;   /* ring slots + receive stage + staging */
     double fsdp2_total_ns;        /* stock FSDP2: 4 N S */
+    /* The rail lane (L = 1, M >= 2; tide_lane_t), which AUTO picks there: no receive stage,
+     * and the RS holds only an inbox of two gradient blocks (2 S_grad = 2 S for bf16), read
+     * in place otherwise.  rail_lane is 0 (and the two totals 0) on other topologies. */
+    int rail_lane;
+    double rail_lane_staging_ns;  /* the two inbox blocks */
+    double rail_lane_in_place_total_ns;   /* ring slots + inbox + previous grads */
+    double rail_lane_slot_reuse_total_ns; /* ring slots + inbox */
 } tide_memory_bounds_t;
 
 /*

@@ -259,6 +259,10 @@ class MemoryBoundsStruct(ctypes.Structure):
         ("in_place_total_ns", ctypes.c_double),
         ("slot_reuse_total_ns", ctypes.c_double),
         ("fsdp2_total_ns", ctypes.c_double),
+        ("rail_lane", ctypes.c_int),
+        ("rail_lane_staging_ns", ctypes.c_double),
+        ("rail_lane_in_place_total_ns", ctypes.c_double),
+        ("rail_lane_slot_reuse_total_ns", ctypes.c_double),
     ]
 
 

@@ -310,7 +310,8 @@ class Plan(_lib.Closeable):
 def memory_bounds(nodes, gpus_per_node, round_width, inbox_generations):
     """Closed-form live bytes (paper eqs. 10-12) in units of N S, for bf16 and n_stg = 2:
     dict of in_place_staging_ns, slot_reuse_staging_ns, in_place_total_ns,
-    slot_reuse_total_ns, fsdp2_total_ns."""
+    slot_reuse_total_ns, fsdp2_total_ns, and the rail lane's (L = 1, M >= 2; rail_lane 1):
+    rail_lane_staging_ns, rail_lane_in_place_total_ns, rail_lane_slot_reuse_total_ns."""
     b = _lib.MemoryBoundsStruct()
     _lib.call("tide_memory_bounds", _int(nodes, "nodes", -2**31, 2**31 - 1),
               _int(gpus_per_node, "gpus_per_node", -2**31, 2**31 - 1),

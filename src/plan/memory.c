@@ -59,6 +59,12 @@ tide_result_t tide_memory_bounds(int nodes, int gpus_per_node, int round_width,
     /* Stock FSDP2: unsharded parameters, the prefetched all-gather output, and the previous
      * layer's fp32 reduce-scatter input (2 N S). */
     b.fsdp2_total_ns = 4.0;
+    /* The rail lane (memory.c, lane_sizes): two landing slots and two bf16 inbox blocks of
+     * S_grad = S = N S / M each; the gradients as above. */
+    b.rail_lane = gpus_per_node == 1 && nodes >= 2;
+    b.rail_lane_staging_ns = b.rail_lane ? 2.0 / m : 0.0;
+    b.rail_lane_in_place_total_ns = b.rail_lane ? 2.0 + b.rail_lane_staging_ns + 1.0 : 0.0;
+    b.rail_lane_slot_reuse_total_ns = b.rail_lane ? 2.0 + b.rail_lane_staging_ns : 0.0;
     *bounds_out = b;
     return TIDE_SUCCESS;
 }

@@ -134,7 +134,14 @@ tide_result_t tide_plan_create(const tide_config_t *config, const tide_group_des
     plan->rs.rail_lane = resolved.lane == TIDE_LANE_RAIL;
     TIDE_CHECK_GOTO(tide_arena_layout(&plan->topo, &plan->geom, &plan->rs, &plan->arena), res,
                     fail_rs);
-    TIDE_CHECK_GOTO(max_ag_descriptors(plan, &plan->ag_descriptors_max), res, fail_rs);
+    if (plan->rs.rail_lane) {
+        /* The lane forwards landing to landing: no stage, and the only copy-engine copies
+         * are the P own-shard copies (the Bruck puts are rail transfers, compile_lane.c). */
+        plan->ag.stage_slots = 0;
+        plan->ag_descriptors_max = (uint64_t)plan->geom.num_params;
+    } else {
+        TIDE_CHECK_GOTO(max_ag_descriptors(plan, &plan->ag_descriptors_max), res, fail_rs);
+    }
 
     *plan_out = plan;
     return TIDE_SUCCESS;

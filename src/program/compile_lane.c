@@ -161,7 +161,8 @@ static tide_result_t ag_caller(lane_ctx_t *c, int r) {
 
 static tide_result_t ag_done(lane_ctx_t *c, int r) {
     const tide_ag_schedule_t *ag = &c->plan->ag;
-    TIDE_CHECK(push(c->prog, r, TIDE_Q_DONE, tide_op_wait(r, TIDE_CTR_AG_LANDED, 1, 1)));
+    /* No AG_LANDED wait: the own shard is written on CALLER before AG_CALLER_DONE, which
+     * this queue waits for below. */
     for (int d = 0; d < ag->num_rounds; ++d) {
         const int64_t inc = ag_round_puts(c, ring(c->m, r + ag->rounds[d].distance), d);
         TIDE_CHECK(
@@ -288,6 +289,9 @@ static tide_result_t rs_land(lane_ctx_t *c, int r, int pass, int only, tide_ref_
             sg->pad_ = 0;
         }
     }
+    /* Nothing of this rank's rows (only padding): no op, and no reference past the end of a
+     * gradient that has none of them. */
+    if (n == 0) return TIDE_SUCCESS;
     tide_table_t tb = {0};
     tb.kind = TIDE_OP_LAND;
     tb.num_segs = n;

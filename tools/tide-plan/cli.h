@@ -62,6 +62,8 @@ bool cli_parse_double(const char *s, double *out);
 bool cli_parse_bytes(const char *s, uint64_t *out);
 bool cli_parse_dtype(const char *s, tide_dtype_t *out);
 bool cli_parse_mode(const char *s, tide_rs_mode_t *out);
+bool cli_parse_lane(const char *s, tide_lane_t *out);
+const char *cli_lane_name(tide_lane_t lane);
 const char *cli_dtype_name(tide_dtype_t dtype);
 const char *cli_mode_name(tide_rs_mode_t mode);
 
@@ -81,6 +83,7 @@ enum {
     CLI_OPT_ROUND,
     CLI_OPT_PASSES,
     CLI_OPT_STAGING,
+    CLI_OPT_LANE,
     CLI_OPT_JSON,
     CLI_OPT_HELP,
     CLI_OPT_OWN /* a command's first own option */
@@ -97,6 +100,7 @@ enum {
         {"round-width", required_argument, NULL, CLI_OPT_ROUND},                              \
         {"passes", required_argument, NULL, CLI_OPT_PASSES},                                  \
         {"staging-slots", required_argument, NULL, CLI_OPT_STAGING},                          \
+        {"lane", required_argument, NULL, CLI_OPT_LANE},                                      \
         {"json", no_argument, NULL, CLI_OPT_JSON}, {"help", no_argument, NULL, CLI_OPT_HELP}
 
 typedef struct {
@@ -108,6 +112,7 @@ typedef struct {
     tide_rs_mode_t mode;
     int wave_width, round_width, passes, staging_slots; /* 0: the planner chooses */
     int multicast;                                      /* no shared option sets it */
+    tide_lane_t lane;                                   /* --lane; default auto */
 } cli_group_opts_t;
 
 /*

@@ -175,6 +175,7 @@ static int print_json(const program_args_t *a, const tide_preset_t *preset,
     cli_json_int(root, "round_width", plan->config.round_width);
     cli_json_int(root, "passes", plan->config.passes);
     cli_json_int(root, "staging_slots", plan->config.staging_slots);
+    cli_json_string(root, "lane", cli_lane_name(plan->config.lane));
 
     int total = 0;
     cJSON *queues = cli_json_array(root, "queues");
