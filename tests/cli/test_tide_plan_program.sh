@@ -223,7 +223,7 @@ assert all(o["src"]["kind"] == "grad" and o["dst"]["region"] == "inbox" for o in
 assert {o["dst"]["rank"] for o in puts} == {0, 2, 3}
 lands = [d["tables"][o["table"]] for o in d["ops"] if o["kind"] == "land"]
 assert sum(t["in"][0]["kind"] == "arena" for t in lands) == 2 * 3, lands  # n_part (M - 1)
-assert all(t["in"][0]["kind"] in ("arena", "grad") for t in lands)
+assert all(t["in"][0]["kind"] in ("arena", "grad") and t["in_bf16"] for t in lands)
 regions = {r["region"] for o in d["ops"] for r in (o.get("dst"), o.get("src")) if r and "region" in r}
 assert regions <= {"inbox"}, regions
 ev = [(o["queue"], o["event"]) for o in d["ops"] if o["kind"] == "event"]

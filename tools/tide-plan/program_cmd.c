@@ -154,6 +154,7 @@ static void json_table(cJSON *tables, int index, const tide_table_t *t) {
         cJSON *in = cli_json_array(o, "in");
         for (int i = 0; i < t->num_in && i < TIDE_MAX_GPUS_PER_NODE; ++i)
             fill_ref(cli_json_array_object(in), &t->in[i]);
+        cli_json_bool(o, "in_bf16", t->in_bf16 != 0);
     }
 }
 
