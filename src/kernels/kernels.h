@@ -107,8 +107,9 @@ typedef struct {
     /* The inputs hold bf16 values (in[k] then points at uint16_t items, in_off counts them),
      * widened exactly before the sum: the rail lane's inbox blocks and gradients (L = 1,
      * docs/protocol.md).  The widened value is the fp32 partial the generic programs' L = 1
-     * Level-1 sum would have stored, so the bits do not change.  The C reference serves it;
-     * the CUDA launcher refuses it so far (cudaErrorNotSupported). */
+     * Level-1 sum would have stored, so the bits do not change.  One input, no in_table (the
+     * CUDA launcher returns cudaErrorInvalidValue otherwise); its CUDA kernel is a plain
+     * element loop (land.cu, land_bf16_kernel). */
     bool in_bf16;
     /* Optional (NULL: in[k] + in_off).  When set, input k of segment s starts at
      * in_table[s * num_in + k] (the segment's first element); a NULL entry is an input known

@@ -24,6 +24,16 @@
 /* Commands: argv[0] is the command name, options follow. */
 int cli_cmd_show(int argc, char **argv);
 int cli_cmd_validate(int argc, char **argv);
+
+/* `validate --programs` (validate_programs.c): the static checker on every compiled program
+ * of M in [1, Mmax] at L.  Returns false only when a check could not run at all. */
+typedef struct {
+    long long checked, failed; /* programs */
+    char first_failure[640];
+} cli_programs_result_t;
+bool cli_validate_programs(int l, int mmax, cli_programs_result_t *r);
+/* The largest N = M L that --programs accepts: the checker traces I1 up to 64 ranks. */
+#define CLI_PROGRAMS_MAX_RANKS 64
 int cli_cmd_memory(int argc, char **argv);
 /* `tide-plan memory --model NAME` (memory_model.c); returns the exit code. */
 int cli_memory_model(const char *cmd, const char *model, int nodes, int gpus_per_node,

@@ -36,7 +36,7 @@ static const cli_command_t commands[] = {
      "               [--round-width k] [--passes n] [--staging-slots n] [--lane auto|generic|rail]\n"
      "               [--multicast] [--json]"},
     {"validate", cli_cmd_validate,
-     "tide-plan validate --gpus-per-node L --max-nodes Mmax [--jobs n] [--json]"},
+     "tide-plan validate --gpus-per-node L --max-nodes Mmax [--jobs n] [--programs] [--json]"},
     {"memory", cli_cmd_memory,
      "tide-plan memory --nodes M --gpus-per-node L --round-width k --inbox-generations n\n"
      "                 [--json]\n"
