@@ -30,8 +30,9 @@
  * call's J = 0, 1 after its last landing (RS_CREDIT + c on the sender, one signal per item, in
  * item order: one target lands in J order, and the wrap-around credits are issued in J order
  * too, which matters at M = 2 where every send shares contributor 1).  The first two sends of
- * a call therefore wait for the whole previous call's landings at their target.  Arrivals on a generation are ordered the same way: a sender puts
- * only after the credit that follows the landing of the generation's previous block.
+ * a call therefore wait for the whole previous call's landings at their target.  Arrivals on a
+ * generation are ordered the same way: a sender puts only after the credit that follows the landing
+ * of the generation's previous block.
  */
 #include "program/compile_lane.h"
 
@@ -46,10 +47,10 @@
 typedef struct {
     const struct tide_plan *plan;
     tide_program_t *prog;
-    int m, p;           /* M, P */
-    int n_part, d_rem;  /* passes; remote sends per call n_part (M - 1) */
-    uint64_t item;      /* b_grad */
-    uint64_t block;     /* one inbox generation: E_sub b_grad bytes */
+    int m, p;          /* M, P */
+    int n_part, d_rem; /* passes; remote sends per call n_part (M - 1) */
+    uint64_t item;     /* b_grad */
+    uint64_t block;    /* one inbox generation: E_sub b_grad bytes */
     tide_land_seg_t *segs;
     int cap;
 } lane_ctx_t;
@@ -101,9 +102,9 @@ static tide_result_t ag_ready(lane_ctx_t *c, int r) {
     TIDE_CHECK(push(c->prog, r, TIDE_Q_READY, tide_op_signal(r, TIDE_CTR_AG_READY)));
     /* My landing slot is free: the sender of each round may put into it. */
     for (int d = 0; d < ag->num_rounds; ++d)
-        TIDE_CHECK(push(c->prog, r, TIDE_Q_READY,
-                        tide_op_signal(ring(c->m, r + ag->rounds[d].distance),
-                                       TIDE_CTR_AG_CREDIT + d)));
+        TIDE_CHECK(
+            push(c->prog, r, TIDE_Q_READY,
+                 tide_op_signal(ring(c->m, r + ag->rounds[d].distance), TIDE_CTR_AG_CREDIT + d)));
     return TIDE_SUCCESS;
 }
 
@@ -138,8 +139,8 @@ static tide_result_t ag_caller(lane_ctx_t *c, int r) {
         TIDE_CHECK(push(c->prog, r, TIDE_Q_CALLER, tide_op_wait(r, TIDE_CTR_AG_CREDIT + d, 1, 1)));
         /* Shards r + 1 .. r + c_d - 1 arrived in the rounds whose first slot is below c_d. */
         while (waited < d && ag->rounds[waited].first_slot < rd->count) {
-            const int64_t inc = ag_round_puts(c, ring(c->m, r + ag->rounds[waited].distance),
-                                              waited);
+            const int64_t inc =
+                ag_round_puts(c, ring(c->m, r + ag->rounds[waited].distance), waited);
             TIDE_CHECK(push(c->prog, r, TIDE_Q_CALLER,
                             tide_op_wait(r, TIDE_CTR_AG_ARRIVED + waited, inc, inc)));
             ++waited;
@@ -192,7 +193,6 @@ static int send_c(const lane_ctx_t *c, int J) {
 static int send_pass(const lane_ctx_t *c, int J) {
     return J / (c->m - 1);
 }
-
 
 /* Arrivals per call on generation q, and those up to and including send J. */
 static int64_t gen_count(const lane_ctx_t *c, int q, int upto) {
@@ -310,7 +310,8 @@ static tide_result_t rs_land(lane_ctx_t *c, int r, int pass, int only, tide_ref_
 /* Rank r's inbox generation of send J may be refilled: credit J's sender. */
 static tide_result_t rs_credit(lane_ctx_t *c, int r, int J) {
     const int cc = send_c(c, J);
-    return push(c->prog, r, TIDE_Q_NET, tide_op_signal(ring(c->m, r - cc), TIDE_CTR_RS_CREDIT + cc));
+    return push(c->prog, r, TIDE_Q_NET,
+                tide_op_signal(ring(c->m, r - cc), TIDE_CTR_RS_CREDIT + cc));
 }
 
 static tide_result_t rs_net(lane_ctx_t *c, int r) {
@@ -322,8 +323,8 @@ static tide_result_t rs_net(lane_ctx_t *c, int r) {
         TIDE_CHECK(push(c->prog, r, TIDE_Q_NET,
                         tide_op_wait(r, TIDE_CTR_RS_ARRIVED + q, gen_count(c, q, c->d_rem),
                                      gen_count(c, q, J))));
-        TIDE_CHECK(rs_land(c, r, pass, -1, tide_ref_arena(r, TIDE_REGION_INBOX, q * c->block),
-                           cc == 1));
+        TIDE_CHECK(
+            rs_land(c, r, pass, -1, tide_ref_arena(r, TIDE_REGION_INBOX, q * c->block), cc == 1));
         /* The generation is free: credit the sender of its next user.  The next call's first
          * two users are credited after the last landing, in their order: one sender may
          * count both on one counter (M = 2), so its credits must arrive in item order. */
@@ -368,8 +369,8 @@ static tide_result_t rs_net(lane_ctx_t *c, int r) {
 static tide_result_t ctx_init(const struct tide_plan *plan, tide_program_t *prog, lane_ctx_t *c) {
     const tide_rs_schedule_t *rs = &plan->rs;
     TIDE_ARG_CHECK(rs->rail_lane && plan->topo.gpus_per_node == 1 && plan->topo.nodes >= 2,
-                   "rail lane: the plan (M = %d, L = %d) is not a rail-lane plan",
-                   plan->topo.nodes, plan->topo.gpus_per_node);
+                   "rail lane: the plan (M = %d, L = %d) is not a rail-lane plan", plan->topo.nodes,
+                   plan->topo.gpus_per_node);
     *c = (lane_ctx_t){0};
     c->plan = plan;
     c->prog = prog;
@@ -388,8 +389,7 @@ static tide_result_t ctx_init(const struct tide_plan *plan, tide_program_t *prog
     return TIDE_SUCCESS;
 }
 
-tide_result_t tide_program_compile_ag_lane(const struct tide_plan *plan,
-                                           tide_program_t *prog_out) {
+tide_result_t tide_program_compile_ag_lane(const struct tide_plan *plan, tide_program_t *prog_out) {
     tide_program_t prog;
     TIDE_CHECK(tide_program_init(plan, TIDE_COLL_ALL_GATHER, TIDE_RS_IN_PLACE, &prog));
     lane_ctx_t c = {0};

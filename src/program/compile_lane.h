@@ -9,8 +9,7 @@
 
 #include "program/program.h"
 
-tide_result_t tide_program_compile_ag_lane(const struct tide_plan *plan,
-                                           tide_program_t *prog_out);
+tide_result_t tide_program_compile_ag_lane(const struct tide_plan *plan, tide_program_t *prog_out);
 /* Both modes compile the same ops: the lane has no outbox whose depth the mode would set. */
 tide_result_t tide_program_compile_rs_lane(const struct tide_plan *plan, tide_rs_mode_t mode,
                                            tide_program_t *prog_out);

@@ -64,8 +64,7 @@ static void test_selection(void **state) {
                         tide_plan_create(&c, &g, &p));
             if (want) tide_plan_destroy(p);
         }
-    tide_group_desc_t g = {NUM_PARAMS, k_shapes, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16,
-                           TIDE_DTYPE_BF16};
+    tide_group_desc_t g = {NUM_PARAMS, k_shapes, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16};
     tide_config_t c = config_of(4, 1, TIDE_RS_IN_PLACE, (tide_lane_t)3);
     tide_plan_t p = NULL;
     assert_tide(TIDE_ERR_INVALID_ARGUMENT, tide_plan_create(&c, &g, &p));
@@ -81,10 +80,8 @@ static void test_memory(void **state) {
             for (int cast = 0; cast < 2; ++cast)
                 for (int passes = 1; passes <= 3; ++passes) {
                     const tide_dtype_t shard = cast ? TIDE_DTYPE_FP32 : TIDE_DTYPE_BF16;
-                    tide_plan_t lane =
-                        lane_plan(m, 1, passes, grads[gi], shard, TIDE_LANE_RAIL);
-                    tide_plan_t gen =
-                        lane_plan(m, 1, passes, grads[gi], shard, TIDE_LANE_GENERIC);
+                    tide_plan_t lane = lane_plan(m, 1, passes, grads[gi], shard, TIDE_LANE_RAIL);
+                    tide_plan_t gen = lane_plan(m, 1, passes, grads[gi], shard, TIDE_LANE_GENERIC);
                     const tide_region_info_t *lr = lane->arena.regions, *gr = gen->arena.regions;
                     /* What the lane drops. */
                     assert_int_equal(lr[TIDE_REGION_RECV_STAGE].bytes, 0);
@@ -355,8 +352,8 @@ static void run_fab_case(const fab_case_t *fc) {
                 if (got != want && wrong_ref++ == 0)
                     print_error("M %d passes %d mode %d call %d rank %d element %llu: "
                                 "0x%08x, reference 0x%08x\n",
-                                fc->m, fc->passes, (int)fc->mode, c, r, (unsigned long long)i,
-                                got, want);
+                                fc->m, fc->passes, (int)fc->mode, c, r, (unsigned long long)i, got,
+                                want);
                 wrong_gen += got != e2e_f32_bits(gen.outs[c][r][i]);
             }
     if (fc->specials) assert_true(nan > 0); /* the data reached the NaN classes */
@@ -374,10 +371,15 @@ static void test_fabric(void **state) {
         for (int mode = 0; mode < TIDE_RS_MODE_COUNT; ++mode) {
             const int m = ms[k];
             /* bf16 throughout (resident shards), then fp32 gradients with a cast group. */
-            const fab_case_t a = {m,     1 + (m + mode) % 3, (tide_rs_mode_t)mode,
-                                  TIDE_DTYPE_BF16, TIDE_DTYPE_BF16, mode == 0, true};
-            const fab_case_t b = {m, 1 + mode, (tide_rs_mode_t)mode, TIDE_DTYPE_FP32,
-                                  TIDE_DTYPE_FP32, false, false};
+            const fab_case_t a = {m,
+                                  1 + (m + mode) % 3,
+                                  (tide_rs_mode_t)mode,
+                                  TIDE_DTYPE_BF16,
+                                  TIDE_DTYPE_BF16,
+                                  mode == 0,
+                                  true};
+            const fab_case_t b = {
+                m, 1 + mode, (tide_rs_mode_t)mode, TIDE_DTYPE_FP32, TIDE_DTYPE_FP32, false, false};
             run_fab_case(&a);
             run_fab_case(&b);
         }
@@ -388,8 +390,7 @@ static void test_register(void **state) {
     (void)state;
     tide_comm_t comms[2];
     assert_tide(TIDE_SUCCESS, tide_comm_init_all(TIDE_FABRIC_CPU, 1, 2, comms));
-    tide_group_desc_t g = {NUM_PARAMS, k_shapes, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16,
-                           TIDE_DTYPE_BF16};
+    tide_group_desc_t g = {NUM_PARAMS, k_shapes, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16};
     tide_config_t c = TIDE_CONFIG_INIT;
     c.nodes = c.gpus_per_node = 0;
     c.lane = TIDE_LANE_RAIL;

@@ -23,14 +23,14 @@ static void note_failure(cli_programs_result_t *r, int m, int l, int lane, int p
                          int cast, const char *what) {
     ++r->failed;
     if (r->first_failure[0] != '\0') return;
-    snprintf(r->first_failure, sizeof(r->first_failure), "M %d L %d lane %s passes %d %s %s: %s",
-             m, l, lane ? "generic" : "default", passes, mode ? "slot-reuse" : "in-place",
+    snprintf(r->first_failure, sizeof(r->first_failure), "M %d L %d lane %s passes %d %s %s: %s", m,
+             l, lane ? "generic" : "default", passes, mode ? "slot-reuse" : "in-place",
              cast ? "cast" : "bf16", what);
 }
 
 /* Check one compiled program; false on a library error (reported in r). */
-static bool check_one(const tide_program_t *prog, cli_programs_result_t *r, int m, int l,
-                      int lane, int passes, int mode, int cast, const char *coll) {
+static bool check_one(const tide_program_t *prog, cli_programs_result_t *r, int m, int l, int lane,
+                      int passes, int mode, int cast, const char *coll) {
     tide_check_report_t rep;
     tide_result_t res = tide_program_check(prog, 3, &rep);
     if (res != TIDE_SUCCESS) {
@@ -42,8 +42,7 @@ static bool check_one(const tide_program_t *prog, cli_programs_result_t *r, int 
         char what[480];
         snprintf(what, sizeof(what), "%s: %s %.400s", coll,
                  rep.ok ? "I1 not traced" : tide_check_invariant_name(rep.violated), rep.message);
-        note_failure(r, m, l, lane, passes, mode, cast,
-                     what);
+        note_failure(r, m, l, lane, passes, mode, cast, what);
     }
     return true;
 }
@@ -68,8 +67,7 @@ bool cli_validate_programs(int l, int mmax, cli_programs_result_t *r) {
                     tide_program_t ag;
                     if (tide_plan_create(&c, &g, &plan) != TIDE_SUCCESS ||
                         tide_program_compile_ag(plan, &ag) != TIDE_SUCCESS) {
-                        note_failure(r, m, l, lane,
-                                     passes, 0, cast, tide_get_last_error());
+                        note_failure(r, m, l, lane, passes, 0, cast, tide_get_last_error());
                         tide_plan_destroy(plan);
                         continue;
                     }
@@ -83,8 +81,7 @@ bool cli_validate_programs(int l, int mmax, cli_programs_result_t *r) {
                         if (tide_plan_create(&c, &g, &pm) != TIDE_SUCCESS ||
                             tide_program_compile_rs(pm, (tide_rs_mode_t)mode, &rs) !=
                                 TIDE_SUCCESS) {
-                            note_failure(r, m, l, lane,
-                                         passes, mode, cast, tide_get_last_error());
+                            note_failure(r, m, l, lane, passes, mode, cast, tide_get_last_error());
                             tide_plan_destroy(pm);
                             continue;
                         }
