@@ -99,6 +99,21 @@ typedef enum {
 #define TIDE_CONFIG_MAGIC 0x54494445u /* "TIDE" */
 
 /*
+ * Which programs serve a group (docs/protocol.md, "The rail lane").  A group with one rank per
+ * node (L = 1: M rail peers, no local peers, e.g. an expert subgroup) runs the rail lane: the
+ * all-gather forwards landing to landing with no receive stage, the reduce-scatter puts
+ * gradient pieces straight into a double-buffered inbox with no staging, outbox or spare.
+ * Both give the generic programs' bits.  AUTO picks the lane when L = 1 and M >= 2 and the
+ * fabric serves it (the cpu fabric today); GENERIC keeps the general programs (for
+ * comparison); RAIL asks for the lane and is refused where it does not apply.
+ */
+typedef enum {
+    TIDE_LANE_AUTO = 0,
+    TIDE_LANE_GENERIC = 1,
+    TIDE_LANE_RAIL = 2
+} tide_lane_t;
+
+/*
  * Topology and tuning of a plan.  Initialise with TIDE_CONFIG_INIT and override fields; zero
  * in a tuning field means "let the planner choose".
  */
@@ -118,12 +133,13 @@ typedef struct {
     int multicast;        /* 1: plan for NCCL multicast (descriptor counts, tide-plan); 0: unicast.
                              No fabric built so far issues multicast: the cpu and cuda fabrics
                              always run the unicast path, whatever this field says */
+    tide_lane_t lane;     /* TIDE_LANE_AUTO (default): the rail lane when L = 1 and M >= 2 */
 } tide_config_t;
 
 #define TIDE_CONFIG_INIT                                                                      \
     {                                                                                         \
         sizeof(tide_config_t), TIDE_CONFIG_MAGIC, TIDE_VERSION_CODE, 1, 1, 0, 0, 0, 0,        \
-            TIDE_RS_IN_PLACE, 0, 0, 0                                                         \
+            TIDE_RS_IN_PLACE, 0, 0, 0, TIDE_LANE_AUTO                                         \
     }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -243,6 +259,13 @@ typedef struct {
     double in_place_total_ns;     /* ring slots + receive stage + staging + previous grads */
     double slot_reuse_total_ns;   /* ring slots + receive stage + staging */
     double fsdp2_total_ns;        /* stock FSDP2: 4 N S */
+    /* The rail lane (L = 1, M >= 2; tide_lane_t), which AUTO picks there: no receive stage,
+     * and the RS holds only an inbox of two gradient blocks (2 S_grad = 2 S for bf16), read
+     * in place otherwise.  rail_lane is 0 (and the two totals 0) on other topologies. */
+    int rail_lane;
+    double rail_lane_staging_ns;  /* the two inbox blocks */
+    double rail_lane_in_place_total_ns;   /* ring slots + inbox + previous grads */
+    double rail_lane_slot_reuse_total_ns; /* ring slots + inbox */
 } tide_memory_bounds_t;
 
 /*

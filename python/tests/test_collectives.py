@@ -17,7 +17,8 @@ import pytest
 import tide
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-TOPOLOGIES = [(2, 2), (1, 4), (3, 2)]
+# (4, 1): one rank per node, served by the rail lane (docs/protocol.md).
+TOPOLOGIES = [(2, 2), (1, 4), (3, 2), (4, 1)]
 # Small shapes with padding: dim0 not divisible by N, and dim0 < N (ranks holding only padding).
 SHAPES = [(5, 3), (7,), (2, 2, 2), (13, 6), (1, 9), (6, 4)]
 

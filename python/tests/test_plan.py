@@ -47,7 +47,7 @@ def test_version_and_error_strings():
 
 def test_config_mirrors_tide_config_init():
     c = tide.Config(4, 8)
-    assert c.size == ctypes.sizeof(tide.Config) == 56
+    assert c.size == ctypes.sizeof(tide.Config) == 64
     assert c.magic == 0x54494445 and c.version == tide.VERSION_CODE
     assert (c.nodes, c.gpus_per_node, c.ranks) == (4, 8, 32)
     assert (c.wave_width, c.round_width, c.passes, c.staging_slots) == (0, 0, 0, 0)
@@ -58,6 +58,12 @@ def test_config_mirrors_tide_config_init():
     assert (c.mode, c.mode_name, c.sum_ctas, c.landing_ctas, c.multicast) == (
         1, "slot-reuse", 6, 5, 1)
     assert c.copy(mode="in-place").mode == 0 and c.copy().landing_ctas == 5
+    # tide_lane_t: auto by default, by name or value, kept by copy(); the library checks range
+    assert tide.Config(4, 1).lane == 0 and tide.Config(4, 1, lane="rail").lane == 2
+    assert tide.Config(4, 1, lane="generic").copy().lane == 1
+    assert "lane='rail'" in repr(tide.Config(4, 1, lane=2))
+    with pytest.raises(ValueError):
+        tide.Config(4, 1, lane="fast")
     # The header is what the library checks: a struct not built by TIDE_CONFIG_INIT is refused.
     bad = tide.Config(1, 2)
     bad.magic = 0

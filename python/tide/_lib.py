@@ -192,6 +192,7 @@ class ConfigStruct(ctypes.Structure):
         ("sum_ctas", ctypes.c_int),
         ("landing_ctas", ctypes.c_int),
         ("multicast", ctypes.c_int),
+        ("lane", ctypes.c_int),
     ]
 
 
@@ -258,6 +259,10 @@ class MemoryBoundsStruct(ctypes.Structure):
         ("in_place_total_ns", ctypes.c_double),
         ("slot_reuse_total_ns", ctypes.c_double),
         ("fsdp2_total_ns", ctypes.c_double),
+        ("rail_lane", ctypes.c_int),
+        ("rail_lane_staging_ns", ctypes.c_double),
+        ("rail_lane_in_place_total_ns", ctypes.c_double),
+        ("rail_lane_slot_reuse_total_ns", ctypes.c_double),
     ]
 
 

@@ -43,6 +43,18 @@ def _int(value, what, low=None, high=None):
     return v
 
 
+# tide_lane_t by value: which programs serve the group (tide.h).
+LANES = ("auto", "generic", "rail")
+
+
+def _parse_lane(lane):
+    if isinstance(lane, str):
+        if lane not in LANES:
+            raise ValueError("lane: expected one of %s, got %r" % (", ".join(LANES), lane))
+        return LANES.index(lane)
+    return _int(lane, "lane", -2**31, 2**31 - 1)
+
+
 class Config(_lib.ConfigStruct):
     """tide_config_t, initialised as TIDE_CONFIG_INIT does (size, magic, version) and then
     overridden.  Zero in a tuning field lets the planner choose.  `mode` is stored as the C
@@ -50,7 +62,7 @@ class Config(_lib.ConfigStruct):
 
     def __init__(self, nodes, gpus_per_node, wave_width=0, round_width=0, passes=0,
                  staging_slots=0, mode="in-place", sum_ctas=0, landing_ctas=0,
-                 multicast=False):
+                 multicast=False, lane="auto"):
         # Range checks are the library's (it names the field); only types are checked here so
         # that a value always reaches C intact.
         c_int = (-2**31, 2**31 - 1)
@@ -60,7 +72,8 @@ class Config(_lib.ConfigStruct):
             _int(wave_width, "wave_width", *c_int), _int(round_width, "round_width", *c_int),
             _int(passes, "passes", *c_int), _int(staging_slots, "staging_slots", *c_int),
             _lib.parse_mode(mode), _int(sum_ctas, "sum_ctas", *c_int),
-            _int(landing_ctas, "landing_ctas", *c_int), 1 if multicast else 0)
+            _int(landing_ctas, "landing_ctas", *c_int), 1 if multicast else 0,
+            _parse_lane(lane))
 
     @property
     def ranks(self):
@@ -74,16 +87,19 @@ class Config(_lib.ConfigStruct):
         kw = dict(nodes=self.nodes, gpus_per_node=self.gpus_per_node,
                   wave_width=self.wave_width, round_width=self.round_width, passes=self.passes,
                   staging_slots=self.staging_slots, mode=self.mode, sum_ctas=self.sum_ctas,
-                  landing_ctas=self.landing_ctas, multicast=bool(self.multicast))
+                  landing_ctas=self.landing_ctas, multicast=bool(self.multicast),
+                  lane=self.lane)
         kw.update(overrides)
         return Config(**kw)
 
     def __repr__(self):
         return ("Config(nodes=%d, gpus_per_node=%d, wave_width=%d, round_width=%d, passes=%d, "
-                "staging_slots=%d, mode=%r, sum_ctas=%d, landing_ctas=%d, multicast=%s)"
+                "staging_slots=%d, mode=%r, sum_ctas=%d, landing_ctas=%d, multicast=%s, "
+                "lane=%r)"
                 % (self.nodes, self.gpus_per_node, self.wave_width, self.round_width,
                    self.passes, self.staging_slots, self.mode_name, self.sum_ctas,
-                   self.landing_ctas, bool(self.multicast)))
+                   self.landing_ctas, bool(self.multicast),
+                   LANES[self.lane] if 0 <= self.lane < len(LANES) else self.lane))
 
 
 def normalize_shapes(shapes):
@@ -294,7 +310,8 @@ class Plan(_lib.Closeable):
 def memory_bounds(nodes, gpus_per_node, round_width, inbox_generations):
     """Closed-form live bytes (paper eqs. 10-12) in units of N S, for bf16 and n_stg = 2:
     dict of in_place_staging_ns, slot_reuse_staging_ns, in_place_total_ns,
-    slot_reuse_total_ns, fsdp2_total_ns."""
+    slot_reuse_total_ns, fsdp2_total_ns, and the rail lane's (L = 1, M >= 2; rail_lane 1):
+    rail_lane_staging_ns, rail_lane_in_place_total_ns, rail_lane_slot_reuse_total_ns."""
     b = _lib.MemoryBoundsStruct()
     _lib.call("tide_memory_bounds", _int(nodes, "nodes", -2**31, 2**31 - 1),
               _int(gpus_per_node, "gpus_per_node", -2**31, 2**31 - 1),

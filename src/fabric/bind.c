@@ -330,11 +330,12 @@ tide_result_t tide_bind_land(const tide_binding_t *b, const tide_program_t *prog
                         WHERE_ARGS(&w), t->num_in);
 
     uint64_t out_end = 0, in_end = 0, e;
+    const uint64_t in_item = t->in_bf16 ? 2 : 4;
     for (int s = 0; s < t->num_segs; ++s) {
         const tide_land_seg_t *g = &t->land_segs[s];
         if (!elem_end_bytes(g->out_off, g->len, 4, &e)) goto overflow;
         if (e > out_end) out_end = e;
-        if (!elem_end_bytes(g->in_off, g->len, 4, &e)) goto overflow;
+        if (!elem_end_bytes(g->in_off, g->len, in_item, &e)) goto overflow;
         if (e > in_end) in_end = e;
     }
     if (out_end > b->plan->geom.fp32_shard_bytes)
@@ -356,6 +357,7 @@ tide_result_t tide_bind_land(const tide_binding_t *b, const tide_program_t *prog
     a.init = op->init != 0;
     a.accumulate = b->accumulate;
     a.plus_zero = t->plus_zero != 0;
+    a.in_bf16 = t->in_bf16 != 0;
     *args_out = a;
     return TIDE_SUCCESS;
 overflow:

@@ -11,7 +11,7 @@
  *                 segment's `valid` are padding rows: the output is +0.0f.
  *                 With no staged contributions (L = 1) acc = own.
  *   Landing:      v = in[0] + in[1] + ... + in[L-1]   (the L inbox blocks, GPU order; v = in[0]
- *                 for L = 1), then out = init ? (accumulate ? out + alpha*v : alpha*v)
+ *                 for L = 1; bf16 inputs widened exactly), then out = init ? (accumulate ? out + alpha*v : alpha*v)
  *                                         : out + alpha*v
  *                 (alpha*v rounded, then the add rounded: no FMA).
  *   Cast:         fp32 -> bf16, round to nearest even; NaN stays NaN (quiet), Inf stays Inf.
@@ -104,6 +104,13 @@ typedef struct {
      * L that is not +0.0f (M = 1, compile_rs.c) keeps the bits of the L-input sum, which
      * turns a -0.0f partial into +0.0f. */
     bool plus_zero;
+    /* The inputs hold bf16 values (in[k] then points at uint16_t items, in_off counts them),
+     * widened exactly before the sum: the rail lane's inbox blocks and gradients (L = 1,
+     * docs/protocol.md).  The widened value is the fp32 partial the generic programs' L = 1
+     * Level-1 sum would have stored, so the bits do not change.  One input, no in_table (the
+     * CUDA launcher returns cudaErrorInvalidValue otherwise); its CUDA kernel is a plain
+     * element loop (land.cu, land_bf16_kernel). */
+    bool in_bf16;
     /* Optional (NULL: in[k] + in_off).  When set, input k of segment s starts at
      * in_table[s * num_in + k] (the segment's first element); a NULL entry is an input known
      * to hold +0.0f, which is added as +0.0f without being read, so the bits do not change. */

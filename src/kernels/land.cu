@@ -129,6 +129,28 @@ template <int L> __global__ void __launch_bounds__(1024) land_kernel(const tide_
     }
 }
 
+/*
+ * The rail lane's landing (tide_land_args_t.in_bf16): one bf16 input, widened exactly, then
+ * the same alpha product and add as land_one.  Plain element loop: each thread owns elements
+ * e = k * (grid * threads) + (cta * threads + tid) of every segment, so any CTA budget, thread
+ * count or slicing gives the bits of the C reference.  Not tuned (no 16-byte vectors).
+ */
+__global__ void __launch_bounds__(1024) land_bf16_kernel(const tide_land_args_t a) {
+    const unsigned grid = deal_grid(a.slices), cta = deal_cta(a.slice, a.slices);
+    const uint64_t stride = (uint64_t)grid * blockDim.x;
+    const uint64_t first = (uint64_t)cta * blockDim.x + threadIdx.x;
+    const bool overwrite = a.init && !a.accumulate;
+    const uint16_t *in = (const uint16_t *)(const void *)a.in[0];
+    for (int s = 0; s < a.num_segs; ++s) {
+        const uint32_t len = __ldg(&a.segs[s].len);
+        const uint16_t *src = in + __ldg(&a.segs[s].in_off);
+        float *dst = a.out + __ldg(&a.segs[s].out_off);
+        for (uint64_t e = first; e < len; e += stride)
+            dst[e] = land_one(widen_bf16(__ldg(src + e)), a.alpha, overwrite,
+                              overwrite ? 0.0f : dst[e], a.plus_zero);
+    }
+}
+
 } // namespace
 
 extern "C" cudaError_t tide_cuda_land(const tide_land_args_t *args, int ctas, int threads,
@@ -138,12 +160,19 @@ extern "C" cudaError_t tide_cuda_land(const tide_land_args_t *args, int ctas, in
         args->num_in > TIDE_MAX_GPUS_PER_NODE || args->slices < 0 || args->slice < 0 ||
         (args->slice > 0 && args->slice >= args->slices))
         return cudaErrorInvalidValue;
+    /* bf16 inputs: the rail lane's one-input landings; no peer table there. */
+    if (args->in_bf16 && (args->num_in != 1 || args->in_table != NULL))
+        return cudaErrorInvalidValue;
     if (args->num_segs == 0) return cudaSuccess;
     if (args->segs == NULL || args->out == NULL) return cudaErrorInvalidValue;
     for (int k = 0; k < args->num_in; ++k)
         if (args->in[k] == NULL) return cudaErrorInvalidValue;
     if (threads == 0) threads = TIDE_LAND_THREADS;
     const tide_land_args_t &a = *args;
+    if (a.in_bf16) {
+        land_bf16_kernel<<<ctas, threads, 0, stream>>>(a);
+        return cudaGetLastError();
+    }
     switch (args->num_in) {
     case 1:
         land_kernel<1><<<ctas, threads, 0, stream>>>(a);

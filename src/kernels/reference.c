@@ -142,7 +142,11 @@ void tide_ref_land(const tide_land_args_t *args) {
             float v = 0.0f;
             for (int k = 0; k < args->num_in; ++k) {
                 /* A NULL table entry is an input known to be +0.0f. */
-                const float x = tab == NULL ? args->in[k][j] : tab[k] != NULL ? tab[k][i] : 0.0f;
+                float x;
+                if (args->in_bf16) /* the lane's inputs (no in_table): widened exactly */
+                    x = tide_bf16_to_float(((const uint16_t *)(const void *)args->in[k])[j]);
+                else
+                    x = tab == NULL ? args->in[k][j] : tab[k] != NULL ? tab[k][i] : 0.0f;
                 v = k == 0 ? x : v + x;
             }
             if (args->plus_zero) v = v + 0.0f;

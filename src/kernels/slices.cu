@@ -19,7 +19,9 @@ constexpr int kMaxSlicesPerSegment = 4096;
 double sum_elem_bytes(const tide_sum_args_t *a) {
     return 4.0 + (double)(a->num_staged + 1) * (a->dtype == TIDE_DTYPE_BF16 ? 2.0 : 4.0);
 }
-double land_elem_bytes(const tide_land_args_t *a) { return 4.0 * (double)(a->num_in + 1); }
+double land_elem_bytes(const tide_land_args_t *a) {
+    return (a->in_bf16 ? 2.0 : 4.0) * (double)a->num_in + 4.0;
+}
 
 /* launch(first, count, slices, slice) for every launch of the plan over n segments. */
 template <class Len, class Launch>

@@ -59,6 +59,12 @@ tide_result_t tide_memory_bounds(int nodes, int gpus_per_node, int round_width,
     /* Stock FSDP2: unsharded parameters, the prefetched all-gather output, and the previous
      * layer's fp32 reduce-scatter input (2 N S). */
     b.fsdp2_total_ns = 4.0;
+    /* The rail lane (memory.c, lane_sizes): two landing slots and two bf16 inbox blocks of
+     * S_grad = S = N S / M each; the gradients as above. */
+    b.rail_lane = gpus_per_node == 1 && nodes >= 2;
+    b.rail_lane_staging_ns = b.rail_lane ? 2.0 / m : 0.0;
+    b.rail_lane_in_place_total_ns = b.rail_lane ? 2.0 + b.rail_lane_staging_ns + 1.0 : 0.0;
+    b.rail_lane_slot_reuse_total_ns = b.rail_lane ? 2.0 + b.rail_lane_staging_ns : 0.0;
     *bounds_out = b;
     return TIDE_SUCCESS;
 }
@@ -129,6 +135,26 @@ static tide_result_t check_inputs(const tide_topo_t *topo, const tide_geom_t *ge
     return TIDE_SUCCESS;
 }
 
+/* The rail lane (L = 1, docs/protocol.md): the all-gather forwards landing to landing, so no
+ * receive stage (a cast writes into the own landing); the reduce-scatter puts gradient-dtype
+ * pieces into the destination's inbox, two generations of one E_sub block, and reads its own
+ * contribution in place: no staging, outbox or spare.  The ring slots and the resident shard
+ * are sized by the caller as for every plan. */
+static tide_result_t lane_sizes(const tide_geom_t *geom, const tide_rs_schedule_t *rs,
+                                uint64_t bytes[TIDE_REGION_COUNT]) {
+    TIDE_ARG_CHECK(rs->gpus_per_node == 1 && rs->nodes >= 2,
+                   "arena: the rail lane needs L = 1 and M >= 2 (M = %d, L = %d)", rs->nodes,
+                   rs->gpus_per_node);
+    bytes[TIDE_REGION_RECV_STAGE] = 0;
+    bytes[TIDE_REGION_STAGING] = 0;
+    bytes[TIDE_REGION_OUTBOX] = 0;
+    bytes[TIDE_REGION_SPARE] = 0;
+    TIDE_CHECK(REGION_BYTES(TIDE_REGION_INBOX, &bytes[TIDE_REGION_INBOX], 2, rs->subslice_elems,
+                            (uint64_t)geom->grad_item));
+    return REGION_BYTES(TIDE_REGION_SIGNALS, &bytes[TIDE_REGION_SIGNALS],
+                        (uint64_t)TIDE_ARENA_SIGNAL_SLOTS, sizeof(uint64_t));
+}
+
 static tide_result_t region_sizes(const tide_topo_t *topo, const tide_geom_t *geom,
                                   const tide_rs_schedule_t *rs, uint64_t bytes[TIDE_REGION_COUNT]) {
     const uint64_t m = (uint64_t)topo->nodes, l = (uint64_t)topo->gpus_per_node;
@@ -138,13 +164,14 @@ static tide_result_t region_sizes(const tide_topo_t *topo, const tide_geom_t *ge
     /* Two ring slots: FSDP2's prefetch depth of one alternates two landings (§3.1). */
     TIDE_CHECK(REGION_BYTES(TIDE_REGION_LANDING0, &bytes[TIDE_REGION_LANDING0], n, s));
     TIDE_CHECK(REGION_BYTES(TIDE_REGION_LANDING1, &bytes[TIDE_REGION_LANDING1], n, s));
+    /* In-place shard adoption: the shard lives in the arena unless it is the fp32 master. */
+    TIDE_CHECK(
+        REGION_BYTES(TIDE_REGION_RESIDENT, &bytes[TIDE_REGION_RESIDENT], geom->cast ? 0 : 1, s));
+    if (rs->rail_lane) return lane_sizes(geom, rs, bytes);
     /* One slot per remote node; with a cast the fp32 -> bf16 output takes the first slot,
      * so even M = 1 needs one. */
     TIDE_CHECK(REGION_BYTES(TIDE_REGION_RECV_STAGE, &bytes[TIDE_REGION_RECV_STAGE],
                             geom->cast ? m : m - 1, s));
-    /* In-place shard adoption: the shard lives in the arena unless it is the fp32 master. */
-    TIDE_CHECK(
-        REGION_BYTES(TIDE_REGION_RESIDENT, &bytes[TIDE_REGION_RESIDENT], geom->cast ? 0 : 1, s));
     /* The L - 1 peers push their gradient rows for the owner's L destination sub-slices; the
      * owner reads its own contribution in place. */
     TIDE_CHECK(REGION_BYTES(TIDE_REGION_STAGING, &bytes[TIDE_REGION_STAGING],

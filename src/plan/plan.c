@@ -53,6 +53,17 @@ static tide_result_t resolve_tuning(const tide_topo_t *topo, tide_config_t *c) {
     TIDE_ARG_CHECK(c->landing_ctas >= 0, "config: landing_ctas = %d is negative", c->landing_ctas);
     TIDE_ARG_CHECK(c->multicast == 0 || c->multicast == 1, "config: multicast = %d, need 0 or 1",
                    c->multicast);
+    TIDE_ARG_CHECK(c->lane == TIDE_LANE_AUTO || c->lane == TIDE_LANE_GENERIC ||
+                       c->lane == TIDE_LANE_RAIL,
+                   "config: lane = %d is not a tide_lane_t", (int)c->lane);
+    /* The rail lane has no local peers to stage for or scatter to: it needs L = 1, and at
+     * least one rail peer (M = 1, L = 1 is one rank with nothing to move). */
+    bool rail_ok = l == 1 && m >= 2;
+    if (c->lane == TIDE_LANE_RAIL && !rail_ok)
+        return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
+                        "config: lane = rail needs L = 1 and M >= 2, the topology is M = %d, "
+                        "L = %d",
+                        m, l);
 
     if (c->wave_width == 0) c->wave_width = l;
     /* k = min(2, max(1, M - 1)): two overlapped rail transfers, unless fewer remote nodes. */
@@ -61,6 +72,7 @@ static tide_result_t resolve_tuning(const tide_topo_t *topo, tide_config_t *c) {
     if (c->staging_slots == 0) c->staging_slots = PLAN_DEFAULT_STAGING_SLOTS;
     if (c->sum_ctas == 0) c->sum_ctas = PLAN_DEFAULT_SUM_CTAS;
     if (c->landing_ctas == 0) c->landing_ctas = PLAN_DEFAULT_LANDING_CTAS;
+    if (c->lane == TIDE_LANE_AUTO) c->lane = rail_ok ? TIDE_LANE_RAIL : TIDE_LANE_GENERIC;
     return TIDE_SUCCESS;
 }
 
@@ -119,9 +131,17 @@ tide_result_t tide_plan_create(const tide_config_t *config, const tide_group_des
                                            resolved.round_width, resolved.mode, resolved.passes,
                                            resolved.staging_slots, &plan->rs),
                     res, fail_ag);
+    plan->rs.rail_lane = resolved.lane == TIDE_LANE_RAIL;
     TIDE_CHECK_GOTO(tide_arena_layout(&plan->topo, &plan->geom, &plan->rs, &plan->arena), res,
                     fail_rs);
-    TIDE_CHECK_GOTO(max_ag_descriptors(plan, &plan->ag_descriptors_max), res, fail_rs);
+    if (plan->rs.rail_lane) {
+        /* The lane forwards landing to landing: no stage, and the only copy-engine copies
+         * are the P own-shard copies (the Bruck puts are rail transfers, compile_lane.c). */
+        plan->ag.stage_slots = 0;
+        plan->ag_descriptors_max = (uint64_t)plan->geom.num_params;
+    } else {
+        TIDE_CHECK_GOTO(max_ag_descriptors(plan, &plan->ag_descriptors_max), res, fail_rs);
+    }
 
     *plan_out = plan;
     return TIDE_SUCCESS;

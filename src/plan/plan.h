@@ -195,6 +195,10 @@ typedef struct {
     uint64_t subslice_elems;   /* E_sub */
     int *num_pieces;           /* n_part L entries */
     tide_rs_piece_t **pieces;  /* n_part L arrays */
+    /* The rail lane (L = 1, tide_lane_t): no staging, outbox or spare; the inbox holds two
+     * generations of one gradient-dtype block (E_sub elements), and the all-gather has no
+     * receive stage.  Set by tide_plan_create from the resolved config. */
+    bool rail_lane;
     /* Level-1 copy descriptors per rank per call. */
     uint64_t descriptors_flat;
     uint64_t descriptors_coalesced;

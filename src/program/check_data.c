@@ -248,7 +248,8 @@ static tide_result_t land(chk_ctx_t *c, const tide_op_t *op, const tide_check_si
     for (int k = 0; k < t->num_in; ++k) {
         uint64_t off;
         chk_resolve(c, &t->in[k], op->bank_dep, s->rank, s->call, &in_obj[k], &off);
-        if (c->objs[in_obj[k]].elem != 4 || !elem_at(c, in_obj[k], off, &in0[k])) {
+        if (c->objs[in_obj[k]].elem != (t->in_bf16 ? 2u : 4u) ||
+            !elem_at(c, in_obj[k], off, &in0[k])) {
             misaligned(c, s, "lands from buffers of the wrong element type");
             return TIDE_SUCCESS;
         }

@@ -56,8 +56,10 @@ static uint32_t region_elem(const struct tide_plan *plan, int region) {
         return (uint32_t)plan->geom.grad_item;
     case TIDE_REGION_OUTBOX:
     case TIDE_REGION_SPARE:
-    case TIDE_REGION_INBOX:
         return 4;
+    case TIDE_REGION_INBOX:
+        /* The rail lane's inbox holds gradient pieces as they were put (compile_lane.c). */
+        return plan->rs.rail_lane ? (uint32_t)plan->geom.grad_item : 4;
     case TIDE_REGION_SIGNALS:
         return 8;
     default:
@@ -256,11 +258,12 @@ static tide_result_t land_spans(const chk_ctx_t *c, int rank, int call, const ti
     for (int k = 0; k < t->num_in; ++k)
         chk_resolve(c, &t->in[k], op->bank_dep, rank, call, &in_obj[k], &in_off[k]);
     const int out = chk_obj_out(c, rank, call);
+    const uint64_t item = t->in_bf16 ? 2 : 4;
     for (int i = 0; i < t->num_segs; ++i) {
         const tide_land_seg_t *g = &t->land_segs[i];
         for (int k = 0; k < t->num_in; ++k)
-            TIDE_CHECK(
-                add_span(s, in_obj[k], off_mul_add(in_off[k], g->in_off, 4), 4ull * g->len, false));
+            TIDE_CHECK(add_span(s, in_obj[k], off_mul_add(in_off[k], g->in_off, item),
+                                item * g->len, false));
         TIDE_CHECK(add_span(s, out, off_mul_add(0, g->out_off, 4), 4ull * g->len, true));
     }
     return TIDE_SUCCESS;

@@ -18,6 +18,7 @@
  *     run a call ahead; this wait bounds that skew inside the program instead of relying on
  *     how a fabric sequences consecutive calls.
  */
+#include "program/compile_lane.h"
 #include "program/counters.h"
 #include "program/program.h"
 
@@ -249,6 +250,7 @@ out:
 tide_result_t tide_program_compile_ag(const struct tide_plan *plan, tide_program_t *prog_out) {
     TIDE_CHECK(check_plan(plan));
     TIDE_ARG_CHECK(prog_out != NULL, "prog_out is NULL");
+    if (plan->rs.rail_lane) return tide_program_compile_ag_lane(plan, prog_out);
     tide_program_t prog;
     TIDE_CHECK(tide_program_init(plan, TIDE_COLL_ALL_GATHER, TIDE_RS_IN_PLACE, &prog));
     ag_ctx_t c = {

@@ -31,6 +31,7 @@
 #include "program/compile_rs.h"
 
 #include "core/checks.h"
+#include "program/compile_lane.h"
 #include "program/counters.h"
 
 #include <stdint.h>
@@ -469,6 +470,7 @@ tide_result_t tide_program_compile_rs(const struct tide_plan *plan, tide_rs_mode
                                       tide_program_t *prog_out) {
     TIDE_CHECK(check_plan(plan));
     TIDE_ARG_CHECK(prog_out != NULL, "prog_out is NULL");
+    if (plan->rs.rail_lane) return tide_program_compile_rs_lane(plan, mode, prog_out);
     tide_result_t res = TIDE_SUCCESS;
     tide_program_t prog;
     TIDE_CHECK(tide_program_init(plan, TIDE_COLL_REDUCE_SCATTER, mode, &prog));

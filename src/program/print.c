@@ -104,6 +104,7 @@ static void print_table(FILE *f, const tide_rank_program_t *rp, int index) {
             fprintf(f, "%s%s", i ? "," : "", a);
         }
         if (t->plus_zero) fprintf(f, " +0");
+        if (t->in_bf16) fprintf(f, " bf16");
     }
 }
 

@@ -117,6 +117,7 @@ typedef struct {
     tide_ref_t in[TIDE_MAX_GPUS_PER_NODE]; /* LAND: inbox blocks of the L local ranks */
     int num_in;             /* LAND */
     uint8_t plus_zero;      /* LAND: v + 0.0f (tide_land_args_t.plus_zero) */
+    uint8_t in_bf16;        /* LAND: the inputs are bf16 (tide_land_args_t.in_bf16; rail lane) */
 } tide_table_t;
 
 typedef struct {

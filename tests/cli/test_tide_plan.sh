@@ -187,6 +187,16 @@ if expect_rc 0 "$TP" validate --gpus-per-node 8 --max-nodes 40 --jobs 1 --json; 
 fi
 expect_rc 0 "$TP" validate --gpus-per-node 8 --max-nodes 16 &&
   { grep -q "verified: yes" "$TMP/out" || fail "validate text lacks 'verified: yes'"; }
+# L = 1 with --programs: the static checker on every compiled program of M = 1..16, the rail
+# lane (the default there) and the generic programs; per M >= 2 two lanes x two pass counts x
+# bf16 / cast x (AG + two RS modes) = 24 programs, 12 at M = 1.
+if expect_rc 0 "$TP" validate --gpus-per-node 1 --max-nodes 16 --programs --json; then
+  check_json "$TMP/out" "
+assert d['verified'] is True
+assert d['programs'] == {'checked': 12 + 15 * 24, 'failed': 0, 'first_failure': None}, d['programs']
+assert d['accepted'] == 24 * 15 and d['rejected'] == 0
+"
+fi
 
 # ---------------------------------------------------------------- errors
 expect_rc 2 "$TP" || true
@@ -208,6 +218,7 @@ expect_rc 2 "$TP" solve --nodes 8 --gpus-per-node 8 --bw-nic 47.5 --bw-sum 99 --
   --bw-cap 90 --t-round 1.3 --bytes 32XB || true
 expect_rc 2 "$TP" validate --gpus-per-node 8 || true
 expect_rc 2 "$TP" validate --gpus-per-node 9 --max-nodes 4 || true
+expect_rc 2 "$TP" validate --gpus-per-node 8 --max-nodes 9 --programs || true  # N = 72 > 64
 # Usage errors print one line naming the problem, then the usage.
 expect_rc 2 "$TP" show --nodes 8 --gpus-per-node 8 --preset nope || true
 head -1 "$TMP/err" | grep -q "unknown preset 'nope'" || fail "usage error line: $(head -1 "$TMP/err")"

@@ -126,10 +126,11 @@ assert got == want, (got, want)
 '
 
 # Bruck rounds: R = ceil(log2 M) round waits on the CE queue and R credits from DONE; at M = 9
-# round 2 forwards a run of four stage slots, landed with strided 2D copies.
+# round 2 forwards a run of four stage slots, landed with strided 2D copies.  (The generic
+# programs at L = 1; the default there is the rail lane, below.)
 for m in 3 5 9; do
   r=$(python3 -c "import math; print(math.ceil(math.log2($m)))")
-  listing_pair ag$m --nodes "$m" --gpus-per-node 1 --shapes 20x3,9 --collective ag
+  listing_pair ag$m --nodes "$m" --gpus-per-node 1 --shapes 20x3,9 --collective ag --lane generic
   n=$(grep -Ec '^r0 ce +[0-9]+ WAIT +AG_ARRIVED\+' "$TMP/out" || true)
   [ "$n" = "$r" ] || fail "ag M=$m: $n round waits on the CE queue, want R = $r"
   n=$(grep -Ec '^r0 done +[0-9]+ SIGNAL +AG_CREDIT\+' "$TMP/out" || true)
@@ -145,10 +146,11 @@ hasnt ' CAST ' "fp32 ag: no cast"
 # protocol.md: D = n_part M Level-1 sums per call (READ), one landing per wave
 # (n_part ceil(M / W_wave), NET), one put per remote destination (n_part (M - 1)), one
 # read-done and one call-done event; the CE queue exists only for L >= 2.
-rs_counts() { # NAME M L W PASSES MODE RANK
+rs_counts() { # NAME M L W PASSES MODE RANK (generic programs)
   local name=$1 m=$2 l=$3 w=$4 passes=$5 mode=$6 rank=$7
   listing_pair "$name" --nodes "$m" --gpus-per-node "$l" --shapes 13x5,9,4x3x2 \
-    --collective rs --wave-width "$w" --passes "$passes" --mode "$mode" --rank "$rank"
+    --collective rs --wave-width "$w" --passes "$passes" --mode "$mode" --rank "$rank" \
+    --lane generic
   check_json "$TMP/$name.json" "
 M, L, W, n_part = $m, $l, $w, $passes
 assert d['collective'] == 'rs' and d['mode'] == '$mode' and d['rank'] == $rank
@@ -181,6 +183,58 @@ rs_counts rs21 2 1 1 1 in-place 0    # L = 1: no CE queue
 hasnt '^# queue ce' "rs L = 1"
 rs_counts rs14 1 4 4 3 slot-reuse 2  # M = 1: no puts, one wave per pass
 rs_counts rs94 9 4 2 2 in-place 35
+
+# ---------------------------------------------------------------- the rail lane (L = 1)
+# The default at L = 1, M >= 2 (protocol.md, "The rail lane").  AG: no receive stage and no CE
+# queue; R = ceil(log2 M) rounds, each a credit wait and landing-to-landing puts with a signal
+# each; DONE waits every round's arrivals.  M = 5, rank 4: rounds send c_d = 1, 2, 1 shards;
+# round 1's ranks 4, 0 wrap past M - 1, so two puts per parameter there.
+listing_pair lane_ag --nodes 5 --gpus-per-node 1 --shapes 20x3,9 --collective ag --rank 4
+check_json "$TMP/lane_ag.json" '
+assert d["lane"] == "rail", d["lane"]
+q = {x["name"]: x for x in d["queues"]}
+assert q["ce"]["num_ops"] == 0 and q["read"]["num_ops"] == q["net"]["num_ops"] == 0, q
+for o in d["ops"]:
+    for k in ("dst", "src"):
+        r = o.get(k)
+        assert r is None or r.get("region") != "recv_stage", o
+puts = [o for o in d["ops"] if o["kind"] == "copy" and o["dst"]["kind"] == "landing"
+        and o["dst"]["rank"] != 4]
+assert all(o["src"]["kind"] == "landing" and o["src"]["rank"] == 4 and o["signal"] for o in puts)
+assert sorted({o["dst"]["rank"] for o in puts}) == [0, 2, 3], puts  # 4 - 1, 4 - 2, 4 - 4
+# puts per round: 2 params x (1, 2, 1 runs)
+assert len(puts) == 2 * (1 + 2 + 1), len(puts)
+credits = [o for o in d["ops"] if o["queue"] == "caller" and o["kind"] == "wait"
+           and 32 <= o["ctr"] < 60]
+assert len(credits) == 3, credits
+'
+hasnt '^r4 ce ' "lane ag: no CE ops"
+has '^r4 caller +[0-9]+ COPY +landing/r3\+[0-9]+ <- landing/r4\+' "lane ag: landing-to-landing put"
+# RS: no CE queue, no Level-1 sum; one put chain per remote destination from the gradients
+# into the target's inbox; landings read bf16 inbox blocks, then the own rows in place.
+listing_pair lane_rs --nodes 4 --gpus-per-node 1 --shapes 13x5,9,4x3x2 --collective rs \
+  --passes 2 --rank 1
+check_json "$TMP/lane_rs.json" '
+assert d["lane"] == "rail"
+q = {x["name"]: x for x in d["queues"]}
+assert q["ce"]["num_ops"] == 0 and "sum" not in q["read"]["kinds"], q
+puts = [o for o in d["ops"] if o["kind"] == "copy"]
+assert all(o["src"]["kind"] == "grad" and o["dst"]["region"] == "inbox" for o in puts), puts
+assert {o["dst"]["rank"] for o in puts} == {0, 2, 3}
+lands = [d["tables"][o["table"]] for o in d["ops"] if o["kind"] == "land"]
+assert sum(t["in"][0]["kind"] == "arena" for t in lands) == 2 * 3, lands  # n_part (M - 1)
+assert all(t["in"][0]["kind"] in ("arena", "grad") and t["in_bf16"] for t in lands)
+regions = {r["region"] for o in d["ops"] for r in (o.get("dst"), o.get("src")) if r and "region" in r}
+assert regions <= {"inbox"}, regions
+ev = [(o["queue"], o["event"]) for o in d["ops"] if o["kind"] == "event"]
+assert ev == [("net", "read-done"), ("net", "call-done")], ev
+'
+has '^r1 net +[0-9]+ LAND +table=[0-9]+ segs=[0-9]+ in=arena/r1/inbox\+0 bf16 init$' \
+  "lane rs: first landing reads the bf16 inbox and initialises"
+# The lane where it does not apply is refused by the library (exit 1); a bad name is a usage
+# error (exit 2).
+expect_rc 1 "$TP" program --nodes 4 --gpus-per-node 2 --shapes 5 --collective rs --lane rail || true
+expect_rc 2 "$TP" program --nodes 4 --gpus-per-node 1 --shapes 5 --collective rs --lane fast || true
 
 # Both modes run the same arithmetic: the same SUM and LAND ops, table for table.
 for mode in in-place slot-reuse; do

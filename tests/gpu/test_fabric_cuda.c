@@ -671,6 +671,18 @@ static int by_u64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* The plan the CUDA fabric runs for case c (an owned copy in *owned, or NULL): at L = 1 the
+ * case's plan is the rail lane's, which the CPU fabric runs, while tide_group_register keeps
+ * the generic programs on the CUDA fabric (docs/protocol.md, "The rail lane"). */
+static const struct tide_plan *cuda_plan_of(const case_t *c, tide_plan_t *owned) {
+    *owned = NULL;
+    if (!c->plan->rs.rail_lane) return c->plan;
+    tide_config_t g = c->cfg;
+    g.lane = TIDE_LANE_GENERIC;
+    if (tide_plan_create(&g, &c->desc, owned) != TIDE_SUCCESS) return c->plan;
+    return *owned;
+}
+
 /* The threshold mode's TIDE_CUDA_BATCH_MAX_BYTES for case c: the median of the distinct copy
  * sizes of its AG and RS programs, so that the smallest copies batch and the others go per
  * op (4096 when the programs cannot be compiled here or have one copy size only). */
@@ -679,16 +691,19 @@ static uint64_t case_threshold(const case_t *c) {
     uint64_t *v = xmalloc(CAP * sizeof(*v));
     int n = 0;
     tide_program_t prog;
-    if (tide_program_compile_ag(c->plan, &prog) == TIDE_SUCCESS) {
+    tide_plan_t owned;
+    const struct tide_plan *plan = cuda_plan_of(c, &owned);
+    if (tide_program_compile_ag(plan, &prog) == TIDE_SUCCESS) {
         sizes_of(&prog, v, &n, CAP);
         tide_program_free(&prog);
     }
     for (int e = 0; e < CALLS; ++e)
         if ((e == 0 || c->modes[e] != c->modes[0]) &&
-            tide_program_compile_rs(c->plan, c->modes[e], &prog) == TIDE_SUCCESS) {
+            tide_program_compile_rs(plan, c->modes[e], &prog) == TIDE_SUCCESS) {
             sizes_of(&prog, v, &n, CAP);
             tide_program_free(&prog);
         }
+    tide_plan_destroy(owned);
     qsort(v, (size_t)n, sizeof(*v), by_u64);
     int distinct = 0;
     for (int i = 0; i < n; ++i)
@@ -965,7 +980,10 @@ static void dataset_init(dataset_t *d, int m, int l, int p, int max_rows, int ma
  * the fabric's own tables (a generous allowance). */
 static uint64_t case_device_bytes(const case_t *c) {
     const int per_device = (c->n + mx.devices - 1) / mx.devices;
-    return (uint64_t)per_device * (c->plan->arena.total_bytes + pooled_bytes(c) + (1u << 20));
+    tide_plan_t owned;
+    const uint64_t arena = cuda_plan_of(c, &owned)->arena.total_bytes;
+    tide_plan_destroy(owned);
+    return (uint64_t)per_device * (arena + pooled_bytes(c) + (1u << 20));
 }
 
 /* One data set with one knob set: the CUDA fabric against the CPU fabric. */

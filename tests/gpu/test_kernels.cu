@@ -501,6 +501,87 @@ static void run_land_case(int L, int mode, value_mode vm, bool aligned, bool plu
     cudaFree(d_out);
 }
 
+/* The rail lane's landing (tide_land_args_t.in_bf16): one bf16 input, widened exactly; any
+ * CTA count, thread count or slicing gives the C reference's bits. */
+static void run_land_bf16_case(int mode, value_mode vm) {
+    const int nsegs = 1 + (int)rnd_below(40);
+    std::vector<tide_land_seg_t> segs(nsegs);
+    uint64_t out_n = 0, in_need = 0;
+    for (int s = 0; s < nsegs; ++s) {
+        const uint32_t len = (uint32_t)(rnd_below(4) == 0 ? rnd_below(30) : rnd_below(30000));
+        out_n += rnd_below(5);
+        segs[s] = {out_n, rnd_below(5000), len, 0};
+        out_n += len;
+        if (segs[s].in_off + len > in_need) in_need = segs[s].in_off + len;
+    }
+    const uint64_t in_n = in_need + 8;
+    std::vector<uint16_t> h_in(in_n);
+    for (auto &v : h_in)
+        v = tide_float_to_bf16(draw(vm));
+    std::vector<float> old(out_n);
+    for (auto &v : old)
+        v = draw(vm);
+    const float alphas[] = {1.0f, 0.125f, draw(V_NORMAL)};
+    const float alpha = alphas[rnd_below(3)];
+    uint16_t *d_in;
+    void *d_segs;
+    float *d_out;
+    CUDA_OK(cudaMalloc(&d_in, in_n * 2));
+    CUDA_OK(cudaMemcpy(d_in, h_in.data(), in_n * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMalloc(&d_segs, nsegs * sizeof(tide_land_seg_t)));
+    CUDA_OK(
+        cudaMemcpy(d_segs, segs.data(), nsegs * sizeof(tide_land_seg_t), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMalloc(&d_out, (out_n + 1) * 4));
+    tide_land_args_t ha = {}, da = {};
+    ha.in[0] = (const float *)(const void *)h_in.data();
+    da.in[0] = (const float *)(const void *)d_in;
+    ha.segs = segs.data();
+    da.segs = (const tide_land_seg_t *)d_segs;
+    ha.num_segs = da.num_segs = nsegs;
+    ha.num_in = da.num_in = 1;
+    ha.alpha = da.alpha = alpha;
+    ha.init = da.init = mode & 1;
+    ha.accumulate = da.accumulate = mode & 2;
+    ha.in_bf16 = da.in_bf16 = true;
+    std::vector<float> want(old), got(out_n);
+    ha.out = want.data();
+    da.out = d_out;
+    tide_ref_land(&ha);
+    int fails = 0, runs = 0;
+    char msg[256] = "";
+    auto check = [&](auto launch, int nc, const char *knob, int v) {
+        CUDA_OK(cudaMemcpy(d_out, old.data(), out_n * 4, cudaMemcpyHostToDevice));
+        CUDA_OK(launch());
+        CUDA_OK(cudaDeviceSynchronize());
+        CUDA_OK(cudaMemcpy(got.data(), d_out, out_n * 4, cudaMemcpyDeviceToHost));
+        ++runs;
+        char m2[120];
+        if (!same(got.data(), want.data(), out_n * 4, 4, m2, sizeof m2) && fails++ == 0)
+            std::snprintf(msg, sizeof msg, "ctas %d %s %d: %s", nc, knob, v, m2);
+    };
+    for (int nc : {1, 3, 132})
+        for (int nt : {64, 1024})
+            check([&] { return tide_cuda_land(&da, nc, nt, 0); }, nc, "threads", nt);
+    const uint64_t land_bytes = tide_cuda_land_bytes(&da, segs.data());
+    for (int k : {2, 7})
+        check([&] { return tide_cuda_land_sliced(&da, segs.data(), 3, 256, land_bytes / k + 1, 0,
+                                                 nullptr); },
+              3, "slices 1 /", k);
+    /* More than one input, or a peer table, is refused. */
+    tide_land_args_t bad = da;
+    bad.num_in = 2;
+    bad.in[1] = da.in[0];
+    fails += tide_cuda_land(&bad, 1, 0, 0) != cudaErrorInvalidValue;
+    g_runs += runs;
+    g_failures += fails;
+    std::printf("%s land bf16 init=%d accumulate=%d alpha=%g values=%-7s segs=%d runs=%d %s\n",
+                fails ? "FAIL" : "PASS", mode & 1, (mode & 2) != 0, alpha, mode_name[vm], nsegs,
+                runs, msg);
+    cudaFree(d_in);
+    cudaFree(d_segs);
+    cudaFree(d_out);
+}
+
 /* ------------------------------------------------------------------ cast */
 
 static void run_cast_case(uint64_t n, int in_shift, int out_shift) {
@@ -686,6 +767,7 @@ int main(int argc, char **argv) {
         run_land_case(8, 0, V_NORMAL, false);
         run_land_case(3, 3, V_SPECIAL, true);
         run_land_case(1, 1, V_SPECIAL, false, true);
+        run_land_bf16_case(3, V_SPECIAL);
         run_cast_case(1000003, 3, 1);
         std::printf("%s: %d runs, %d failed\n", g_failures ? "FAIL" : "PASS", g_runs, g_failures);
         return g_failures ? 1 : 0;
@@ -706,6 +788,9 @@ int main(int argc, char **argv) {
     for (int mode = 0; mode < 4; ++mode) /* the M = 1 landing: one input, v + 0.0f */
         for (int vm = 0; vm < V_COUNT; ++vm)
             run_land_case(1, mode, (value_mode)vm, (mode + vm) % 2 == 0, true);
+    for (int mode = 0; mode < 4; ++mode) /* the rail lane's landing: one bf16 input */
+        for (int vm = 0; vm < V_COUNT; ++vm)
+            run_land_bf16_case(mode, (value_mode)vm);
     const uint64_t ns_[] = {1, 7, 8, 9, 1000, 65536 + 3, 3000001};
     for (uint64_t n : ns_)
         for (int sh = 0; sh < 3; ++sh)

@@ -644,6 +644,8 @@ static tide_result_t make_plan(const shape_t *sh, tide_rs_mode_t mode, int passe
     cfg.staging_slots = sh->staging_slots;
     cfg.passes = passes;
     cfg.mode = mode;
+    /* This file checks compile_rs.c's programs; the rail lane has its own (test_lane.c). */
+    cfg.lane = TIDE_LANE_GENERIC;
     return tide_plan_create(&cfg, &group, plan_out);
 }
 

@@ -37,6 +37,7 @@ static const tide_param_shape_t shapes[] = {{105, 9}, {10, 16}};
 typedef struct {
     int m, l, wave_width, passes;
     tide_rs_mode_t mode;
+    tide_lane_t lane; /* AUTO (0): the rail lane at L = 1 */
 } pcfg_t;
 
 static tide_config_t config_of(const pcfg_t *pc) {
@@ -46,6 +47,7 @@ static tide_config_t config_of(const pcfg_t *pc) {
     c.wave_width = pc->wave_width;
     c.passes = pc->passes;
     c.mode = pc->mode;
+    c.lane = pc->lane;
     return c;
 }
 
@@ -155,6 +157,8 @@ static void run_static(const static_case_t *sc) {
 #define RS TIDE_COLL_REDUCE_SCATTER
 #define IP TIDE_RS_IN_PLACE
 #define SR TIDE_RS_SLOT_REUSE
+#define GEN TIDE_LANE_GENERIC
+#define AUTO TIDE_LANE_AUTO
 #define RACE (BIT(TIDE_CHECK_I2) | BIT(TIDE_CHECK_I3))
 #define ANY_DEEP (RACE | BIT(TIDE_CHECK_I1) | BIT(TIDE_CHECK_I4))
 
@@ -162,43 +166,71 @@ static void run_static(const static_case_t *sc) {
  * bug, invariants with INC off (0: not run), every site caught with INC off. */
 /* clang-format off */
 static const static_case_t static_cases[] = {
-    {TIDE_FAULT_DROP_CREDIT, AG, {{3, 2, 0, 1, IP}, {5, 1, 0, 1, IP}}, 2,
+    {TIDE_FAULT_DROP_CREDIT, AG, {{3, 2, 0, 1, IP, AUTO}, {5, 1, 0, 1, IP, AUTO}}, 2,
      BIT(TIDE_CHECK_INC), true, BIT(TIDE_CHECK_I4), true},
-    {TIDE_FAULT_DROP_CREDIT, RS, {{4, 2, 0, 1, SR}, {5, 2, 1, 1, IP}, {2, 4, 0, 2, IP}}, 3,
+    {TIDE_FAULT_DROP_CREDIT, RS, {{4, 2, 0, 1, SR, AUTO}, {5, 2, 1, 1, IP, AUTO}, {2, 4, 0, 2, IP, AUTO}}, 3,
      BIT(TIDE_CHECK_INC), true, BIT(TIDE_CHECK_I4), true},
-    {TIDE_FAULT_DROP_COMPLETION_FENCE, AG, {{2, 2, 0, 1, IP}, {3, 4, 0, 1, IP}}, 2,
+    {TIDE_FAULT_DROP_COMPLETION_FENCE, AG, {{2, 2, 0, 1, IP, AUTO}, {3, 4, 0, 1, IP, AUTO}}, 2,
      BIT(TIDE_CHECK_I3), true, 0, false},
-    {TIDE_FAULT_DROP_COMPLETION_FENCE, RS, {{2, 4, 0, 1, IP}, {5, 2, 1, 2, SR}}, 2,
+    {TIDE_FAULT_DROP_COMPLETION_FENCE, RS, {{2, 4, 0, 1, IP, AUTO}, {5, 2, 1, 2, SR, AUTO}}, 2,
      BIT(TIDE_CHECK_I3), true, 0, false},
-    {TIDE_FAULT_DROP_READ_COMPLETION, RS, {{2, 2, 0, 1, IP}, {3, 3, 0, 2, SR}, {1, 4, 0, 1, IP}}, 3,
+    {TIDE_FAULT_DROP_READ_COMPLETION, RS, {{2, 2, 0, 1, IP, AUTO}, {3, 3, 0, 2, SR, AUTO}, {1, 4, 0, 1, IP, AUTO}}, 3,
      BIT(TIDE_CHECK_I2), true, 0, false},
-    {TIDE_FAULT_EARLY_OUTBOX_REUSE, RS, {{5, 2, 1, 1, SR}, {4, 2, 0, 2, SR}, {6, 2, 0, 1, SR}}, 3,
+    {TIDE_FAULT_EARLY_OUTBOX_REUSE, RS, {{5, 2, 1, 1, SR, AUTO}, {4, 2, 0, 2, SR, AUTO}, {6, 2, 0, 1, SR, AUTO}}, 3,
      BIT(TIDE_CHECK_I3), true, 0, false},
-    {TIDE_FAULT_EARLY_INBOX_REUSE, RS, {{2, 2, 0, 1, IP}, {3, 2, 0, 1, SR}, {5, 2, 1, 1, IP}}, 3,
+    {TIDE_FAULT_EARLY_INBOX_REUSE, RS, {{2, 2, 0, 1, IP, AUTO}, {3, 2, 0, 1, SR, AUTO}, {5, 2, 1, 1, IP, AUTO}}, 3,
      BIT(TIDE_CHECK_I3), false, 0, false},
-    {TIDE_FAULT_SKIP_STALE_ZERO, RS, {{5, 2, 1, 1, IP}, {3, 3, 1, 2, SR}}, 2,
+    {TIDE_FAULT_SKIP_STALE_ZERO, RS, {{5, 2, 1, 1, IP, AUTO}, {3, 3, 1, 2, SR, AUTO}}, 2,
      BIT(TIDE_CHECK_I1), true, 0, false},
-    {TIDE_FAULT_SHIFT_LATIN_SLOT, RS, {{2, 2, 0, 1, IP}, {4, 2, 0, 1, SR}, {3, 3, 1, 1, IP}}, 3,
+    {TIDE_FAULT_SHIFT_LATIN_SLOT, RS, {{2, 2, 0, 1, IP, AUTO}, {4, 2, 0, 1, SR, AUTO}, {3, 3, 1, 1, IP, AUTO}}, 3,
      BIT(TIDE_CHECK_I1) | BIT(TIDE_CHECK_I3), true, 0, false},
-    {TIDE_FAULT_MISSING_SIGNAL, AG, {{3, 2, 0, 1, IP}, {4, 1, 0, 1, IP}}, 2,
+    {TIDE_FAULT_MISSING_SIGNAL, AG, {{3, 2, 0, 1, IP, AUTO}, {4, 1, 0, 1, IP, AUTO}}, 2,
      BIT(TIDE_CHECK_INC), true, BIT(TIDE_CHECK_I4), true},
-    {TIDE_FAULT_MISSING_SIGNAL, RS, {{2, 4, 0, 1, IP}, {3, 2, 0, 2, SR}}, 2,
+    {TIDE_FAULT_MISSING_SIGNAL, RS, {{2, 4, 0, 1, IP, AUTO}, {3, 2, 0, 2, SR, AUTO}}, 2,
      BIT(TIDE_CHECK_INC), true, BIT(TIDE_CHECK_I4), true},
-    {TIDE_FAULT_DUPLICATE_SIGNAL, AG, {{2, 2, 0, 1, IP}, {3, 2, 0, 1, IP}}, 2,
+    {TIDE_FAULT_DUPLICATE_SIGNAL, AG, {{2, 2, 0, 1, IP, AUTO}, {3, 2, 0, 1, IP, AUTO}}, 2,
      BIT(TIDE_CHECK_INC), true, ANY_DEEP, false},
-    {TIDE_FAULT_DUPLICATE_SIGNAL, RS, {{2, 2, 0, 1, IP}, {4, 2, 0, 1, SR}}, 2,
+    {TIDE_FAULT_DUPLICATE_SIGNAL, RS, {{2, 2, 0, 1, IP, AUTO}, {4, 2, 0, 1, SR, AUTO}}, 2,
      BIT(TIDE_CHECK_INC), true, ANY_DEEP, false},
-    {TIDE_FAULT_TRUNCATE_COPY, AG, {{2, 2, 0, 1, IP}, {3, 2, 0, 1, IP}}, 2,
+    {TIDE_FAULT_TRUNCATE_COPY, AG, {{2, 2, 0, 1, IP, AUTO}, {3, 2, 0, 1, IP, AUTO}}, 2,
      BIT(TIDE_CHECK_I1), true, 0, false},
-    {TIDE_FAULT_TRUNCATE_COPY, RS, {{2, 2, 0, 1, IP}, {2, 4, 0, 1, SR}}, 2,
+    {TIDE_FAULT_TRUNCATE_COPY, RS, {{2, 2, 0, 1, IP, AUTO}, {2, 4, 0, 1, SR, AUTO}}, 2,
      BIT(TIDE_CHECK_I1), true, 0, false},
-    {TIDE_FAULT_WRONG_PITCH, AG, {{9, 1, 0, 1, IP}, {10, 1, 0, 1, IP}}, 2,
+    /* Strided landing copies need M >= 9 rail peers: the generic programs at L = 1. */
+    {TIDE_FAULT_WRONG_PITCH, AG, {{9, 1, 0, 1, IP, GEN}, {10, 1, 0, 1, IP, GEN}}, 2,
      BIT(TIDE_CHECK_I1) | BIT(TIDE_CHECK_I3) | BIT(TIDE_CHECK_BOUNDS), true, 0, false},
-    {TIDE_FAULT_WRONG_PITCH, RS, {{2, 2, 0, 1, IP}, {3, 3, 0, 2, SR}}, 2,
+    {TIDE_FAULT_WRONG_PITCH, RS, {{2, 2, 0, 1, IP, AUTO}, {3, 3, 0, 2, SR, AUTO}}, 2,
      BIT(TIDE_CHECK_I1) | BIT(TIDE_CHECK_I3) | BIT(TIDE_CHECK_BOUNDS), true, 0, false},
-    {TIDE_FAULT_REORDER_WAIT, AG, {{2, 2, 0, 1, IP}, {3, 2, 0, 1, IP}}, 2,
+    {TIDE_FAULT_REORDER_WAIT, AG, {{2, 2, 0, 1, IP, AUTO}, {3, 2, 0, 1, IP, AUTO}}, 2,
      RACE, false, 0, false},
-    {TIDE_FAULT_REORDER_WAIT, RS, {{2, 2, 0, 1, IP}, {4, 2, 0, 1, SR}}, 2,
+    {TIDE_FAULT_REORDER_WAIT, RS, {{2, 2, 0, 1, IP, AUTO}, {4, 2, 0, 1, SR, AUTO}}, 2,
+     RACE, false, 0, false},
+    /* The rail lane (L = 1, compile_lane.c): M = 2 (one peer, the wrap-around credits),
+     * odd M, two passes.  Its programs have no staging, stale zeroing, Latin-square slots,
+     * strided copies, completion fence or RS_PUSHED wait, so those kinds have no site there
+     * (test_lane_no_site).  Its read-done gate is an RS_SENT wait: lowering it (the
+     * early-outbox-reuse mutation) releases the gradients early, an I2 violation. */
+    {TIDE_FAULT_DROP_CREDIT, AG, {{2, 1, 0, 1, IP, AUTO}, {3, 1, 0, 2, SR, AUTO}, {5, 1, 0, 1, IP, AUTO}}, 3,
+     BIT(TIDE_CHECK_INC), true, BIT(TIDE_CHECK_I4), true},
+    {TIDE_FAULT_DROP_CREDIT, RS, {{2, 1, 0, 3, IP, AUTO}, {3, 1, 0, 2, SR, AUTO}, {5, 1, 0, 1, IP, AUTO}}, 3,
+     BIT(TIDE_CHECK_INC), true, BIT(TIDE_CHECK_I4), true},
+    {TIDE_FAULT_EARLY_OUTBOX_REUSE, RS, {{2, 1, 0, 1, IP, AUTO}, {3, 1, 0, 2, SR, AUTO}, {5, 1, 0, 1, IP, AUTO}},
+     3, BIT(TIDE_CHECK_I2), true, 0, false},
+    {TIDE_FAULT_EARLY_INBOX_REUSE, RS, {{2, 1, 0, 3, IP, AUTO}, {3, 1, 0, 2, SR, AUTO}, {5, 1, 0, 1, IP, AUTO}},
+     3, BIT(TIDE_CHECK_I3), false, 0, false},
+    {TIDE_FAULT_MISSING_SIGNAL, AG, {{2, 1, 0, 1, IP, AUTO}, {3, 1, 0, 1, IP, AUTO}, {5, 1, 0, 1, IP, AUTO}}, 3,
+     BIT(TIDE_CHECK_INC), true, BIT(TIDE_CHECK_I4), true},
+    {TIDE_FAULT_DUPLICATE_SIGNAL, AG, {{2, 1, 0, 1, IP, AUTO}, {5, 1, 0, 1, IP, AUTO}}, 2,
+     BIT(TIDE_CHECK_INC), true, ANY_DEEP, false},
+    {TIDE_FAULT_DUPLICATE_SIGNAL, RS, {{2, 1, 0, 3, IP, AUTO}, {3, 1, 0, 2, SR, AUTO}}, 2,
+     BIT(TIDE_CHECK_INC), true, ANY_DEEP, false},
+    {TIDE_FAULT_TRUNCATE_COPY, AG, {{2, 1, 0, 1, IP, AUTO}, {5, 1, 0, 1, IP, AUTO}}, 2,
+     BIT(TIDE_CHECK_I1), true, 0, false},
+    {TIDE_FAULT_TRUNCATE_COPY, RS, {{2, 1, 0, 3, IP, AUTO}, {3, 1, 0, 2, SR, AUTO}}, 2,
+     BIT(TIDE_CHECK_I1), true, 0, false},
+    {TIDE_FAULT_REORDER_WAIT, AG, {{2, 1, 0, 1, IP, AUTO}, {5, 1, 0, 1, IP, AUTO}}, 2,
+     RACE, false, 0, false},
+    {TIDE_FAULT_REORDER_WAIT, RS, {{2, 1, 0, 3, IP, AUTO}, {5, 1, 0, 1, SR, AUTO}}, 2,
      RACE, false, 0, false},
 };
 /* clang-format on */
@@ -208,10 +240,34 @@ static void test_static(void **state) {
     run_static((const static_case_t *)*state);
 }
 
+/* The rail lane's programs have no op these kinds mutate (see the static table). */
+static void test_lane_no_site(void **state) {
+    (void)state;
+    const tide_fault_kind_t none[] = {
+        TIDE_FAULT_DROP_COMPLETION_FENCE, TIDE_FAULT_DROP_READ_COMPLETION,
+        TIDE_FAULT_SKIP_STALE_ZERO,       TIDE_FAULT_SHIFT_LATIN_SLOT,
+        TIDE_FAULT_WRONG_PITCH,
+    };
+    const pcfg_t pc = {5, 1, 0, 2, IP, TIDE_LANE_RAIL};
+    tide_plan_t plan = plan_of(&pc);
+    assert_true(plan->rs.rail_lane);
+    for (int coll = 0; coll < 2; ++coll) {
+        tide_program_t prog;
+        compile(plan, (tide_collective_t)coll, IP, &prog);
+        for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); ++i) {
+            int count = -1;
+            assert_tide(TIDE_SUCCESS, tide_fault_count_sites(&prog, none[i], &count));
+            assert_int_equal(count, 0);
+        }
+        tide_program_free(&prog);
+    }
+    tide_plan_destroy(plan);
+}
+
 /* Kinds without an eligible site in a program are refused, not silently ignored. */
 static void test_no_site(void **state) {
     (void)state;
-    const pcfg_t pc = {2, 2, 0, 1, IP};
+    const pcfg_t pc = {2, 2, 0, 1, IP, AUTO};
     tide_plan_t plan = plan_of(&pc);
     tide_program_t ag, out;
     compile(plan, AG, IP, &ag);
@@ -495,18 +551,24 @@ static void test_runtime(void **state) {
 }
 
 static const rt_case_t rt_cases[] = {
-    {TIDE_FAULT_DROP_CREDIT, AG, {3, 2, 0, 1, IP}, RT_TIMEOUT},
-    {TIDE_FAULT_DROP_CREDIT, RS, {4, 2, 0, 1, SR}, RT_TIMEOUT},
-    {TIDE_FAULT_MISSING_SIGNAL, AG, {2, 2, 0, 1, IP}, RT_TIMEOUT},
-    {TIDE_FAULT_MISSING_SIGNAL, RS, {2, 2, 0, 1, IP}, RT_TIMEOUT},
-    {TIDE_FAULT_SKIP_STALE_ZERO, RS, {5, 2, 1, 1, IP}, RT_DATA},
-    {TIDE_FAULT_SKIP_STALE_ZERO, RS, {3, 3, 1, 1, SR}, RT_DATA},
-    {TIDE_FAULT_SHIFT_LATIN_SLOT, RS, {2, 2, 0, 1, IP}, RT_DATA},
-    {TIDE_FAULT_SHIFT_LATIN_SLOT, RS, {4, 2, 0, 1, SR}, RT_DATA},
-    {TIDE_FAULT_TRUNCATE_COPY, AG, {3, 2, 0, 1, IP}, RT_DATA},
-    {TIDE_FAULT_TRUNCATE_COPY, RS, {2, 4, 0, 1, IP}, RT_DATA},
-    {TIDE_FAULT_WRONG_PITCH, RS, {2, 2, 0, 1, IP}, RT_DATA},
-    {TIDE_FAULT_WRONG_PITCH, AG, {9, 1, 0, 1, IP}, RT_DATA},
+    {TIDE_FAULT_DROP_CREDIT, AG, {3, 2, 0, 1, IP, AUTO}, RT_TIMEOUT},
+    {TIDE_FAULT_DROP_CREDIT, RS, {4, 2, 0, 1, SR, AUTO}, RT_TIMEOUT},
+    {TIDE_FAULT_MISSING_SIGNAL, AG, {2, 2, 0, 1, IP, AUTO}, RT_TIMEOUT},
+    {TIDE_FAULT_MISSING_SIGNAL, RS, {2, 2, 0, 1, IP, AUTO}, RT_TIMEOUT},
+    {TIDE_FAULT_SKIP_STALE_ZERO, RS, {5, 2, 1, 1, IP, AUTO}, RT_DATA},
+    {TIDE_FAULT_SKIP_STALE_ZERO, RS, {3, 3, 1, 1, SR, AUTO}, RT_DATA},
+    {TIDE_FAULT_SHIFT_LATIN_SLOT, RS, {2, 2, 0, 1, IP, AUTO}, RT_DATA},
+    {TIDE_FAULT_SHIFT_LATIN_SLOT, RS, {4, 2, 0, 1, SR, AUTO}, RT_DATA},
+    {TIDE_FAULT_TRUNCATE_COPY, AG, {3, 2, 0, 1, IP, AUTO}, RT_DATA},
+    {TIDE_FAULT_TRUNCATE_COPY, RS, {2, 4, 0, 1, IP, AUTO}, RT_DATA},
+    {TIDE_FAULT_WRONG_PITCH, RS, {2, 2, 0, 1, IP, AUTO}, RT_DATA},
+    {TIDE_FAULT_WRONG_PITCH, AG, {9, 1, 0, 1, IP, GEN}, RT_DATA},
+    /* The rail lane (L = 1) */
+    {TIDE_FAULT_DROP_CREDIT, AG, {3, 1, 0, 1, IP, AUTO}, RT_TIMEOUT},
+    {TIDE_FAULT_DROP_CREDIT, RS, {2, 1, 0, 3, IP, AUTO}, RT_TIMEOUT},
+    {TIDE_FAULT_MISSING_SIGNAL, AG, {4, 1, 0, 1, IP, AUTO}, RT_TIMEOUT},
+    {TIDE_FAULT_TRUNCATE_COPY, AG, {5, 1, 0, 1, IP, AUTO}, RT_DATA},
+    {TIDE_FAULT_TRUNCATE_COPY, RS, {3, 1, 0, 2, SR, AUTO}, RT_DATA},
 };
 #define NUM_RT (int)(sizeof(rt_cases) / sizeof(rt_cases[0]))
 
@@ -600,16 +662,20 @@ int main(void) {
      * so the faults run on the full emulation.  Direct mode's own fail-stop is tested in
      * test_fabric_cpu_direct.c. */
     setenv("TIDE_CPU_DIRECT", "0", 1);
-    struct CMUnitTest tests[NUM_STATIC + NUM_RT + 3];
+    struct CMUnitTest tests[NUM_STATIC + NUM_RT + 4];
     int n = 0;
     static char names[NUM_STATIC + NUM_RT][96];
     for (int i = 0; i < NUM_STATIC; ++i) {
-        snprintf(names[n], sizeof(names[n]), "static %s %s", tide_fault_name(static_cases[i].kind),
-                 static_cases[i].coll == AG ? "AG" : "RS");
+        const pcfg_t *p0 = &static_cases[i].plans[0];
+        snprintf(names[n], sizeof(names[n]), "static %s %s%s", tide_fault_name(static_cases[i].kind),
+                 static_cases[i].coll == AG ? "AG" : "RS",
+                 p0->l == 1 && p0->lane != GEN ? " rail lane" : "");
         tests[n] = (struct CMUnitTest){names[n], test_static, NULL, NULL, (void *)&static_cases[i]};
         ++n;
     }
     tests[n++] = (struct CMUnitTest){"no eligible site", test_no_site, NULL, NULL, NULL};
+    tests[n++] = (struct CMUnitTest){"rail lane: no eligible site", test_lane_no_site, NULL, NULL,
+                                     NULL};
     for (int i = 0; i < NUM_RT; ++i) {
         const rt_case_t *rc = &rt_cases[i];
         snprintf(names[NUM_STATIC + i], sizeof(names[0]), "fabric %s %s M%d L%d",

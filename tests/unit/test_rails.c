@@ -33,8 +33,9 @@ static tide_plan_t plan_of(int m, int l, int passes, tide_rs_mode_t mode, bool c
     const int n = m * l;
     /* Rows that do not divide by N (padding), a parameter with fewer rows than ranks. */
     const tide_param_shape_t shapes[] = {{2 * n - 1, 3}, {5, 8}, {n + 1, 1}};
-    return test_plan(m, l, 0, passes, mode, TIDE_DTYPE_BF16,
-                     cast ? TIDE_DTYPE_FP32 : TIDE_DTYPE_BF16, shapes, 3);
+    /* Rails serve the NCCL fabric, which runs the generic programs at L = 1 too (group.c). */
+    return test_plan_lane(m, l, 0, passes, mode, TIDE_DTYPE_BF16,
+                          cast ? TIDE_DTYPE_FP32 : TIDE_DTYPE_BF16, shapes, 3, TIDE_LANE_GENERIC);
 }
 
 static bool same_ref(const tide_ref_t *a, const tide_ref_t *b) {
@@ -385,6 +386,26 @@ static void test_2d_put_is_unsupported(void **state) {
     tide_plan_destroy(plan);
 }
 
+/* The rail lane's programs (L = 1) are not rail-shaped for the NCCL fabric yet: pieces put
+ * without a signal each (RS) and a put count that depends on the rank (AG wrap-around).  They
+ * are refused with a reason, never mapped wrongly (the NCCL fabric gets generic plans). */
+static void test_rail_lane_is_unsupported(void **state) {
+    (void)state;
+    const tide_param_shape_t shapes[] = {{11, 3}, {5, 8}};
+    tide_plan_t plan = test_plan(5, 1, 0, 1, TIDE_RS_IN_PLACE, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16,
+                                 shapes, 2);
+    assert_true(plan->rs.rail_lane);
+    tide_program_t ag, rs;
+    tide_rails_t r;
+    assert_tide(TIDE_SUCCESS, tide_program_compile_ag(plan, &ag));
+    assert_tide(TIDE_SUCCESS, tide_program_compile_rs(plan, TIDE_RS_IN_PLACE, &rs));
+    assert_tide(TIDE_ERR_UNSUPPORTED, tide_rails_build(&ag, &r));
+    assert_tide(TIDE_ERR_UNSUPPORTED, tide_rails_build(&rs, &r));
+    tide_program_free(&ag);
+    tide_program_free(&rs);
+    tide_plan_destroy(plan);
+}
+
 /* Round 1 of the AG forwards what round 0 brought; make rank 0 wait for round 1's own
  * arrivals instead: its step 1 then needs its own step-1 receives and cannot post. */
 static void test_own_step_dependency_fails(void **state) {
@@ -432,6 +453,7 @@ int main(void) {
         cmocka_unit_test(test_matrix),
         cmocka_unit_test(test_ag_steps_are_rounds),
         cmocka_unit_test(test_2d_put_is_unsupported),
+        cmocka_unit_test(test_rail_lane_is_unsupported),
         cmocka_unit_test(test_own_step_dependency_fails),
         cmocka_unit_test(test_moved_recv_fails_matching),
     };

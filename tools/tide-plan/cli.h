@@ -24,6 +24,16 @@
 /* Commands: argv[0] is the command name, options follow. */
 int cli_cmd_show(int argc, char **argv);
 int cli_cmd_validate(int argc, char **argv);
+
+/* `validate --programs` (validate_programs.c): the static checker on every compiled program
+ * of M in [1, Mmax] at L.  Returns false only when a check could not run at all. */
+typedef struct {
+    long long checked, failed; /* programs */
+    char first_failure[640];
+} cli_programs_result_t;
+bool cli_validate_programs(int l, int mmax, cli_programs_result_t *r);
+/* The largest N = M L that --programs accepts: the checker traces I1 up to 64 ranks. */
+#define CLI_PROGRAMS_MAX_RANKS 64
 int cli_cmd_memory(int argc, char **argv);
 /* `tide-plan memory --model NAME` (memory_model.c); returns the exit code. */
 int cli_memory_model(const char *cmd, const char *model, int nodes, int gpus_per_node,
@@ -62,6 +72,8 @@ bool cli_parse_double(const char *s, double *out);
 bool cli_parse_bytes(const char *s, uint64_t *out);
 bool cli_parse_dtype(const char *s, tide_dtype_t *out);
 bool cli_parse_mode(const char *s, tide_rs_mode_t *out);
+bool cli_parse_lane(const char *s, tide_lane_t *out);
+const char *cli_lane_name(tide_lane_t lane);
 const char *cli_dtype_name(tide_dtype_t dtype);
 const char *cli_mode_name(tide_rs_mode_t mode);
 
@@ -81,6 +93,7 @@ enum {
     CLI_OPT_ROUND,
     CLI_OPT_PASSES,
     CLI_OPT_STAGING,
+    CLI_OPT_LANE,
     CLI_OPT_JSON,
     CLI_OPT_HELP,
     CLI_OPT_OWN /* a command's first own option */
@@ -97,6 +110,7 @@ enum {
         {"round-width", required_argument, NULL, CLI_OPT_ROUND},                              \
         {"passes", required_argument, NULL, CLI_OPT_PASSES},                                  \
         {"staging-slots", required_argument, NULL, CLI_OPT_STAGING},                          \
+        {"lane", required_argument, NULL, CLI_OPT_LANE},                                      \
         {"json", no_argument, NULL, CLI_OPT_JSON}, {"help", no_argument, NULL, CLI_OPT_HELP}
 
 typedef struct {
@@ -108,6 +122,7 @@ typedef struct {
     tide_rs_mode_t mode;
     int wave_width, round_width, passes, staging_slots; /* 0: the planner chooses */
     int multicast;                                      /* no shared option sets it */
+    tide_lane_t lane;                                   /* --lane; default auto */
 } cli_group_opts_t;
 
 /*

@@ -57,6 +57,10 @@ static bool group_option(const char *cmd, int c, const char *arg, cli_group_opts
         if (!cli_parse_mode(arg, &g->mode))
             *rc = cli_usage_error(cmd, "--mode '%s': expected in-place or slot-reuse", arg);
         break;
+    case CLI_OPT_LANE:
+        if (!cli_parse_lane(arg, &g->lane))
+            *rc = cli_usage_error(cmd, "--lane '%s': expected auto, generic or rail", arg);
+        break;
     default:
         return false;
     }
@@ -69,6 +73,7 @@ int cli_group_parse(const char *cmd, int argc, char **argv, const struct option 
     memset(g, 0, sizeof(*g));
     g->dtype = TIDE_DTYPE_BF16;
     g->mode = TIDE_RS_IN_PLACE;
+    g->lane = TIDE_LANE_AUTO;
     *json = false;
     opterr = 0;
     int c, rc;
@@ -127,6 +132,7 @@ int cli_group_plan(const char *cmd, const cli_group_opts_t *g, tide_plan_t *plan
     config.staging_slots = g->staging_slots;
     config.mode = g->mode;
     config.multicast = g->multicast;
+    config.lane = g->lane;
 
     /* The plan copies what it needs of the shapes, so a parsed list is freed here. */
     tide_plan_t built = NULL;

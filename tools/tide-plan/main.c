@@ -33,9 +33,10 @@ static const cli_command_t commands[] = {
     {"show", cli_cmd_show,
      "tide-plan show --nodes M --gpus-per-node L (--preset NAME | --shapes LIST)\n"
      "               [--dtype bf16|fp32] [--mode in-place|slot-reuse] [--wave-width W]\n"
-     "               [--round-width k] [--passes n] [--staging-slots n] [--multicast] [--json]"},
+     "               [--round-width k] [--passes n] [--staging-slots n] [--lane auto|generic|rail]\n"
+     "               [--multicast] [--json]"},
     {"validate", cli_cmd_validate,
-     "tide-plan validate --gpus-per-node L --max-nodes Mmax [--jobs n] [--json]"},
+     "tide-plan validate --gpus-per-node L --max-nodes Mmax [--jobs n] [--programs] [--json]"},
     {"memory", cli_cmd_memory,
      "tide-plan memory --nodes M --gpus-per-node L --round-width k --inbox-generations n\n"
      "                 [--json]\n"
@@ -49,7 +50,7 @@ static const cli_command_t commands[] = {
      "tide-plan program --nodes M --gpus-per-node L (--preset NAME | --shapes LIST)\n"
      "                  --collective ag|rs [--mode in-place|slot-reuse] [--rank r]\n"
      "                  [--dtype bf16|fp32] [--wave-width W] [--round-width k] [--passes n]\n"
-     "                  [--staging-slots n] [--json]"},
+     "                  [--staging-slots n] [--lane auto|generic|rail] [--json]"},
 };
 #define NUM_COMMANDS ((int)(sizeof(commands) / sizeof(commands[0])))
 
@@ -159,6 +160,31 @@ bool cli_parse_mode(const char *s, tide_rs_mode_t *out) {
     else
         return false;
     return true;
+}
+
+bool cli_parse_lane(const char *s, tide_lane_t *out) {
+    if (strcmp(s, "auto") == 0)
+        *out = TIDE_LANE_AUTO;
+    else if (strcmp(s, "generic") == 0)
+        *out = TIDE_LANE_GENERIC;
+    else if (strcmp(s, "rail") == 0)
+        *out = TIDE_LANE_RAIL;
+    else
+        return false;
+    return true;
+}
+
+const char *cli_lane_name(tide_lane_t lane) {
+    switch (lane) {
+    case TIDE_LANE_AUTO:
+        return "auto";
+    case TIDE_LANE_GENERIC:
+        return "generic";
+    case TIDE_LANE_RAIL:
+        return "rail";
+    default:
+        return "unknown";
+    }
 }
 
 const char *cli_dtype_name(tide_dtype_t dtype) {

@@ -99,6 +99,10 @@ int cli_cmd_memory(int argc, char **argv) {
         cli_json_double(root, "in_place_total_ns", b.in_place_total_ns);
         cli_json_double(root, "slot_reuse_total_ns", b.slot_reuse_total_ns);
         cli_json_double(root, "fsdp2_total_ns", b.fsdp2_total_ns);
+        cli_json_bool(root, "rail_lane", b.rail_lane != 0);
+        cli_json_double(root, "rail_lane_staging_ns", b.rail_lane_staging_ns);
+        cli_json_double(root, "rail_lane_in_place_total_ns", b.rail_lane_in_place_total_ns);
+        cli_json_double(root, "rail_lane_slot_reuse_total_ns", b.rail_lane_slot_reuse_total_ns);
         return cli_json_print(cmd, root);
     }
     printf("memory bounds, units of N S (one unsharded bf16 group; n_stg = 2)\n");
@@ -108,6 +112,12 @@ int cli_cmd_memory(int argc, char **argv) {
     printf("  live in backward, In-Place       %.3f\n", b.in_place_total_ns);
     printf("  live in backward, Slot-Reuse     %.3f\n", b.slot_reuse_total_ns);
     printf("  live in backward, stock FSDP2    %.3f\n", b.fsdp2_total_ns);
+    if (b.rail_lane) {
+        printf("  rail lane (L = 1, the default there; the lines above are the generic programs)\n");
+        printf("  RS inbox, both modes             %.3f\n", b.rail_lane_staging_ns);
+        printf("  live in backward, In-Place       %.3f\n", b.rail_lane_in_place_total_ns);
+        printf("  live in backward, Slot-Reuse     %.3f\n", b.rail_lane_slot_reuse_total_ns);
+    }
     return CLI_EXIT_OK;
 }
 

@@ -154,6 +154,7 @@ static void json_table(cJSON *tables, int index, const tide_table_t *t) {
         cJSON *in = cli_json_array(o, "in");
         for (int i = 0; i < t->num_in && i < TIDE_MAX_GPUS_PER_NODE; ++i)
             fill_ref(cli_json_array_object(in), &t->in[i]);
+        cli_json_bool(o, "in_bf16", t->in_bf16 != 0);
     }
 }
 
@@ -175,6 +176,7 @@ static int print_json(const program_args_t *a, const tide_preset_t *preset,
     cli_json_int(root, "round_width", plan->config.round_width);
     cli_json_int(root, "passes", plan->config.passes);
     cli_json_int(root, "staging_slots", plan->config.staging_slots);
+    cli_json_string(root, "lane", cli_lane_name(plan->config.lane));
 
     int total = 0;
     cJSON *queues = cli_json_array(root, "queues");

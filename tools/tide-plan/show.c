@@ -67,9 +67,9 @@ static void print_text(const show_ctx_t *x) {
            cli_dtype_name(x->args->group.dtype), cli_dtype_name(x->args->group.dtype),
            cli_dtype_name(x->args->group.dtype), cli_mode_name(c->mode));
     printf("  tuning: W_wave %d, k %d, n_part %d, n_stg %d, sum CTAs %d, landing CTAs %d, "
-           "multicast %s\n\n",
+           "multicast %s, lane %s\n\n",
            c->wave_width, c->round_width, c->passes, c->staging_slots, c->sum_ctas, c->landing_ctas,
-           c->multicast ? "on" : "off");
+           c->multicast ? "on" : "off", cli_lane_name(c->lane));
 
     printf("geometry (bytes; o_p and fp32_offset per rank)\n");
     printf("  %4s  %-32s %10s %12s %8s %14s %14s %14s\n", "p", "name", "D_p", "K_p", "R_p", "s_p",
@@ -143,6 +143,11 @@ static void print_text(const show_ctx_t *x) {
            x->bounds.slot_reuse_staging_ns);
     printf("    live during backward: in-place %.3f, slot-reuse %.3f, stock FSDP2 %.3f\n",
            x->bounds.in_place_total_ns, x->bounds.slot_reuse_total_ns, x->bounds.fsdp2_total_ns);
+    if (x->plan->rs.rail_lane)
+        printf("    this plan runs the rail lane (L = 1): RS inbox %.3f; live during backward: "
+               "in-place %.3f, slot-reuse %.3f\n",
+               x->bounds.rail_lane_staging_ns, x->bounds.rail_lane_in_place_total_ns,
+               x->bounds.rail_lane_slot_reuse_total_ns);
 }
 
 /* ------------------------------------------------------------------ JSON */
@@ -250,6 +255,10 @@ static void json_memory(const show_ctx_t *x, cJSON *root) {
     cli_json_double(b, "in_place_total_ns", x->bounds.in_place_total_ns);
     cli_json_double(b, "slot_reuse_total_ns", x->bounds.slot_reuse_total_ns);
     cli_json_double(b, "fsdp2_total_ns", x->bounds.fsdp2_total_ns);
+    cli_json_bool(b, "rail_lane", x->bounds.rail_lane != 0);
+    cli_json_double(b, "rail_lane_staging_ns", x->bounds.rail_lane_staging_ns);
+    cli_json_double(b, "rail_lane_in_place_total_ns", x->bounds.rail_lane_in_place_total_ns);
+    cli_json_double(b, "rail_lane_slot_reuse_total_ns", x->bounds.rail_lane_slot_reuse_total_ns);
 }
 
 static int print_json(const show_ctx_t *x) {
@@ -269,6 +278,7 @@ static int print_json(const show_ctx_t *x) {
     cli_json_int(root, "round_width", c->round_width);
     cli_json_int(root, "passes", c->passes);
     cli_json_int(root, "staging_slots", c->staging_slots);
+    cli_json_string(root, "lane", cli_lane_name(c->lane));
     cli_json_int(root, "sum_ctas", c->sum_ctas);
     cli_json_int(root, "landing_ctas", c->landing_ctas);
     cli_json_bool(root, "multicast", c->multicast != 0);

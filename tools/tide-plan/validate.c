@@ -201,8 +201,15 @@ static bool run_threads(validate_work_t *wk, validate_result_t *out) {
     return ok;
 }
 
-static int print_json(int l, int mmax, const bool *pair_accepted, const validate_result_t *r) {
+static int print_json(int l, int mmax, const bool *pair_accepted, const validate_result_t *r,
+                      const cli_programs_result_t *pr) {
     cJSON *root = cli_json_object(NULL, NULL);
+    if (pr != NULL) {
+        cJSON *o = cli_json_object(root, "programs");
+        cli_json_int(o, "checked", pr->checked);
+        cli_json_int(o, "failed", pr->failed);
+        cli_json_string(o, "first_failure", pr->failed ? pr->first_failure : NULL);
+    }
     cli_json_int(root, "gpus_per_node", l);
     cli_json_int(root, "max_nodes", mmax);
     cli_json_int(root, "accepted", r->accepted);
@@ -222,7 +229,7 @@ static int print_json(int l, int mmax, const bool *pair_accepted, const validate
 }
 
 static void print_text(int l, int mmax, const bool *pair_accepted, const validate_result_t *r,
-                       int jobs, double seconds) {
+                       int jobs, double seconds, const cli_programs_result_t *pr) {
     printf("TIDE-RS schedule validation: L = %d, M in [2, %d], W_wave in [1, %d], k in {1, 2, 4}, "
            "both modes, n_part in [1, %d]\n",
            l, mmax, l, TIDE_MAX_PASSES);
@@ -246,16 +253,20 @@ static void print_text(int l, int mmax, const bool *pair_accepted, const validat
         else
             printf("  %7d %15d %15d %16s\n", w, acc, rej, "-");
     }
+    if (pr != NULL)
+        printf("  programs (static checker, M in [1, %d], 3 calls): %lld checked, %lld failed\n",
+               mmax, pr->checked, pr->failed);
     printf("  verified: %s (%.2f s, %d threads)\n", r->verified ? "yes" : "NO", seconds, jobs);
     if (!r->verified) printf("  first failure: %s\n", r->first_failure);
 }
 
-enum { OPT_GPUS = 256, OPT_MAX_NODES, OPT_JOBS, OPT_JSON, OPT_HELP };
+enum { OPT_GPUS = 256, OPT_MAX_NODES, OPT_JOBS, OPT_PROGRAMS, OPT_JSON, OPT_HELP };
 
 static const struct option long_options[] = {
     {"gpus-per-node", required_argument, NULL, OPT_GPUS},
     {"max-nodes", required_argument, NULL, OPT_MAX_NODES},
     {"jobs", required_argument, NULL, OPT_JOBS},
+    {"programs", no_argument, NULL, OPT_PROGRAMS},
     {"json", no_argument, NULL, OPT_JSON},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
@@ -270,7 +281,7 @@ static int default_jobs(void) {
 
 int cli_cmd_validate(int argc, char **argv) {
     int l = 0, mmax = 0, jobs = 0;
-    bool have_l = false, have_m = false, json = false;
+    bool have_l = false, have_m = false, json = false, programs = false;
     opterr = 0;
     int c, li = -1, rc;
     while ((c = getopt_long(argc, argv, ":", long_options, &li)) != -1) {
@@ -289,6 +300,9 @@ int cli_cmd_validate(int argc, char **argv) {
             break;
         case OPT_JSON:
             json = true;
+            continue;
+        case OPT_PROGRAMS:
+            programs = true;
             continue;
         case OPT_HELP:
             cli_usage(CMD, false);
@@ -311,6 +325,10 @@ int cli_cmd_validate(int argc, char **argv) {
     if (jobs < 0 || jobs > VALIDATE_MAX_JOBS)
         return cli_usage_error(CMD, "--jobs %d outside [1, %d] (0 = one per CPU)", jobs,
                                VALIDATE_MAX_JOBS);
+    if (programs && (int64_t)mmax * l > CLI_PROGRAMS_MAX_RANKS)
+        return cli_usage_error(CMD, "--programs checks up to N = M L = %d ranks; --max-nodes %d x "
+                                    "--gpus-per-node %d is %lld",
+                               CLI_PROGRAMS_MAX_RANKS, mmax, l, (long long)mmax * l);
     if (jobs == 0) jobs = default_jobs();
     if (jobs > mmax - 1) jobs = mmax - 1;
 
@@ -324,14 +342,24 @@ int cli_cmd_validate(int argc, char **argv) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     validate_result_t r;
+    cli_programs_result_t pr = {0};
     rc = run_threads(&work, &r) ? CLI_EXIT_OK : CLI_EXIT_ERROR;
+    if (rc == CLI_EXIT_OK && programs) {
+        if (!cli_validate_programs(l, mmax, &pr)) rc = CLI_EXIT_ERROR;
+        if (pr.failed > 0 && r.verified) {
+            r.verified = false;
+            snprintf(r.first_failure, sizeof(r.first_failure), "program check: %.200s",
+                     pr.first_failure);
+        }
+        if (rc != CLI_EXIT_OK) fprintf(stderr, "tide-plan " CMD ": %s\n", pr.first_failure);
+    }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (rc == CLI_EXIT_OK) {
         double seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
         if (json)
-            rc = print_json(l, mmax, work.pair_accepted, &r);
+            rc = print_json(l, mmax, work.pair_accepted, &r, programs ? &pr : NULL);
         else
-            print_text(l, mmax, work.pair_accepted, &r, jobs, seconds);
+            print_text(l, mmax, work.pair_accepted, &r, jobs, seconds, programs ? &pr : NULL);
         if (rc == CLI_EXIT_OK && !r.verified) {
             fprintf(stderr, "tide-plan " CMD ": verification failed: %s\n", r.first_failure);
             rc = CLI_EXIT_ERROR;

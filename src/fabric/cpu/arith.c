@@ -219,6 +219,9 @@ void tide_cpu_sum(const tide_sum_args_t *args) {
 void tide_cpu_land(const tide_land_args_t *args) {
     if (args == NULL || args->segs == NULL) return;
     const bool overwrite = args->init && !args->accumulate;
+    /* The rail lane lands bf16 blocks (no in_table there): widened exactly, as the sums do. */
+    const tide_dtype_t dt = args->in_bf16 ? TIDE_DTYPE_BF16 : TIDE_DTYPE_FP32;
+    const uint64_t item = args->in_bf16 ? 2 : 4;
     float acc[BLOCK];
     for (int s = 0; s < args->num_segs; ++s) {
         const tide_land_seg_t *seg = &args->segs[s];
@@ -227,10 +230,11 @@ void tide_cpu_land(const tide_land_args_t *args) {
         for (uint32_t b = 0; b < seg->len; b += BLOCK) {
             const uint32_t n = seg->len - b < BLOCK ? seg->len - b : BLOCK;
             for (int k = 0; k < args->num_in; ++k) {
-                const float *x = tab == NULL      ? args->in[k] + seg->in_off + b
-                                 : tab[k] != NULL ? tab[k] + b
-                                                  : NULL;
-                (k == 0 ? block_init : block_add)(acc, x, TIDE_DTYPE_FP32, n);
+                const void *x = tab == NULL ? (const void *)((const uint8_t *)args->in[k] +
+                                                             (seg->in_off + b) * item)
+                                : tab[k] != NULL ? (const void *)(tab[k] + b)
+                                                 : NULL;
+                (k == 0 ? block_init : block_add)(acc, x, dt, n);
             }
             if (args->num_in == 0) block_init(acc, NULL, TIDE_DTYPE_FP32, n);
             /* The M = 1 landing of one input keeps the bits of the L-input one (-0 + +0). */
