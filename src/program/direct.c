@@ -475,8 +475,11 @@ tide_result_t tide_direct_analyse(const tide_program_t *prog, const tide_schedul
     d.mask = mask & TIDE_DIRECT_ALL;
     d.l = prog->plan->config.gpus_per_node;
     tide_result_t res = TIDE_SUCCESS;
-    if (prog->fence || d.l < 1 || prog->num_ranks % d.l != 0) {
-        /* A fence has no copies to elide (it is compiled as an all-gather). */
+    if (prog->fence || d.l < 1 || prog->num_ranks % d.l != 0 || prog->plan->rs.rail_lane) {
+        /* A fence has no copies to elide (it is compiled as an all-gather).  Nor has the rail
+         * lane (L = 1, docs/protocol.md): its puts go from landing to landing and its
+         * reduce-scatter pushes no Level-1 piece; its landings read bf16 inbox blocks, which
+         * the alias, zero and fuse rules (written for fp32 partials) do not describe. */
     } else if (prog->coll == TIDE_COLL_REDUCE_SCATTER) {
         if ((d.mask & (TIDE_DIRECT_ALL & ~TIDE_DIRECT_AG)) != 0 &&
             nodes_shared(domain, prog->num_ranks, d.l))

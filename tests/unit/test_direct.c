@@ -30,7 +30,9 @@ typedef struct {
 } compiled_t;
 
 static void compile(compiled_t *c, int m, int l, int coll, tide_rs_mode_t mode, int wave) {
-    c->plan = test_plan(m, l, wave, 0, mode, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16, shapes, 4);
+    /* The generic programs: the rail lane at L = 1 has nothing to elide (test_rail_lane). */
+    c->plan = test_plan_lane(m, l, wave, 0, mode, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16, shapes, 4,
+                             TIDE_LANE_GENERIC);
     if (coll)
         assert_tide(TIDE_SUCCESS, tide_program_compile_rs(c->plan, mode, &c->prog));
     else
@@ -241,6 +243,29 @@ static void test_partial_read_keeps_copy(void **state) {
     release(&c);
 }
 
+/* The rail lane's programs (L = 1, the default there) are analysed as having no shortcut. */
+static void test_rail_lane(void **state) {
+    (void)state;
+    for (int coll = 0; coll < 2; ++coll) {
+        compiled_t c;
+        c.plan = test_plan(4, 1, 0, 0, TIDE_RS_IN_PLACE, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16, shapes,
+                           4);
+        if (coll)
+            assert_tide(TIDE_SUCCESS, tide_program_compile_rs(c.plan, TIDE_RS_IN_PLACE, &c.prog));
+        else
+            assert_tide(TIDE_SUCCESS, tide_program_compile_ag(c.plan, &c.prog));
+        assert_tide(TIDE_SUCCESS, tide_schedule_layout(&c.prog, &c.sched));
+        tide_direct_t d;
+        assert_tide(TIDE_SUCCESS, tide_direct_analyse(&c.prog, &c.sched, TIDE_DIRECT_ALL, NULL, &d));
+        assert_false(d.rs);
+        assert_false(d.ag);
+        for (int id = 0; d.elide != NULL && id < c.sched.num_ops; ++id)
+            assert_false(d.elide[id]);
+        tide_direct_free(&d);
+        release(&c);
+    }
+}
+
 static void test_all_gather(void **state) {
     (void)state;
     static const int ag_topos[][2] = {{2, 4}, {3, 2}, {4, 2}, {5, 1}};
@@ -323,7 +348,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_staging_only), cmocka_unit_test(test_fuse_m1),
         cmocka_unit_test(test_alias_rules),  cmocka_unit_test(test_partial_read_keeps_copy),
-        cmocka_unit_test(test_all_gather),   cmocka_unit_test(test_nothing_to_do),
+        cmocka_unit_test(test_all_gather),
+        cmocka_unit_test(test_rail_lane),   cmocka_unit_test(test_nothing_to_do),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
