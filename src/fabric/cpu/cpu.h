@@ -121,22 +121,27 @@ const char *tide_cpu_timeout_hint(const tide_cpu_world_t *w, char *buf, size_t s
 
 /* ------------------------------------------------------------------ arenas */
 
-/* Group header at the start of the shm object (its own page). */
-typedef struct {
-    tide_cpu_counter_t signature; /* the group signature rank 0 registered */
-    tide_cpu_counter_t bytes;     /* arena bytes per rank */
-    tide_cpu_counter_t mismatches;
-} tide_cpu_header_t;
-
-/* A rank's doorbell (doorbell.c): rung by every signal to one of the rank's counters and by
- * the rank's call posts, while some thread sleeps on it. */
+/* A doorbell (doorbell.c): a rank's is rung by every signal to one of its counters, a
+ * group's call_bell by the last rank to post a call, while some thread sleeps on it. */
 typedef struct {
     _Atomic uint32_t ring;
     _Atomic uint32_t sleepers;
 } tide_cpu_doorbell_t;
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "process-shared doorbells need lock-free atomics");
 
-/* Ring d after the store that a sleeper may wait for (a signal's increment, a call post). */
+/* Group header at the start of the shm object (its own page). */
+typedef struct {
+    tide_cpu_counter_t signature; /* the group signature rank 0 registered */
+    tide_cpu_counter_t bytes;     /* arena bytes per rank */
+    tide_cpu_counter_t mismatches;
+    /* The call check (calls.c): posts of every rank per collective, so call e is complete
+     * when arrivals = N (e + 1); the rank that completes it rings call_bell, on which the
+     * others sleep. */
+    tide_cpu_counter_t arrivals[2];
+    tide_cpu_doorbell_t call_bell;
+} tide_cpu_header_t;
+
+/* Ring d after the store that a sleeper may wait for (a signal's increment, a call's last post). */
 void tide_cpu_doorbell_ring(tide_cpu_doorbell_t *d);
 
 /* One thread's wait on a doorbell (doorbell.c).  A polling loop calls tide_cpu_waiter_idle

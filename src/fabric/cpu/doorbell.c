@@ -13,9 +13,9 @@
  * rank has one, in the group's shm object (its call record), so it works for threads and
  * processes alike (a shared futex, not FUTEX_PRIVATE).  A rank's interpreter sleeps on its
  * own doorbell, and every signal rings the doorbell of the rank that owns the counter (WAITs
- * read only the waiting rank's counters), so a signal wakes only the rank it is for.  A rank
- * that waits for another rank's call post sleeps on that rank's doorbell, which the post
- * rings.
+ * read only the waiting rank's counters), so a signal wakes only the rank it is for.  Ranks
+ * waiting in the per-call check (calls.c) sleep on the group's call bell, which the last rank
+ * to post the call rings.
  *
  * No lost wake-up: the waiter announces itself (sleepers + 1), reads the doorbell, then polls
  * its counters once more before it sleeps on that doorbell value; a signaller increments its
