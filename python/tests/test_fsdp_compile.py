@@ -78,17 +78,23 @@ def test_compiled_blocks_world2(tmp_path, hows):
         assert rec["ok"], rec.get("traceback")
         for how, stock, tide in rec["result"]:
             where = "rank %d, %s" % (rank, how)
-            assert tide["fallbacks"] == [], where
-            assert [t for _, t in tide["groups"]] == [1] * 3, where
-            for name, calls in tide["calls"].items():
-                assert calls["reduce_scatter"] == STEPS, (where, name, calls)
-                assert calls.get("stock_reduce", 0) == 0, (where, name, calls)
-                assert calls.get("stock_all_gather", 0) == 0, (where, name, calls)
+            _assert_served_equal(stock, tide, where)
             assert tide["stock_copies"]["reduce_scatter_tensor"] == 0, where
             assert stock["stock_copies"]["reduce_scatter_tensor"] > 0, where
-            for step, (a, b) in enumerate(zip(stock["params"], tide["params"])):
-                assert all(torch.equal(x, y) for x, y in zip(a, b)), (where, step)
-            assert stock["losses"] == tide["losses"], where
+
+
+def _assert_served_equal(stock, tide, where):
+    """Tier 1 served every group (no fallback, no stock collective) and the parameters and
+    losses equal stock's bit for bit after every step."""
+    assert tide["fallbacks"] == [], where
+    assert [t for _, t in tide["groups"]] == [1] * 3, where
+    for name, calls in tide["calls"].items():
+        assert calls["reduce_scatter"] == STEPS, (where, name, calls)
+        assert calls.get("stock_reduce", 0) == 0, (where, name, calls)
+        assert calls.get("stock_all_gather", 0) == 0, (where, name, calls)
+    for step, (a, b) in enumerate(zip(stock["params"], tide["params"])):
+        assert all(torch.equal(x, y) for x, y in zip(a, b)), (where, step)
+    assert stock["losses"] == tide["losses"], where
 
 
 def _ca_served_body(rank, world):
@@ -110,15 +116,7 @@ def test_compiled_autograd_served_world2(tmp_path):
         assert rec["ok"], rec.get("traceback")
         stock, tide = rec["result"]["stock"], rec["result"]["tide"]
         assert rec["result"]["stock_reproducible"], rank  # else there is no reference
-        assert tide["fallbacks"] == [], rank
-        assert [t for _, t in tide["groups"]] == [1] * 3, rank
-        for name, calls in tide["calls"].items():
-            assert calls["reduce_scatter"] == STEPS, (rank, name, calls)
-            assert calls.get("stock_reduce", 0) == 0, (rank, name, calls)
-            assert calls.get("stock_all_gather", 0) == 0, (rank, name, calls)
-        for step, (a, b) in enumerate(zip(stock["params"], tide["params"])):
-            assert all(torch.equal(x, y) for x, y in zip(a, b)), (rank, step)
-        assert stock["losses"] == tide["losses"], rank
+        _assert_served_equal(stock, tide, "rank %d" % rank)
 
 
 def _compiled_autograd(rank, world, tide_mode=None):

@@ -389,17 +389,29 @@ static tide_result_t ctx_init(const struct tide_plan *plan, tide_program_t *prog
     return TIDE_SUCCESS;
 }
 
-tide_result_t tide_program_compile_ag_lane(const struct tide_plan *plan, tide_program_t *prog_out) {
+/* One rank's ops of each collective. */
+static tide_result_t ag_rank(lane_ctx_t *c, int r) {
+    TIDE_CHECK(ag_ready(c, r));
+    TIDE_CHECK(ag_caller(c, r));
+    return ag_done(c, r);
+}
+
+static tide_result_t rs_rank(lane_ctx_t *c, int r) {
+    TIDE_CHECK(rs_sends(c, r));
+    return rs_net(c, r);
+}
+
+/* The lane's program of `coll`: every rank's ops by `emit`, then the signal count check. */
+static tide_result_t compile_lane(const struct tide_plan *plan, tide_collective_t coll,
+                                  tide_rs_mode_t mode, tide_result_t (*emit)(lane_ctx_t *, int),
+                                  tide_program_t *prog_out) {
     tide_program_t prog;
-    TIDE_CHECK(tide_program_init(plan, TIDE_COLL_ALL_GATHER, TIDE_RS_IN_PLACE, &prog));
+    TIDE_CHECK(tide_program_init(plan, coll, mode, &prog));
     lane_ctx_t c = {0};
     tide_result_t res;
     TIDE_CHECK_GOTO(ctx_init(plan, &prog, &c), res, fail);
-    for (int r = 0; r < c.m; ++r) {
-        TIDE_CHECK_GOTO(ag_ready(&c, r), res, fail);
-        TIDE_CHECK_GOTO(ag_caller(&c, r), res, fail);
-        TIDE_CHECK_GOTO(ag_done(&c, r), res, fail);
-    }
+    for (int r = 0; r < c.m; ++r)
+        TIDE_CHECK_GOTO(emit(&c, r), res, fail);
     TIDE_CHECK_GOTO(tide_program_check_incs(&prog), res, fail);
     free(c.segs);
     *prog_out = prog;
@@ -410,23 +422,11 @@ fail:
     return res;
 }
 
+tide_result_t tide_program_compile_ag_lane(const struct tide_plan *plan, tide_program_t *prog_out) {
+    return compile_lane(plan, TIDE_COLL_ALL_GATHER, TIDE_RS_IN_PLACE, ag_rank, prog_out);
+}
+
 tide_result_t tide_program_compile_rs_lane(const struct tide_plan *plan, tide_rs_mode_t mode,
                                            tide_program_t *prog_out) {
-    tide_program_t prog;
-    TIDE_CHECK(tide_program_init(plan, TIDE_COLL_REDUCE_SCATTER, mode, &prog));
-    lane_ctx_t c = {0};
-    tide_result_t res;
-    TIDE_CHECK_GOTO(ctx_init(plan, &prog, &c), res, fail);
-    for (int r = 0; r < c.m; ++r) {
-        TIDE_CHECK_GOTO(rs_sends(&c, r), res, fail);
-        TIDE_CHECK_GOTO(rs_net(&c, r), res, fail);
-    }
-    TIDE_CHECK_GOTO(tide_program_check_incs(&prog), res, fail);
-    free(c.segs);
-    *prog_out = prog;
-    return TIDE_SUCCESS;
-fail:
-    free(c.segs);
-    tide_program_free(&prog);
-    return res;
+    return compile_lane(plan, TIDE_COLL_REDUCE_SCATTER, mode, rs_rank, prog_out);
 }
