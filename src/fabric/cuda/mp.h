@@ -98,6 +98,8 @@ typedef struct {
      * node only. */
     const struct tide_mp_rails_ops *rails;
     cudaStream_t rail_stream;
+    bool host_flags;                   /* TIDE_CUDA_MP_FLAGS: signal flags in host memory */
+    struct tide_mp_watchdog *watchdog; /* watchdog.c: device waits bounded off host calls */
 } tide_mp_world_t;
 
 /* TIDE_CUDA_CE_BATCH (mp_batch.c): runs of copies that touch another device's memory (peer
@@ -198,6 +200,9 @@ typedef struct {
     void *legacy_own;                     /* own cudaMalloc segment */
     uint8_t **flags;                      /* [N]: each rank's flag area as mapped here */
     tide_mp_ctl_t ctl;                    /* host memory shared by the group (mp_ctl.h) */
+    bool host_flags;     /* flags[] are device addresses of the control block (mp_flags.c) */
+    bool ctl_registered; /* the control block is registered with the device */
+    struct tide_mp_wd_entry *wd; /* the watchdog's record of this arena (watchdog.c), or NULL */
     tide_mp_family_t fam[2];              /* [0]: AG, [1]: RS */
 } tide_mp_arena_t;
 
@@ -298,6 +303,44 @@ tide_result_t tide_cuda_mp_families_create(tide_mp_arena_t *a);
  * destroys). */
 struct tide_mp_rails_ops;
 tide_result_t tide_cuda_mp_world_set_rails(tide_mp_world_t *w, const struct tide_mp_rails_ops *ops);
+
+/* ------------------------------------------------------------------ flags (mp_flags.c) */
+
+/* TIDE_CUDA_MP_FLAGS: unset or "host" (default) true, "device" false. */
+tide_result_t tide_cuda_mp_env_flags(bool *host_out);
+/* After the segments and the control block: point flags[] at the block's flag areas when it
+ * has them (registers the block with the device); else leave them in the segments. */
+tide_result_t tide_cuda_mp_flags_map(tide_mp_arena_t *a);
+/* Before the control block is closed. */
+void tide_cuda_mp_flags_unmap(tide_mp_arena_t *a);
+/* With host flags: the stream s writes 1 + epoch into this rank's began counter of family f
+ * in the control block (mp_ctl.h) when it gets there; nothing otherwise. */
+tide_result_t tide_cuda_mp_flags_began(tide_mp_arena_t *a, int f, uint64_t epoch,
+                                       cudaStream_t s);
+/* Write the poison into every flag mapped here: CPU stores for host flags, else a memset on
+ * the utility stream. */
+void tide_cuda_mp_flags_poison(tide_mp_arena_t *a);
+
+/* ------------------------------------------------------------------ watchdog (watchdog.c) */
+
+/* One thread per world of this fabric (not the NCCL fabric's), started at world creation and
+ * joined at its destruction (never from a finaliser).  It follows every call this rank
+ * enqueued: when the call's device work (from its begin point on the caller's stream to its
+ * done event) outlives TIDE_TIMEOUT_MS it fails the group (abort word, poison), and when
+ * any rank failed the group it poisons until this process's streams are idle, so that no
+ * device wait of this process outlives the group, whether or not its host is in a call. */
+tide_result_t tide_mp_watchdog_start(tide_mp_world_t *w);
+void tide_mp_watchdog_stop(tide_mp_world_t *w);
+/* Follow / stop following an arena (after it is created / before its memory is released). */
+tide_result_t tide_mp_watchdog_add(tide_mp_arena_t *a);
+void tide_mp_watchdog_remove(tide_mp_arena_t *a);
+/* Call `epoch` of family f (0 AG, 1 RS) of a, parity p: begin records the begin point on the
+ * caller's stream (before the call's first device wait; with host flags the stream also
+ * writes the control block's began counter there); enqueued marks the call as followed
+ * (after its done event was recorded).  Without a watchdog only the began counter. */
+tide_result_t tide_mp_watchdog_begin(tide_mp_arena_t *a, int f, int p, uint64_t epoch,
+                                     cudaStream_t caller);
+void tide_mp_watchdog_enqueued(tide_mp_arena_t *a, int f, int p, uint64_t epoch);
 
 /* fabric.h's call_check through the group's control block (mp_execute.c). */
 tide_result_t tide_cuda_mp_call_check(struct tide_fabric_arena *arena, tide_collective_t coll,

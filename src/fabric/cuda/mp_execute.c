@@ -298,16 +298,6 @@ static bool streams_idle(const tide_mp_world_t *w) {
     return true;
 }
 
-static void poison_flags(tide_mp_arena_t *a) {
-    const int n = a->w->base.ranks;
-    /* The high half of every 8-byte flag: 0x40000000 << 32 = 2^62. */
-    for (int r = 0; r < n; ++r)
-        if (a->flags[r] != NULL) /* every flag mapped here: a rail transport may wait on any */
-            cuMemsetD2D32Async((CUdeviceptr)(uintptr_t)(a->flags[r] + 4), 8, 0x40000000u, 1,
-                           TIDE_MP_FLAG_BYTES / 8, (CUstream)a->w->util);
-    (void)cudaGetLastError();
-}
-
 /* Release our device waits and drain our streams.  Every failing rank does this itself, not
  * only the first: a RECORD still in some live rank's stream writes e + 1 over the poison
  * (flags are written, not maxed), so each rank repeats the poison until its own streams are
@@ -316,7 +306,7 @@ static void poison_and_drain(tide_mp_arena_t *a) {
     tide_mp_world_t *w = a->w;
     const uint64_t t0 = tide_cuda_now_ns(), limit = (uint64_t)tide_fabric_timeout_ms() * 1000000u;
     do {
-        poison_flags(a);
+        tide_cuda_mp_flags_poison(a); /* host flags: CPU stores (mp_flags.c) */
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     } while (!streams_idle(w) && tide_cuda_now_ns() - t0 < limit);
@@ -484,6 +474,9 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     is.caller = caller;
     is.rails = (tide_mp_rails_call_t){pp->checked, b, pp, fam->coll, is.fidx, steady};
     is.st = tide_cuda_stats_begin(&fam->stats, form);
+    /* The watchdog times the call's device work from here (watchdog.c). */
+    TIDE_CHECK(tide_mp_watchdog_begin(a, fam->coll == TIDE_COLL_ALL_GATHER ? 0 : 1, par, e,
+                                      caller));
     if (fence >= 0) TIDE_CHECK(fence_wait(&is, (uint64_t)fence + 1));
     /* The call's copy descriptors go up before the start record every thread forks from. */
     const bool batch = w->batch && pp->batch.cap > 0;
@@ -507,6 +500,7 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     ++is.st.records;
     TIDE_CUDA_CALL(cudaEventRecord(fam->done_ev[par], caller), "cudaEventRecord(done)");
     fam->done_epoch[par] = (int64_t)e;
+    tide_mp_watchdog_enqueued(a, fam->coll == TIDE_COLL_ALL_GATHER ? 0 : 1, par, e);
     fam->last_epoch = (int64_t)e;
     fam->last_prep = pi;
     tide_cuda_stats_end(&is.st, t_enqueue, &fam->stats);

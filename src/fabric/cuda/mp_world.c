@@ -41,6 +41,7 @@ void tide_cuda_mp_world_release(tide_mp_world_t *w) {
 }
 
 static void world_free(tide_mp_world_t *w) {
+    tide_mp_watchdog_stop(w); /* joined before the streams it queries go */
     tide_cuda_mp_world_release(w);
     free(w);
 }
@@ -119,8 +120,10 @@ tide_result_t tide_cuda_mp_world_create(int nodes, int gpus_per_node, int rank, 
     w->base.ranks = n;
     tide_result_t res = tide_cuda_mp_world_init(w);
     if (res == TIDE_SUCCESS) res = env_rails(nodes, w);
+    if (res == TIDE_SUCCESS) res = tide_cuda_mp_env_flags(&w->host_flags);
     if (res == TIDE_SUCCESS)
         res = tide_mp_boot_open(name, rank, n, tide_fabric_timeout_ms(), &w->boot);
+    if (res == TIDE_SUCCESS) res = tide_mp_watchdog_start(w);
     if (res != TIDE_SUCCESS) {
         world_free(w);
         return res;
@@ -163,6 +166,7 @@ static void segments_release(tide_mp_arena_t *a) {
     }
     if (a->legacy_own != NULL) cudaFree(a->legacy_own);
     (void)cudaGetLastError();
+    tide_cuda_mp_flags_unmap(a);
     tide_mp_ctl_close(&a->ctl);
     free(a->vmm);
     free(a->remote);
@@ -290,8 +294,10 @@ static tide_result_t segments_create(tide_mp_arena_t *a, uint64_t bytes, uint64_
     }
     for (int r = 0; r < n; ++r)
         fds[r] = -1;
-    /* The control block first: every rank fails here together if any cannot set it up. */
-    tide_result_t ctl = tide_mp_ctl_open(&w->boot, timeout, &a->ctl);
+    /* The control block first: every rank fails here together if any cannot set it up.  With
+     * host flags (rank 0's TIDE_CUDA_MP_FLAGS) it carries every rank's flag area. */
+    tide_result_t ctl = tide_mp_ctl_open_flags(&w->boot, timeout,
+                                               w->host_flags ? TIDE_MP_FLAG_BYTES : 0, &a->ctl);
     if (ctl != TIDE_SUCCESS) {
         free(all);
         free(fds);
@@ -341,6 +347,7 @@ static tide_result_t segments_create(tide_mp_arena_t *a, uint64_t bytes, uint64_
         TIDE_CUDA_CALL(cudaStreamSynchronize(w->util), "cudaStreamSynchronize(zero)");
         for (int r = 0; r < n; ++r)
             a->flags[r] = a->base.bases[r] + a->flags_off;
+        res = tide_cuda_mp_flags_map(a); /* the control block's flags instead (mp_flags.c) */
     }
     /* Everybody mapped and zeroed, or everybody learns that someone failed. */
     const tide_result_t bar =
@@ -388,6 +395,7 @@ static tide_result_t mp_arena_create(struct tide_fabric_world *world, uint64_t b
     tide_result_t res = segments_create(a, bytes, signature);
     for (int f = 0; f < 2 && res == TIDE_SUCCESS; ++f)
         res = family_events(&a->fam[f]);
+    if (res == TIDE_SUCCESS) res = tide_mp_watchdog_add(a);
     if (res != TIDE_SUCCESS) {
         for (int f = 0; f < 2; ++f)
             tide_cuda_mp_family_free(&a->fam[f]);
@@ -433,6 +441,7 @@ static tide_result_t mp_arena_destroy(struct tide_fabric_arena *arena) {
         if (r != TIDE_SUCCESS) broken = deregistration_failed(a);
         if (res == TIDE_SUCCESS) res = r;
     }
+    tide_mp_watchdog_remove(a); /* before the events and flags it reads go */
     for (int f = 0; f < 2; ++f)
         tide_cuda_mp_family_free(&a->fam[f]);
     /* Importers close first, then owners free (legacy). */
