@@ -5,6 +5,7 @@
 #include "core/checks.h"
 #include "api/comm.h"
 #include "core/handles.h"
+#include "fabric/call_table.h"
 #include "program/counters.h"
 
 #include <float.h>
@@ -228,27 +229,6 @@ static uint64_t rs_signature(const struct tide_group *g, float alpha, int accumu
            (uint64_t)(accumulate != 0);
 }
 
-static void describe_signature(tide_collective_t coll, uint64_t sig, char *buf, size_t size) {
-    if (coll == TIDE_COLL_ALL_GATHER) {
-        const uint64_t member = sig >> 8;
-        if (member > 0)
-            snprintf(buf, size, "group %llu of the set, slot %llu",
-                     (unsigned long long)(member - 1), (unsigned long long)(sig & 0xff));
-        else
-            snprintf(buf, size, "slot %llu", (unsigned long long)sig);
-        return;
-    }
-    const uint32_t bits = (uint32_t)(sig >> 32);
-    const uint64_t member = (sig & 0xffffffffu) >> 2;
-    float alpha;
-    memcpy(&alpha, &bits, sizeof(alpha));
-    char who[48] = "";
-    if (member > 0)
-        snprintf(who, sizeof(who), "group %llu of the set, ", (unsigned long long)(member - 1));
-    snprintf(buf, size, "%salpha %.9g (bits %08x), accumulate %d, mode %s", who, (double)alpha,
-             bits, (int)(sig & 1), (sig >> 1 & 1) ? "slot-reuse" : "in-place");
-}
-
 /* Exchange and compare the call's signature where the fabric can (fabric.h, call_check). */
 static tide_result_t agree(struct tide_group *g, tide_collective_t coll, uint64_t sig,
                            const char *call) {
@@ -264,8 +244,8 @@ static tide_result_t agree(struct tide_group *g, tide_collective_t coll, uint64_
                                &other, &other_sig));
     if (other < 0) return TIDE_SUCCESS;
     char mine[128], theirs[128];
-    describe_signature(coll, sig, mine, sizeof(mine));
-    describe_signature(coll, other_sig, theirs, sizeof(theirs));
+    tide_call_describe(coll, sig, mine, sizeof(mine));
+    tide_call_describe(coll, other_sig, theirs, sizeof(theirs));
     return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
                     "%s: the ranks disagree on the call: rank %d passed %s, rank %d passed %s "
                     "(every rank must pass the same arguments to a collective)",

@@ -83,7 +83,7 @@ static void poison_tick(wd_entry_t *e, uint64_t now, uint64_t limit) {
 /* The device work of call `epoch` of family f outlived the deadline: fail the group. */
 static void expire(wd_entry_t *e, int f, uint64_t epoch, uint64_t waited_ns) {
     tide_mp_arena_t *a = e->a;
-    char why[256], msg[TIDE_MP_CTL_MSG];
+    char why[256], msg[TIDE_MP_CTL_MSG + 320]; /* the block keeps TIDE_MP_CTL_MSG of it */
     tide_mp_ctl_missing(&a->ctl, f, epoch, why, sizeof(why));
     snprintf(msg, sizeof(msg),
              "rank %d: the device work of its %s call %llu did not complete within %lld ms "
