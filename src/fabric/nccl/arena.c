@@ -291,6 +291,7 @@ tide_result_t tide_nccl_arena_create(struct tide_fabric_world *world, uint64_t b
     a->mp.flags = calloc((size_t)n, sizeof(*a->mp.flags));
     a->mp.remote = calloc((size_t)n, sizeof(*a->mp.remote));
     ++w->mp.registrations;
+    a->registration = w->mp.registrations; /* names the group in argument checks (calls.c) */
     tide_result_t res = a->mp.base.bases == NULL || a->mp.flags == NULL || a->mp.remote == NULL
                             ? TIDE_ERR(TIDE_ERR_NO_MEMORY, "nccl fabric: %d ranks", n)
                             : TIDE_SUCCESS;

@@ -373,4 +373,5 @@ const struct tide_fabric_ops tide_fabric_nccl_ops = {
     .arena_create = tide_nccl_arena_create,
     .arena_destroy = tide_nccl_arena_destroy,
     .execute = tide_cuda_mp_execute,
+    .call_check = tide_nccl_call_check,
 };
