@@ -14,7 +14,8 @@
  *              refuses a shareable VMM allocation, cudaMalloc + cudaIpc{Get,Open}MemHandle
  *              (TIDE_CUDA_IPC=legacy forces this path)
  *   signals    a signal slot of the schedule (a signalling op some wait names) is a 64-bit flag
- *              in the recording rank's flag area.  RECORD writes the call number e + 1 with
+ *              in the recording rank's flag area (by default in the group's control block,
+ *              host memory every process maps and registers with its device: mp_flags.c).  RECORD writes the call number e + 1 with
  *              cuStreamWriteValue64 (a release: prior work of the stream is visible first);
  *              WAIT is cuStreamWaitValue64(flag, e + 1, GEQ) on the waiter's stream, WAIT_PREV
  *              the same with e.  Flags only grow, so they are cumulative across calls like the
@@ -42,7 +43,11 @@
  * after any wait that ended, and fails stop the same way with the first rank's message; so a
  * rank whose device waits the poison released never reports that call as complete (the abort
  * is visible before the poison can be).  A hung rank that resumes fails at its next call.
- * Deregistration still unmaps and releases every segment and the control block.
+ * Deregistration still unmaps and releases every segment and the control block.  With host
+ * flags the poison is CPU stores (no stream work that could queue behind a blocked queue),
+ * and a watchdog thread per world (watchdog.c) bounds the device work of every call this
+ * rank enqueued by TIDE_TIMEOUT_MS and follows an abort with the poison, while the host is
+ * outside TIDE too.
  *
  * Batched copies (mp_batch.c): as in the one-process fabric (batch.c), a thread's run of
  * same-device copies with nothing else of the thread between them is one launch of the batch
