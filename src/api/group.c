@@ -523,10 +523,11 @@ tide_result_t tide_group_read_done_event(tide_group_t group, void **event_out) {
 #ifdef TIDE_HAVE_CUDA
     if (ops == &tide_fabric_cuda_ops)
         return tide_cuda_read_done_event(group->arena, group->comm->rank, event_out);
+    if (tide_cuda_mp_is(group->arena)) return tide_cuda_mp_read_done_event(group->arena, event_out);
 #endif
     return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
                     "group_read_done_event: the %s fabric does not expose the read-done event "
-                    "yet (the CPU and single-process CUDA fabrics do)",
+                    "yet (the CPU and CUDA fabrics and the NCCL fabric do)",
                     ops->name);
 }
 

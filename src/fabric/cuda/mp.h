@@ -75,7 +75,11 @@
  * the emulated transport. */
 #define TIDE_MP_RAIL_STEPS 2048
 #define TIDE_MP_RAIL_BYTES (TIDE_MP_PREPS * TIDE_MP_RAIL_STEPS * 16)
-#define TIDE_MP_SLOT_BYTES (TIDE_MP_PREPS * TIDE_MP_FLAG_SLOTS * 8)
+/* The slot flags of one more program: the cross-group fence of a set's view (mp_view.c), flag
+ * index TIDE_MP_FENCE_FIDX, shared by its two variants (a switch between them is a FRESH call,
+ * fenced after the previous one on every rank). */
+#define TIDE_MP_FENCE_FIDX TIDE_MP_PREPS
+#define TIDE_MP_SLOT_BYTES ((TIDE_MP_PREPS + 1) * TIDE_MP_FLAG_SLOTS * 8)
 #define TIDE_MP_FLAG_BYTES (TIDE_MP_DONE_BYTES + TIDE_MP_SLOT_BYTES + TIDE_MP_RAIL_BYTES)
 /* A poisoned flag: (int64_t)(flag - target) >= 0 for every call number. */
 #define TIDE_MP_POISON ((uint64_t)1 << 62)
@@ -192,7 +196,7 @@ typedef struct {
     tide_cuda_stats_t stats;
 } tide_mp_family_t;
 
-typedef struct {
+typedef struct tide_mp_arena {
     struct tide_fabric_arena base;
     tide_mp_world_t *w;
     uint64_t alloc_bytes;
@@ -208,7 +212,15 @@ typedef struct {
     bool host_flags;     /* flags[] are device addresses of the control block (mp_flags.c) */
     bool ctl_registered; /* the control block is registered with the device */
     struct tide_mp_wd_entry *wd; /* the watchdog's record of this arena (watchdog.c), or NULL */
-    tide_mp_family_t fam[2];              /* [0]: AG, [1]: RS */
+    tide_mp_family_t fam[3];              /* [0]: AG, [1]: RS, [2]: a view's fence (mp_view.c) */
+    /* Shared arenas (mp_view.c, docs/arena.md "Fabrics").  A set's arena reserves flag_areas
+     * flag areas behind each rank's arena (1 + one per view; 0 or 1: a lone group's one); a
+     * view borrows the set's segments and owns its families and its flag area.  parent: the
+     * set's arena of a view, else NULL; views[k]: the live view on flag area 1 + k. */
+    struct tide_mp_arena *parent;
+    int flag_areas;
+    int num_views;
+    struct tide_mp_arena **views;
 } tide_mp_arena_t;
 
 extern const struct tide_fabric_ops tide_fabric_cuda_mp_ops;
@@ -219,14 +231,26 @@ extern const struct tide_fabric_ops tide_fabric_cuda_mp_ops;
 static inline int tide_cuda_mp_flags_index(tide_collective_t coll, int prep) {
     return coll == TIDE_COLL_ALL_GATHER ? 0 : 1 + prep;
 }
+/* The family index (0 AG, 1 RS, 2 fence) of one of a's families. */
+static inline int tide_cuda_mp_family_index(const tide_mp_arena_t *a, const tide_mp_family_t *fam) {
+    return (int)(fam - a->fam);
+}
+/* The set's arena of a view (whose abort word and flag areas the whole set shares), else a. */
+static inline tide_mp_arena_t *tide_cuda_mp_set_of(tide_mp_arena_t *a) {
+    return a->parent != NULL ? a->parent : a;
+}
 static inline CUdeviceptr tide_cuda_mp_slot_flag(const tide_mp_arena_t *a, int rank, int fidx,
                                                  int slot) {
     return (CUdeviceptr)(uintptr_t)(a->flags[rank] + TIDE_MP_DONE_BYTES +
                                     ((size_t)fidx * TIDE_MP_FLAG_SLOTS + (size_t)slot) * 8u);
 }
+/* The done flag of family f (0 AG, 1 RS, 2 a view's fence). */
+static inline CUdeviceptr tide_cuda_mp_family_done_flag(const tide_mp_arena_t *a, int rank, int f) {
+    return (CUdeviceptr)(uintptr_t)(a->flags[rank] + (size_t)f * 8u);
+}
 static inline CUdeviceptr tide_cuda_mp_done_flag(const tide_mp_arena_t *a, int rank,
                                                  tide_collective_t coll) {
-    return (CUdeviceptr)(uintptr_t)(a->flags[rank] + (coll == TIDE_COLL_ALL_GATHER ? 0u : 8u));
+    return tide_cuda_mp_family_done_flag(a, rank, coll == TIDE_COLL_ALL_GATHER ? 0 : 1);
 }
 /* Rendezvous flag `which` (0: receives posted, 1: sends done) of rail step `step`. */
 static inline CUdeviceptr tide_cuda_mp_rail_flag(const tide_mp_arena_t *a, int rank, int fidx,
@@ -375,6 +399,28 @@ tide_result_t tide_cuda_mp_batch_plan(tide_mp_arena_t *a, tide_mp_prepared_t *pp
 tide_result_t tide_cuda_mp_batch_issue(tide_mp_arena_t *a, tide_mp_prepared_t *pp, int k,
                                        int parity, int thread);
 
+/* ------------------------------------------------------------------ shared arenas (mp_view.c) */
+
+/* fabric.h's arena_view_create / a view's arena_destroy, for both fabrics that run this
+ * execute (the parent reserved flag_areas > 1: tide_cuda_mp_set_areas).  create is local
+ * apart from the view's control block (opened over the bootstrap, collective, when the parent
+ * has one); destroy waits for the view's calls and releases nothing of the parent's. */
+tide_result_t tide_cuda_mp_view_create(struct tide_fabric_arena *parent, uint64_t signature,
+                                       struct tide_fabric_arena **view_out);
+tide_result_t tide_cuda_mp_view_destroy(tide_mp_arena_t *view);
+/* The flag areas a set of `views` groups reserves per segment (TIDE_ERR_UNSUPPORTED with
+ * rails: the fence crosses nodes otherwise than by puts). */
+tide_result_t tide_cuda_mp_set_areas(const tide_mp_world_t *w, int views, int *areas_out);
+/* A fence call of a view: the caller's stream waits until every fenced rank's done flag of
+ * each family of every sibling view reached that family's last call (mp_view.c). */
+tide_result_t tide_cuda_mp_view_wait_siblings(tide_mp_arena_t *a, cudaStream_t caller,
+                                              tide_cuda_stats_t *st);
+/* The poison of a fail-stop: every flag of every area of the set's segments mapped here. */
+uint64_t tide_cuda_mp_flag_bytes(const tide_mp_arena_t *a);
+/* Fail-stop reaches every view of the set in this process (they share the flag areas the
+ * poison wrote): break each family of a's set with msg. */
+void tide_cuda_mp_set_broken(tide_mp_arena_t *a, const char *msg);
+
 /* ------------------------------------------------------------------ queries (tests, tools) */
 
 /* Whether a fabric arena belongs to the one-process-per-rank fabric. */
@@ -383,6 +429,8 @@ bool tide_cuda_mp_is(const struct tide_fabric_arena *arena);
 /* Wait on the host, with the watchdog, until this rank's last call of `coll` is complete
  * (TIDE_ERR_TIMEOUT naming the missing rank; the family fails stop). */
 tide_result_t tide_cuda_mp_sync(struct tide_fabric_arena *arena, tide_collective_t coll);
+/* The same for family f of a (0 AG, 1 RS, 2 a view's fence). */
+tide_result_t tide_cuda_mp_sync_family(tide_mp_arena_t *a, int f);
 
 tide_result_t tide_cuda_mp_stats(const struct tide_fabric_arena *arena, tide_collective_t coll,
                                  tide_cuda_stats_t *stats_out);

@@ -48,11 +48,12 @@ tide_result_t tide_cuda_mp_env_flags(bool *host_out) {
 tide_result_t tide_cuda_mp_flags_map(tide_mp_arena_t *a) {
     tide_mp_ctl_t *c = &a->ctl;
     if (c->flags == NULL) return TIDE_SUCCESS; /* rank 0 chose device flags */
-    if (c->flag_bytes < TIDE_MP_FLAG_BYTES)
+    /* Every flag area of a rank (1 + one per view of a set: mp_view.c) is in its share. */
+    if (c->flag_bytes < tide_cuda_mp_flag_bytes(a))
         return TIDE_ERR(TIDE_ERR_INTERNAL,
-                        "cuda mp fabric: the control block's flag areas have %zu bytes, a rank "
-                        "needs %d",
-                        c->flag_bytes, (int)TIDE_MP_FLAG_BYTES);
+                        "cuda mp fabric: the control block has %zu bytes of flags per rank, a "
+                        "rank needs %llu",
+                        c->flag_bytes, (unsigned long long)tide_cuda_mp_flag_bytes(a));
     /* Portable: every context of the process may use it; mapped: the device gets an address. */
     TIDE_CUDA_CALL(cudaHostRegister(c->hdr, c->bytes,
                                     cudaHostRegisterMapped | cudaHostRegisterPortable),
@@ -69,7 +70,9 @@ tide_result_t tide_cuda_mp_flags_map(tide_mp_arena_t *a) {
 
 tide_result_t tide_cuda_mp_flags_began(tide_mp_arena_t *a, int f, uint64_t epoch,
                                        cudaStream_t s) {
-    if (!a->host_flags) return TIDE_SUCCESS;
+    /* Only a block the device maps (a view's own block is not) and only the two families it
+     * counts (a view's fences are not counted). */
+    if (!a->host_flags || f > 1) return TIDE_SUCCESS;
     tide_mp_ctl_t *c = &a->ctl;
     /* The block's device address, from rank 0's flag area (mapped at flags[0]). */
     const uint8_t *dev = (const uint8_t *)a->flags[0] - (tide_mp_ctl_flags(c, 0) - (uint8_t *)c->hdr);
@@ -95,15 +98,18 @@ void tide_cuda_mp_flags_unmap(tide_mp_arena_t *a) {
 }
 
 void tide_cuda_mp_flags_poison(tide_mp_arena_t *a) {
-    if (a->host_flags) {
-        tide_mp_ctl_poison(&a->ctl, TIDE_MP_POISON);
+    /* Every flag area of the set's segments (a view's siblings wait on theirs: mp_view.c). */
+    tide_mp_arena_t *s = tide_cuda_mp_set_of(a);
+    if (s->host_flags) {
+        tide_mp_ctl_poison(&s->ctl, TIDE_MP_POISON);
         return;
     }
     const int n = a->w->base.ranks;
+    const uint64_t bytes = tide_cuda_mp_flag_bytes(a);
     /* The high half of every 8-byte flag: 0x40000000 << 32 = 2^62. */
     for (int r = 0; r < n; ++r)
-        if (a->flags[r] != NULL) /* every flag mapped here: a rail transport may wait on any */
-            cuMemsetD2D32Async((CUdeviceptr)(uintptr_t)(a->flags[r] + 4), 8, 0x40000000u, 1,
-                               TIDE_MP_FLAG_BYTES / 8, (CUstream)a->w->util);
+        if (s->flags[r] != NULL) /* every flag mapped here: a rail transport may wait on any */
+            cuMemsetD2D32Async((CUdeviceptr)(uintptr_t)(s->flags[r] + 4), 8, 0x40000000u, 1,
+                               (size_t)(bytes / 8), (CUstream)a->w->util);
     (void)cudaGetLastError();
 }

@@ -220,7 +220,7 @@ static tide_result_t own_segment(tide_mp_arena_t *a, seg_info_t *info, int *fd_o
                gran > 0;
     /* One size on every rank whatever its path: granularities are powers of two. */
     const uint64_t unit = vmm && (uint64_t)gran > (2u << 20) ? (uint64_t)gran : 2u << 20;
-    a->alloc_bytes = (a->flags_off + TIDE_MP_FLAG_BYTES + unit - 1) / unit * unit;
+    a->alloc_bytes = (a->flags_off + tide_cuda_mp_flag_bytes(a) + unit - 1) / unit * unit;
     if (vmm && cuMemCreate(&a->handle[me], a->alloc_bytes, &prop, 0) != CUDA_SUCCESS) {
         a->handle[me] = 0;
         vmm = false;
@@ -296,8 +296,8 @@ static tide_result_t segments_create(tide_mp_arena_t *a, uint64_t bytes, uint64_
         fds[r] = -1;
     /* The control block first: every rank fails here together if any cannot set it up.  With
      * host flags (rank 0's TIDE_CUDA_MP_FLAGS) it carries every rank's flag area. */
-    tide_result_t ctl = tide_mp_ctl_open_flags(&w->boot, timeout,
-                                               w->host_flags ? TIDE_MP_FLAG_BYTES : 0, &a->ctl);
+    tide_result_t ctl = tide_mp_ctl_open_flags(
+        &w->boot, timeout, w->host_flags ? (size_t)tide_cuda_mp_flag_bytes(a) : 0, &a->ctl);
     if (ctl != TIDE_SUCCESS) {
         free(all);
         free(fds);
@@ -380,13 +380,16 @@ tide_result_t tide_cuda_mp_families_create(tide_mp_arena_t *a) {
     return TIDE_SUCCESS;
 }
 
-static tide_result_t mp_arena_create(struct tide_fabric_world *world, uint64_t bytes,
-                                     uint64_t signature, struct tide_fabric_arena **out) {
+/* `areas` flag areas behind each rank's arena: 1, or 1 + the views of a set (mp_view.c). */
+static tide_result_t arena_create_areas(struct tide_fabric_world *world, uint64_t bytes,
+                                        uint64_t signature, int areas,
+                                        struct tide_fabric_arena **out) {
     tide_mp_world_t *w = (tide_mp_world_t *)world;
     TIDE_CUDA_CALL(cudaSetDevice(w->device), "cudaSetDevice");
     tide_mp_arena_t *a = calloc(1, sizeof(*a));
     if (a == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: arena");
     a->w = w;
+    a->flag_areas = areas;
     a->base.world = world;
     a->base.bytes = bytes;
     ++w->registrations;
@@ -407,6 +410,20 @@ static tide_result_t mp_arena_create(struct tide_fabric_world *world, uint64_t b
     return TIDE_SUCCESS;
 }
 
+static tide_result_t mp_arena_create(struct tide_fabric_world *world, uint64_t bytes,
+                                     uint64_t signature, struct tide_fabric_arena **out) {
+    return arena_create_areas(world, bytes, signature, 1, out);
+}
+
+static tide_result_t mp_arena_create_set(struct tide_fabric_world *world, uint64_t bytes,
+                                         uint64_t signature, int views,
+                                         struct tide_fabric_arena **out) {
+    int areas = 0;
+    /* Every rank refuses alike (rails are a property of the world), before any exchange. */
+    TIDE_CHECK(tide_cuda_mp_set_areas((tide_mp_world_t *)world, views, &areas));
+    return arena_create_areas(world, bytes, signature, areas, out);
+}
+
 /* A deregistration barrier failed (a peer is dead, hung, or still calling): fail the group as
  * a missing rank of a call would, so that the abort word tells every peer and the poison
  * releases every device wait on the flags mapped here, before this rank releases its
@@ -422,6 +439,7 @@ static bool deregistration_failed(tide_mp_arena_t *a) {
 
 static tide_result_t mp_arena_destroy(struct tide_fabric_arena *arena) {
     tide_mp_arena_t *a = (tide_mp_arena_t *)arena;
+    if (a->parent != NULL) return tide_cuda_mp_view_destroy(a); /* a group's view of a set */
     tide_mp_world_t *w = a->w;
     const int64_t timeout = tide_fabric_timeout_ms();
     (void)cudaSetDevice(w->device);
@@ -458,6 +476,7 @@ static tide_result_t mp_arena_destroy(struct tide_fabric_arena *arena) {
         if (res == TIDE_SUCCESS) res = r;
     }
     segments_release(a);
+    free(a->views);
     free(a);
     return res;
 }
@@ -484,6 +503,8 @@ const struct tide_fabric_ops tide_fabric_cuda_mp_ops = {
     .world_destroy = mp_world_destroy,
     .arena_create = mp_arena_create,
     .arena_destroy = mp_arena_destroy,
+    .arena_create_set = mp_arena_create_set,
+    .arena_view_create = tide_cuda_mp_view_create,
     .execute = tide_cuda_mp_execute,
     .call_check = tide_cuda_mp_call_check,
 };

@@ -40,10 +40,11 @@
 
 typedef struct tide_mp_wd_entry {
     tide_mp_arena_t *a;
-    cudaEvent_t begin[2][2];  /* [family][parity]: the call's begin point */
-    bool pending[2][2];       /* a call of this parity is followed */
-    uint64_t epoch[2][2];     /* its call number */
-    uint64_t began_ns[2][2];  /* when its begin point was first seen passed; 0: not yet */
+    /* [family][parity]; families 0 AG, 1 RS, 2 a view's fence (mp_view.c) */
+    cudaEvent_t begin[3][2];  /* the call's begin point */
+    bool pending[3][2];       /* a call of this parity is followed */
+    uint64_t epoch[3][2];     /* its call number */
+    uint64_t began_ns[3][2];  /* when its begin point was first seen passed; 0: not yet */
     uint64_t abort_seen_ns;   /* when the abort word was first seen; 0: not yet */
     bool drained;             /* the poison after an abort is done */
 } wd_entry_t;
@@ -84,26 +85,31 @@ static void poison_tick(wd_entry_t *e, uint64_t now, uint64_t limit) {
 static void expire(wd_entry_t *e, int f, uint64_t epoch, uint64_t waited_ns) {
     tide_mp_arena_t *a = e->a;
     char why[256], msg[TIDE_MP_CTL_MSG + 320]; /* the block keeps TIDE_MP_CTL_MSG of it */
-    tide_mp_ctl_missing(&a->ctl, f, epoch, why, sizeof(why));
+    /* The group's own counters name the missing rank (a view's fences are not counted). */
+    if (f < 2)
+        tide_mp_ctl_missing(&a->ctl, f, epoch, why, sizeof(why));
+    else
+        snprintf(why, sizeof(why), "a rank did not reach the fence");
     snprintf(msg, sizeof(msg),
              "rank %d: the device work of its %s call %llu did not complete within %lld ms "
              "(TIDE_TIMEOUT_MS; found by the watchdog after %.1f s): %s",
-             a->w->base.rank, f == 0 ? "all-gather" : "reduce-scatter",
+             a->w->base.rank, f == 0 ? "all-gather" : f == 1 ? "reduce-scatter" : "fence",
              (unsigned long long)epoch, (long long)tide_fabric_timeout_ms(),
              (double)waited_ns * 1e-9, why);
-    /* If another rank (or this rank's caller thread) was first, its message stands. */
-    if (tide_mp_ctl_abort(&a->ctl, msg))
+    /* The abort word is the set's (a view shares its segments: mp_view.c).  If another rank
+     * (or this rank's caller thread) was first, its message stands. */
+    if (tide_mp_ctl_abort(&tide_cuda_mp_set_of(a)->ctl, msg))
         tide_log(TIDE_LOG_WARN, __FILE__, __LINE__, "cuda mp fabric: %s", msg);
 }
 
 static void tick(wd_entry_t *e, uint64_t limit) {
     tide_mp_arena_t *a = e->a;
     const uint64_t now = tide_cuda_now_ns();
-    if (tide_mp_ctl_aborted(&a->ctl, NULL, 0) >= 0) {
+    if (tide_mp_ctl_aborted(&tide_cuda_mp_set_of(a)->ctl, NULL, 0) >= 0) {
         poison_tick(e, now, limit);
         return;
     }
-    for (int f = 0; f < 2; ++f)
+    for (int f = 0; f < 3; ++f)
         for (int p = 0; p < 2; ++p) {
             if (!e->pending[f][p]) continue;
             const cudaError_t done = cudaEventQuery(a->fam[f].done_ev[p]);
@@ -248,7 +254,7 @@ void tide_mp_watchdog_stop(tide_mp_world_t *w) {
 /* ------------------------------------------------------------------ arenas and calls */
 
 static void entry_free(wd_entry_t *e) {
-    for (int f = 0; f < 2; ++f)
+    for (int f = 0; f < 3; ++f)
         for (int p = 0; p < 2; ++p)
             if (e->begin[f][p] != NULL) cudaEventDestroy(e->begin[f][p]);
     (void)cudaGetLastError();
@@ -261,7 +267,7 @@ tide_result_t tide_mp_watchdog_add(tide_mp_arena_t *a) {
     wd_entry_t *e = calloc(1, sizeof(*e));
     if (e == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: watchdog entry");
     e->a = a;
-    for (int f = 0; f < 2; ++f)
+    for (int f = 0; f < 3; ++f)
         for (int p = 0; p < 2; ++p)
             if (cudaEventCreateWithFlags(&e->begin[f][p], cudaEventDisableTiming) !=
                 cudaSuccess) {

@@ -109,5 +109,10 @@ tide_result_t tide_nccl_call_check(struct tide_fabric_arena *arena, tide_collect
 tide_result_t tide_nccl_arena_create(struct tide_fabric_world *world, uint64_t bytes,
                                      uint64_t signature, struct tide_fabric_arena **arena_out);
 tide_result_t tide_nccl_arena_destroy(struct tide_fabric_arena *arena);
+/* A set's memory with one flag area per view; the views are the CUDA mp fabric's
+ * (tide_cuda_mp_view_create), which run on this fabric's segments unchanged. */
+tide_result_t tide_nccl_arena_create_set(struct tide_fabric_world *world, uint64_t bytes,
+                                         uint64_t signature, int views,
+                                         struct tide_fabric_arena **arena_out);
 
 #endif /* TIDE_FABRIC_NCCL_FABRIC_NCCL_H_ */
