@@ -124,9 +124,9 @@ int main(void) {
             return 1;
         }
     for (int r = 0; r < RANKS; ++r) {
-        const tide_result_t res = tide_reduce_scatter(
-            rs[r], (const void *const *)grads[r], out[r], r == 3 ? 0.5f : 1.0f, 0,
-            TIDE_RS_IN_PLACE, NULL);
+        const tide_result_t res =
+            tide_reduce_scatter(rs[r], (const void *const *)grads[r], out[r], r == 3 ? 0.5f : 1.0f,
+                                0, TIDE_RS_IN_PLACE, NULL);
         if (r < 3)
             expect(res == TIDE_SUCCESS, r, "reduce-scatter call 1 recorded before rank 3");
         else

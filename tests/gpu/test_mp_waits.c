@@ -45,9 +45,9 @@
 #define TIMEOUT_S 3.0
 
 typedef struct {
-    int step[RANKS];         /* 0: passed, else the step that failed */
-    double released[RANKS];  /* seconds from leaving TIDE until the device wait ended */
-    int result[RANKS];       /* of the TIDE call that must fail */
+    int step[RANKS];        /* 0: passed, else the step that failed */
+    double released[RANKS]; /* seconds from leaving TIDE until the device wait ended */
+    int result[RANKS];      /* of the TIDE call that must fail */
     char msg[RANKS][400];
 } report_t;
 
@@ -188,8 +188,7 @@ static bool dereg_verdict(const report_t *rep, int r) {
     if (r == LATE)
         return in_time && rep->result[r] == TIDE_ERR_TIMEOUT &&
                strstr(rep->msg[r], "could not deregister") != NULL;
-    return in_time && rep->released[r] >= TIMEOUT_S - 0.2 &&
-           rep->result[r] == TIDE_ERR_TIMEOUT;
+    return in_time && rep->released[r] >= TIMEOUT_S - 0.2 && rep->result[r] == TIDE_ERR_TIMEOUT;
 }
 
 /* ------------------------------------------------------------------ main */

@@ -84,17 +84,16 @@ static int child(int r, shared_t *sh) {
         if (tide_all_gather(ag, shard, e % 2, NULL) != TIDE_SUCCESS) return failed(sh, r, 10);
     if (!refused(tide_all_gather(ag, shard, r == 1 ? 1 : 0, NULL), "slot"))
         return failed(sh, r, 11);
-    if (tide_reduce_scatter(rs, (const void *const *)grads, out, 1.0f, 0, TIDE_RS_IN_PLACE,
-                            NULL) != TIDE_SUCCESS)
+    if (tide_reduce_scatter(rs, (const void *const *)grads, out, 1.0f, 0, TIDE_RS_IN_PLACE, NULL) !=
+        TIDE_SUCCESS)
         return failed(sh, r, 20);
-    if (!refused(tide_reduce_scatter(rs, (const void *const *)grads, out, r == 1 ? 0.5f : 1.0f,
-                                     0, TIDE_RS_IN_PLACE, NULL),
+    if (!refused(tide_reduce_scatter(rs, (const void *const *)grads, out, r == 1 ? 0.5f : 1.0f, 0,
+                                     TIDE_RS_IN_PLACE, NULL),
                  "alpha"))
         return failed(sh, r, 21);
-    const tide_result_t res =
-        r == 0 ? tide_all_gather(third, shard, 0, NULL)
-               : tide_reduce_scatter(third, (const void *const *)grads, out, 1.0f, 0,
-                                     TIDE_RS_IN_PLACE, NULL);
+    const tide_result_t res = r == 0 ? tide_all_gather(third, shard, 0, NULL)
+                                     : tide_reduce_scatter(third, (const void *const *)grads, out,
+                                                           1.0f, 0, TIDE_RS_IN_PLACE, NULL);
     if (!refused(res, "which call")) return failed(sh, r, 30);
     if (cudaDeviceSynchronize() != cudaSuccess) return failed(sh, r, 31);
 

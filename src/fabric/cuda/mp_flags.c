@@ -55,9 +55,9 @@ tide_result_t tide_cuda_mp_flags_map(tide_mp_arena_t *a) {
                         "rank needs %llu",
                         c->flag_bytes, (unsigned long long)tide_cuda_mp_flag_bytes(a));
     /* Portable: every context of the process may use it; mapped: the device gets an address. */
-    TIDE_CUDA_CALL(cudaHostRegister(c->hdr, c->bytes,
-                                    cudaHostRegisterMapped | cudaHostRegisterPortable),
-                   "cudaHostRegister(control block)");
+    TIDE_CUDA_CALL(
+        cudaHostRegister(c->hdr, c->bytes, cudaHostRegisterMapped | cudaHostRegisterPortable),
+        "cudaHostRegister(control block)");
     a->ctl_registered = true;
     void *dev = NULL;
     TIDE_CUDA_CALL(cudaHostGetDevicePointer(&dev, c->hdr, 0), "cudaHostGetDevicePointer");
@@ -68,14 +68,14 @@ tide_result_t tide_cuda_mp_flags_map(tide_mp_arena_t *a) {
     return TIDE_SUCCESS;
 }
 
-tide_result_t tide_cuda_mp_flags_began(tide_mp_arena_t *a, int f, uint64_t epoch,
-                                       cudaStream_t s) {
+tide_result_t tide_cuda_mp_flags_began(tide_mp_arena_t *a, int f, uint64_t epoch, cudaStream_t s) {
     /* Only a block the device maps (a view's own block is not) and only the two families it
      * counts (a view's fences are not counted). */
     if (!a->host_flags || f > 1) return TIDE_SUCCESS;
     tide_mp_ctl_t *c = &a->ctl;
     /* The block's device address, from rank 0's flag area (mapped at flags[0]). */
-    const uint8_t *dev = (const uint8_t *)a->flags[0] - (tide_mp_ctl_flags(c, 0) - (uint8_t *)c->hdr);
+    const uint8_t *dev =
+        (const uint8_t *)a->flags[0] - (tide_mp_ctl_flags(c, 0) - (uint8_t *)c->hdr);
     const uint8_t *host = (const uint8_t *)&c->began[f * c->ranks + c->rank];
     const CUdeviceptr addr = (CUdeviceptr)(uintptr_t)(dev + (host - (const uint8_t *)c->hdr));
     /* Nothing to order before it: it only says the stream got here. */

@@ -41,12 +41,12 @@
 typedef struct tide_mp_wd_entry {
     tide_mp_arena_t *a;
     /* [family][parity]; families 0 AG, 1 RS, 2 a view's fence (mp_view.c) */
-    cudaEvent_t begin[3][2];  /* the call's begin point */
-    bool pending[3][2];       /* a call of this parity is followed */
-    uint64_t epoch[3][2];     /* its call number */
-    uint64_t began_ns[3][2];  /* when its begin point was first seen passed; 0: not yet */
-    uint64_t abort_seen_ns;   /* when the abort word was first seen; 0: not yet */
-    bool drained;             /* the poison after an abort is done */
+    cudaEvent_t begin[3][2]; /* the call's begin point */
+    bool pending[3][2];      /* a call of this parity is followed */
+    uint64_t epoch[3][2];    /* its call number */
+    uint64_t began_ns[3][2]; /* when its begin point was first seen passed; 0: not yet */
+    uint64_t abort_seen_ns;  /* when the abort word was first seen; 0: not yet */
+    bool drained;            /* the poison after an abort is done */
 } wd_entry_t;
 
 struct tide_mp_watchdog {
@@ -93,7 +93,10 @@ static void expire(wd_entry_t *e, int f, uint64_t epoch, uint64_t waited_ns) {
     snprintf(msg, sizeof(msg),
              "rank %d: the device work of its %s call %llu did not complete within %lld ms "
              "(TIDE_TIMEOUT_MS; found by the watchdog after %.1f s): %s",
-             a->w->base.rank, f == 0 ? "all-gather" : f == 1 ? "reduce-scatter" : "fence",
+             a->w->base.rank,
+             f == 0   ? "all-gather"
+             : f == 1 ? "reduce-scatter"
+                      : "fence",
              (unsigned long long)epoch, (long long)tide_fabric_timeout_ms(),
              (double)waited_ns * 1e-9, why);
     /* The abort word is the set's (a view shares its segments: mp_view.c).  If another rank
@@ -121,8 +124,10 @@ static void tick(wd_entry_t *e, uint64_t limit) {
             }
             if (e->began_ns[f][p] == 0) {
                 const cudaError_t began = cudaEventQuery(e->begin[f][p]);
-                if (began == cudaSuccess) e->began_ns[f][p] = now;
-                else if (began != cudaErrorNotReady) (void)cudaGetLastError();
+                if (began == cudaSuccess)
+                    e->began_ns[f][p] = now;
+                else if (began != cudaErrorNotReady)
+                    (void)cudaGetLastError();
                 continue;
             }
             if (now - e->began_ns[f][p] > limit) {
@@ -269,8 +274,7 @@ tide_result_t tide_mp_watchdog_add(tide_mp_arena_t *a) {
     e->a = a;
     for (int f = 0; f < 3; ++f)
         for (int p = 0; p < 2; ++p)
-            if (cudaEventCreateWithFlags(&e->begin[f][p], cudaEventDisableTiming) !=
-                cudaSuccess) {
+            if (cudaEventCreateWithFlags(&e->begin[f][p], cudaEventDisableTiming) != cudaSuccess) {
                 const cudaError_t err = cudaGetLastError();
                 entry_free(e);
                 return tide_cuda_error(err, __FILE__, __LINE__,
