@@ -146,6 +146,13 @@ tide_result_t tide_cuda_mp_view_create(struct tide_fabric_arena *parent, uint64_
     }
     if (res == TIDE_SUCCESS) res = tide_cuda_mp_families_create(v);
     if (res == TIDE_SUCCESS) res = fence_family_create(&v->fam[2]);
+    /* Every rank has its view, or every rank learns that one failed (the set's registration
+     * then fails on all of them, none waits for a view that does not exist). */
+    if (p->ctl.hdr != NULL) {
+        const tide_result_t bar = tide_mp_boot_barrier(
+            &w->boot, res == TIDE_SUCCESS ? 0x71e00 + (uint64_t)k : 0xbad, tide_fabric_timeout_ms());
+        if (res == TIDE_SUCCESS) res = bar;
+    }
     if (res != TIDE_SUCCESS) {
         view_free(v);
         return res;
