@@ -10,6 +10,8 @@
  *                                 every view's flags), and every group of the set fails after
  *   test_arena_cuda_mp --rails    2x1 with TIDE_CUDA_MP_RAILS=1: groups_register is refused
  *                                 (TIDE_ERR_UNSUPPORTED naming rails) on every rank
+ *   test_arena_cuda_mp --nccl     the NCCL fabric, one rank in this process (NCCL takes one
+ *                                 GPU per rank), both modes: the same views on an NCCL window
  *
  * A set of 3 groups of different sizes (ring slots 0, 1, 0: the third block takes over the
  * first block's slot) runs FSDP2's order for 3 steps (tide_ring_fsdp_calls: forward AGs with
@@ -383,14 +385,8 @@ static ctx_t *ctx_new(tide_comm_t comm, int m, int l, int me, tide_rs_mode_t mod
     return c;
 }
 
-/* One rank of the matrix: both modes on one communicator. */
-static int child_matrix(int m, int l, int me, const char *name) {
-    tide_comm_t comm = NULL;
-    if (cudaSetDevice(0) != cudaSuccess ||
-        tide_comm_init_rank(TIDE_FABRIC_CUDA, m, l, me, name, &comm) != TIDE_SUCCESS) {
-        printf("FAIL %dx%d rank %d: comm_init_rank: %s\n", m, l, me, tide_get_last_error());
-        return 1;
-    }
+/* Both modes on one communicator: the number of FAIL lines. */
+static int run_modes(tide_comm_t comm, int m, int l, int me) {
     int bad = 0;
     for (int mode = 0; mode < 2; ++mode) {
         ctx_t *c = ctx_new(comm, m, l, me, (tide_rs_mode_t)mode);
@@ -404,7 +400,38 @@ static int child_matrix(int m, int l, int me, const char *name) {
         bad += c->bad;
         free(c);
     }
+    return bad;
+}
+
+/* One rank of the matrix. */
+static int child_matrix(int m, int l, int me, const char *name) {
+    tide_comm_t comm = NULL;
+    if (cudaSetDevice(0) != cudaSuccess ||
+        tide_comm_init_rank(TIDE_FABRIC_CUDA, m, l, me, name, &comm) != TIDE_SUCCESS) {
+        printf("FAIL %dx%d rank %d: comm_init_rank: %s\n", m, l, me, tide_get_last_error());
+        return 1;
+    }
+    const int bad = run_modes(comm, m, l, me);
     tide_comm_destroy(comm);
+    return bad != 0;
+}
+
+/* The NCCL fabric's one-rank communicator (NCCL takes one GPU per rank, so one GPU runs
+ * N = 1): the same views, flag areas, fence program and sibling waits (mp_view.c) on an
+ * NCCL window. */
+static int run_nccl(void) {
+    uint8_t id[TIDE_NCCL_UNIQUE_ID_BYTES];
+    tide_comm_t comm = NULL;
+    if (cudaSetDevice(0) != cudaSuccess || tide_nccl_get_unique_id(id) != TIDE_SUCCESS ||
+        tide_comm_init_nccl(1, 1, 0, id, &comm) != TIDE_SUCCESS) {
+        printf("FAIL nccl 1x1: comm_init_nccl: %s\n", tide_get_last_error());
+        return 1;
+    }
+    const int bad = run_modes(comm, 1, 1, 0);
+    tide_comm_destroy(comm);
+    printf("%s nccl 1x1, both modes: %d steps of FSDP order on a shared arena of %d groups, "
+           "bit-equal to each group alone\n",
+           bad ? "FAIL" : "PASS", STEPS, G);
     return bad != 0;
 }
 
@@ -513,6 +540,8 @@ int main(int argc, char **argv) {
         failed += fork_ranks(RUN_KILL, 1, 2,
                              "1x2 slot_reuse: rank 1 killed mid-step; rank 0 fails stop, its "
                              "streams drain, every group of the set fails after");
+    } else if (argc > 1 && strcmp(argv[1], "--nccl") == 0) {
+        failed += run_nccl();
     } else if (argc > 1 && strcmp(argv[1], "--rails") == 0) {
         setenv("TIDE_CUDA_MP_RAILS", "1", 1);
         failed += fork_ranks(RUN_RAILS, 2, 1, "2x1 with rails: groups_register refused on every rank");
