@@ -453,7 +453,15 @@ static int child_kill(int me, const char *name) {
         if (done) {
             bad = fail_run(c, "%s", "the script completed although rank 1 died") == 0;
         } else {
-            /* The streams drain: a device wait left on a view's flag would hang here. */
+            /* The groups registered alone are groups of their own: each fails stop (and
+             * poisons its flags) when its own wait meets the dead rank.  They share the
+             * world's streams with the set, so they must be released too. */
+            for (int i = 0; i < G; ++i) {
+                (void)tide_cuda_mp_sync(c->alone[i]->arena, TIDE_COLL_ALL_GATHER);
+                (void)tide_cuda_mp_sync(c->alone[i]->arena, TIDE_COLL_REDUCE_SCATTER);
+            }
+            /* The streams drain: a device wait left on a view's flag (a fence's, or a call's
+             * of a view) would hang here, until the alarm ends the process. */
             const cudaError_t e = cudaDeviceSynchronize();
             if (e != cudaSuccess)
                 bad |= fail_run(c, "streams after the fail-stop: %s", cudaGetErrorString(e)) == 0;
