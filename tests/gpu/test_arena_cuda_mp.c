@@ -465,6 +465,10 @@ static int child_kill(int me, const char *name) {
             const cudaError_t e = cudaDeviceSynchronize();
             if (e != cudaSuccess)
                 bad |= fail_run(c, "streams after the fail-stop: %s", cudaGetErrorString(e)) == 0;
+            /* No slot live (the ring rule would refuse first): the call reaches the set's
+             * argument check, which must report the failed set. */
+            for (int i = 0; i < G; ++i)
+                (void)tide_group_reshard(c->set[i]);
             for (int i = 0; i < G; ++i) {
                 const tide_result_t r = tide_all_gather(c->set[i], c->d_shard[i], 0, c->ag);
                 if (r == TIDE_SUCCESS || strstr(tide_get_last_error(), "rank 1") == NULL)
