@@ -251,8 +251,8 @@ static int reduce(ctx_t *c, int i, int step) {
     TRY(tide_reduce_scatter(c->alone[i], g_alone, c->d_out_alone[i], alpha, acc, c->mode, c->lone),
         "reduce_scatter (alone)");
     snprintf(what, sizeof(what), "RS of group %d's output", i);
-    return record(c, c->d_out_set[i], c->rs, c->d_out_alone[i], c->lone,
-                  c->sum[i].fp32_shard_bytes, NULL, what);
+    return record(c, c->d_out_set[i], c->rs, c->d_out_alone[i], c->lone, c->sum[i].fp32_shard_bytes,
+                  NULL, what);
 }
 
 /* kill_at >= 0: rank 1 dies after that many calls of the script (the --kill run). */
@@ -556,7 +556,8 @@ int main(int argc, char **argv) {
         failed += run_nccl();
     } else if (argc > 1 && strcmp(argv[1], "--rails") == 0) {
         setenv("TIDE_CUDA_MP_RAILS", "1", 1);
-        failed += fork_ranks(RUN_RAILS, 2, 1, "2x1 with rails: groups_register refused on every rank");
+        failed +=
+            fork_ranks(RUN_RAILS, 2, 1, "2x1 with rails: groups_register refused on every rank");
     } else {
         const int topo[3][2] = {{1, 2}, {1, 4}, {2, 2}};
         for (int t = 0; t < 3; ++t) {

@@ -131,12 +131,11 @@ tide_result_t tide_cuda_mp_view_create(struct tide_fabric_arena *parent, uint64_
     v->any_remote = p->any_remote;
     v->parent = p;
     v->flags = calloc((size_t)n, sizeof(*v->flags));
-    tide_result_t res = v->flags == NULL ? TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: view")
-                                         : TIDE_SUCCESS;
+    tide_result_t res =
+        v->flags == NULL ? TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: view") : TIDE_SUCCESS;
     for (int r = 0; r < n && res == TIDE_SUCCESS; ++r)
-        v->flags[r] = p->flags[r] != NULL
-                          ? p->flags[r] + (size_t)(1 + k) * (size_t)TIDE_MP_FLAG_BYTES
-                          : NULL;
+        v->flags[r] =
+            p->flags[r] != NULL ? p->flags[r] + (size_t)(1 + k) * (size_t)TIDE_MP_FLAG_BYTES : NULL;
     /* The view's own counters and checks (collective over the bootstrap; a rank that failed
      * above still takes part, so that its peers do not wait for it).  No block on the set
      * (the NCCL fabric): none on the view either. */
@@ -149,8 +148,9 @@ tide_result_t tide_cuda_mp_view_create(struct tide_fabric_arena *parent, uint64_
     /* Every rank has its view, or every rank learns that one failed (the set's registration
      * then fails on all of them, none waits for a view that does not exist). */
     if (p->ctl.hdr != NULL) {
-        const tide_result_t bar = tide_mp_boot_barrier(
-            &w->boot, res == TIDE_SUCCESS ? 0x71e00 + (uint64_t)k : 0xbad, tide_fabric_timeout_ms());
+        const tide_result_t bar =
+            tide_mp_boot_barrier(&w->boot, res == TIDE_SUCCESS ? 0x71e00 + (uint64_t)k : 0xbad,
+                                 tide_fabric_timeout_ms());
         if (res == TIDE_SUCCESS) res = bar;
     }
     if (res != TIDE_SUCCESS) {
@@ -216,8 +216,8 @@ tide_result_t tide_cuda_mp_view_wait_siblings(tide_mp_arena_t *a, cudaStream_t c
         st->waits += (uint64_t)k;
         const CUresult e = cuStreamBatchMemOp((CUstream)caller, (unsigned)k, ops, 0);
         if (e != CUDA_SUCCESS)
-            return TIDE_ERR(TIDE_ERR_FABRIC, "cuda mp fabric: cuStreamBatchMemOp(sibling fence): %d",
-                            (int)e);
+            return TIDE_ERR(TIDE_ERR_FABRIC,
+                            "cuda mp fabric: cuStreamBatchMemOp(sibling fence): %d", (int)e);
     }
     return TIDE_SUCCESS;
 }
