@@ -97,6 +97,7 @@ typedef struct {
     record_t *rec;
     int num_rec, cap_rec;
     int bad;
+    int expect_fail; /* the --kill and --rails runs: a failure is the expected outcome */
 } ctx_t;
 
 static uint64_t grad_elems(const ctx_t *c, int i) {
@@ -107,7 +108,7 @@ static uint64_t grad_elems(const ctx_t *c, int i) {
 }
 
 __attribute__((format(printf, 2, 3))) static int fail_run(ctx_t *c, const char *fmt, ...) {
-    printf("FAIL %dx%d %s rank %d: ", c->m, c->l,
+    printf("%s %dx%d %s rank %d: ", c->expect_fail ? "(expected failure)" : "FAIL", c->m, c->l,
            c->mode == TIDE_RS_IN_PLACE ? "in_place" : "slot_reuse", c->me);
     va_list ap;
     va_start(ap, fmt);
@@ -255,12 +256,13 @@ static int reduce(ctx_t *c, int i, int step) {
                   NULL, what);
 }
 
-/* kill_at >= 0: rank 1 dies after that many calls of the script (the --kill run). */
-static int script(ctx_t *c, int kill_at) {
+/* kill: rank 1 dies in the middle of the second step (the --kill run). */
+static int script(ctx_t *c, int kill) {
     tide_ring_call_t *calls = NULL;
     int n = 0;
     TRY(tide_ring_fsdp_calls(G, 0, c->mode, STEPS, &calls, &n), "ring_fsdp_calls");
     const int per_step = n / STEPS;
+    const int kill_at = kill ? per_step + per_step / 2 : -1;
     int ok = 1;
     for (int k = 0; k < n && ok; ++k) {
         const int step = k / per_step, i = calls[k].group;
@@ -390,7 +392,7 @@ static int run_modes(tide_comm_t comm, int m, int l, int me) {
     int bad = 0;
     for (int mode = 0; mode < 2; ++mode) {
         ctx_t *c = ctx_new(comm, m, l, me, (tide_rs_mode_t)mode);
-        if (setup(c) && script(c, -1) && read_done_events(c)) {
+        if (setup(c) && script(c, 0) && read_done_events(c)) {
             uint64_t fences = 0;
             for (int i = 0; i < G; ++i)
                 fences += c->set[i]->fences;
@@ -446,11 +448,14 @@ static int child_kill(int me, const char *name) {
     }
     ctx_t *c = ctx_new(comm, 1, 2, me, TIDE_RS_SLOT_REUSE);
     int ok = setup(c);
-    /* Call 16 of the script: inside the second step (a step is 15 calls for 3 groups). */
-    const int done = ok && script(c, 16);
+    c->expect_fail = 1;
+    const int done = ok && script(c, 1);
     int bad = 0;
-    if (me == 0) {
+    if (!ok) {
+        bad = 1; /* setup printed why */
+    } else if (me == 0) {
         if (done) {
+            c->expect_fail = 0;
             bad = fail_run(c, "%s", "the script completed although rank 1 died") == 0;
         } else {
             /* The groups registered alone are groups of their own: each fails stop (and
@@ -462,6 +467,7 @@ static int child_kill(int me, const char *name) {
             }
             /* The streams drain: a device wait left on a view's flag (a fence's, or a call's
              * of a view) would hang here, until the alarm ends the process. */
+            c->expect_fail = 0;
             const cudaError_t e = cudaDeviceSynchronize();
             if (e != cudaSuccess)
                 bad |= fail_run(c, "streams after the fail-stop: %s", cudaGetErrorString(e)) == 0;
@@ -478,7 +484,6 @@ static int child_kill(int me, const char *name) {
                                     i, (int)r, tide_get_last_error()) == 0;
             }
         }
-        c->bad = 0; /* the script's FAIL lines were the expected failure */
     }
     teardown(c, 0);
     free(c);
@@ -495,6 +500,7 @@ static int child_rails(int me, const char *name) {
         return 1;
     }
     ctx_t *c = ctx_new(comm, 2, 1, me, TIDE_RS_IN_PLACE);
+    c->expect_fail = 1;
     const int ok = setup(c);
     int bad = 0;
     if (ok || strstr(tide_get_last_error(), "rails") == NULL) {
