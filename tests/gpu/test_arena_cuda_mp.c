@@ -256,13 +256,13 @@ static int reduce(ctx_t *c, int i, int step) {
                   NULL, what);
 }
 
-/* kill: rank 1 dies in the middle of the second step (the --kill run). */
-static int script(ctx_t *c, int kill) {
+/* die: rank 1 dies in the middle of the second step (the --kill run). */
+static int script(ctx_t *c, int die) {
     tide_ring_call_t *calls = NULL;
     int n = 0;
     TRY(tide_ring_fsdp_calls(G, 0, c->mode, STEPS, &calls, &n), "ring_fsdp_calls");
     const int per_step = n / STEPS;
-    const int kill_at = kill ? per_step + per_step / 2 : -1;
+    const int kill_at = die ? per_step + per_step / 2 : -1;
     int ok = 1;
     for (int k = 0; k < n && ok; ++k) {
         const int step = k / per_step, i = calls[k].group;
