@@ -21,6 +21,12 @@
  * view keeps a control block of its own for what is per group: the entered / enqueued call
  * counters that name a missing rank, and the argument checks.
  *
+ * Registration: a view is created by every rank in the same order.  On the CUDA fabric a
+ * barrier over the bootstrap ends each creation, so a rank that failed locally fails the
+ * set's registration on every rank.  The NCCL fabric has no bootstrap here: a local failure
+ * (host memory, event creation) fails that rank only, and its peers meet it at the set's
+ * next collective step, which fails at TIDE_TIMEOUT_MS or NCCL's own timeout.
+ *
  * The fence on this fabric is the SIGNAL / WAIT (/ ZERO) program run by the execute in the
  * view's third family: a SIGNAL's RECORD writes the fence epoch + 1 into this rank's flag of
  * the slot, and every peer's WAIT reads it through its mapping (cuStreamWaitValue64), so a
