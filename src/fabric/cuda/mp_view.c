@@ -32,10 +32,11 @@
  * the slot, and every peer's WAIT reads it through its mapping (cuStreamWaitValue64), so a
  * rank passes only when every rank's caller stream reached the fence.  Because FSDP2
  * enqueues all-gathers and reduce-scatters on different streams, a fence call first makes
- * the caller stream wait for every rank's done flag of the last call of every sibling view's
- * families (tide_cuda_mp_view_wait_siblings), as the single-process fabric does with its
- * families' fence events: a slot handed from one group's reduce-scatter to another group's
- * all-gather is then ordered on every rank, whatever stream each call was made on.
+ * the caller stream wait for this rank's done flag of the last call of every sibling view's
+ * families (tide_cuda_mp_view_wait_siblings); the fence program after it then passes only
+ * when every rank did the same, as the single-process fabric's wait on its families' fence
+ * events does: a slot handed from one group's reduce-scatter to another group's all-gather
+ * is then ordered on every rank, whatever stream each call was made on.
  */
 #include "core/checks.h"
 #include "fabric/cuda/mp.h"
@@ -185,11 +186,26 @@ tide_result_t tide_cuda_mp_view_destroy(tide_mp_arena_t *v) {
     return res;
 }
 
+static tide_result_t memops(cudaStream_t s, CUstreamBatchMemOpParams *ops, int k,
+                            tide_cuda_stats_t *st) {
+    if (k == 0) return TIDE_SUCCESS;
+    st->waits += (uint64_t)k;
+    const CUresult e = cuStreamBatchMemOp((CUstream)s, (unsigned)k, ops, 0);
+    if (e != CUDA_SUCCESS)
+        return TIDE_ERR(TIDE_ERR_FABRIC, "cuda mp fabric: cuStreamBatchMemOp(sibling fence): %d",
+                        (int)e);
+    return TIDE_SUCCESS;
+}
+
+/* This rank's own done flags suffice: the fence program that follows on the same stream
+ * passes only when every rank signalled, and each rank signals after its own sibling waits,
+ * so passing it means every rank's part of every sibling's last calls is complete (the
+ * single-process fabric waits for all ranks' events at once; here the fence carries it). */
 tide_result_t tide_cuda_mp_view_wait_siblings(tide_mp_arena_t *a, cudaStream_t caller,
                                               tide_cuda_stats_t *st) {
     const tide_mp_arena_t *p = a->parent;
     if (p == NULL || p->views == NULL) return TIDE_SUCCESS;
-    const int n = a->w->base.ranks;
+    const int me = a->w->base.rank;
     CUstreamBatchMemOpParams ops[MEMOP_BATCH];
     int k = 0;
     for (int i = 0; i < p->num_views; ++i) {
@@ -198,32 +214,17 @@ tide_result_t tide_cuda_mp_view_wait_siblings(tide_mp_arena_t *a, cudaStream_t c
         for (int f = 0; f < 3; ++f) {
             const int64_t last = v->fam[f].last_epoch;
             if (last < 0) continue;
-            for (int r = 0; r < n; ++r) {
-                if (!tide_cuda_mp_fenced(v, r)) continue;
-                if (k == MEMOP_BATCH) {
-                    st->waits += (uint64_t)k;
-                    const CUresult e = cuStreamBatchMemOp((CUstream)caller, (unsigned)k, ops, 0);
-                    if (e != CUDA_SUCCESS)
-                        return TIDE_ERR(TIDE_ERR_FABRIC,
-                                        "cuda mp fabric: cuStreamBatchMemOp(sibling fence): %d",
-                                        (int)e);
-                    k = 0;
-                }
-                memset(&ops[k], 0, sizeof(ops[k]));
-                ops[k].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
-                ops[k].waitValue.address = tide_cuda_mp_family_done_flag(v, r, f);
-                ops[k].waitValue.value64 = (uint64_t)last + 1;
-                ops[k].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
-                ++k;
+            if (k == MEMOP_BATCH) {
+                TIDE_CHECK(memops(caller, ops, k, st));
+                k = 0;
             }
+            memset(&ops[k], 0, sizeof(ops[k]));
+            ops[k].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+            ops[k].waitValue.address = tide_cuda_mp_family_done_flag(v, me, f);
+            ops[k].waitValue.value64 = (uint64_t)last + 1;
+            ops[k].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+            ++k;
         }
     }
-    if (k > 0) {
-        st->waits += (uint64_t)k;
-        const CUresult e = cuStreamBatchMemOp((CUstream)caller, (unsigned)k, ops, 0);
-        if (e != CUDA_SUCCESS)
-            return TIDE_ERR(TIDE_ERR_FABRIC,
-                            "cuda mp fabric: cuStreamBatchMemOp(sibling fence): %d", (int)e);
-    }
-    return TIDE_SUCCESS;
+    return memops(caller, ops, k, st);
 }
