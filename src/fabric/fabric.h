@@ -177,8 +177,7 @@ tide_result_t tide_cuda_read_done_event(const struct tide_fabric_arena *arena, i
 /* The same on the one-process-per-rank CUDA fabric and the NCCL fabric (their arenas and
  * views: tide_cuda_mp_is). */
 bool tide_cuda_mp_is(const struct tide_fabric_arena *arena);
-tide_result_t tide_cuda_mp_read_done_event(const struct tide_fabric_arena *arena,
-                                           void **event_out);
+tide_result_t tide_cuda_mp_read_done_event(const struct tide_fabric_arena *arena, void **event_out);
 #endif
 #ifdef TIDE_HAVE_NCCL
 /* Created by tide_comm_init_nccl / tide_comm_init_nccl_comm only (fabric/nccl/). */

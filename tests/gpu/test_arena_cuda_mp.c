@@ -10,6 +10,8 @@
  *                                 every view's flags), and every group of the set fails after
  *   test_arena_cuda_mp --rails    2x1 with TIDE_CUDA_MP_RAILS=1: groups_register is refused
  *                                 (TIDE_ERR_UNSUPPORTED naming rails) on every rank
+ *   test_arena_cuda_mp --nccl     the NCCL fabric, one rank in this process (NCCL takes one
+ *                                 GPU per rank), both modes: the same views on an NCCL window
  *
  * A set of 3 groups of different sizes (ring slots 0, 1, 0: the third block takes over the
  * first block's slot) runs FSDP2's order for 3 steps (tide_ring_fsdp_calls: forward AGs with
@@ -95,6 +97,7 @@ typedef struct {
     record_t *rec;
     int num_rec, cap_rec;
     int bad;
+    int expect_fail; /* the --kill and --rails runs: a failure is the expected outcome */
 } ctx_t;
 
 static uint64_t grad_elems(const ctx_t *c, int i) {
@@ -105,7 +108,7 @@ static uint64_t grad_elems(const ctx_t *c, int i) {
 }
 
 __attribute__((format(printf, 2, 3))) static int fail_run(ctx_t *c, const char *fmt, ...) {
-    printf("FAIL %dx%d %s rank %d: ", c->m, c->l,
+    printf("%s %dx%d %s rank %d: ", c->expect_fail ? "(expected failure)" : "FAIL", c->m, c->l,
            c->mode == TIDE_RS_IN_PLACE ? "in_place" : "slot_reuse", c->me);
     va_list ap;
     va_start(ap, fmt);
@@ -249,16 +252,17 @@ static int reduce(ctx_t *c, int i, int step) {
     TRY(tide_reduce_scatter(c->alone[i], g_alone, c->d_out_alone[i], alpha, acc, c->mode, c->lone),
         "reduce_scatter (alone)");
     snprintf(what, sizeof(what), "RS of group %d's output", i);
-    return record(c, c->d_out_set[i], c->rs, c->d_out_alone[i], c->lone,
-                  c->sum[i].fp32_shard_bytes, NULL, what);
+    return record(c, c->d_out_set[i], c->rs, c->d_out_alone[i], c->lone, c->sum[i].fp32_shard_bytes,
+                  NULL, what);
 }
 
-/* kill_at >= 0: rank 1 dies after that many calls of the script (the --kill run). */
-static int script(ctx_t *c, int kill_at) {
+/* die: rank 1 dies in the middle of the second step (the --kill run). */
+static int script(ctx_t *c, int die) {
     tide_ring_call_t *calls = NULL;
     int n = 0;
     TRY(tide_ring_fsdp_calls(G, 0, c->mode, STEPS, &calls, &n), "ring_fsdp_calls");
     const int per_step = n / STEPS;
+    const int kill_at = die ? per_step + per_step / 2 : -1;
     int ok = 1;
     for (int k = 0; k < n && ok; ++k) {
         const int step = k / per_step, i = calls[k].group;
@@ -383,18 +387,12 @@ static ctx_t *ctx_new(tide_comm_t comm, int m, int l, int me, tide_rs_mode_t mod
     return c;
 }
 
-/* One rank of the matrix: both modes on one communicator. */
-static int child_matrix(int m, int l, int me, const char *name) {
-    tide_comm_t comm = NULL;
-    if (cudaSetDevice(0) != cudaSuccess ||
-        tide_comm_init_rank(TIDE_FABRIC_CUDA, m, l, me, name, &comm) != TIDE_SUCCESS) {
-        printf("FAIL %dx%d rank %d: comm_init_rank: %s\n", m, l, me, tide_get_last_error());
-        return 1;
-    }
+/* Both modes on one communicator: the number of FAIL lines. */
+static int run_modes(tide_comm_t comm, int m, int l, int me) {
     int bad = 0;
     for (int mode = 0; mode < 2; ++mode) {
         ctx_t *c = ctx_new(comm, m, l, me, (tide_rs_mode_t)mode);
-        if (setup(c) && script(c, -1) && read_done_events(c)) {
+        if (setup(c) && script(c, 0) && read_done_events(c)) {
             uint64_t fences = 0;
             for (int i = 0; i < G; ++i)
                 fences += c->set[i]->fences;
@@ -404,7 +402,38 @@ static int child_matrix(int m, int l, int me, const char *name) {
         bad += c->bad;
         free(c);
     }
+    return bad;
+}
+
+/* One rank of the matrix. */
+static int child_matrix(int m, int l, int me, const char *name) {
+    tide_comm_t comm = NULL;
+    if (cudaSetDevice(0) != cudaSuccess ||
+        tide_comm_init_rank(TIDE_FABRIC_CUDA, m, l, me, name, &comm) != TIDE_SUCCESS) {
+        printf("FAIL %dx%d rank %d: comm_init_rank: %s\n", m, l, me, tide_get_last_error());
+        return 1;
+    }
+    const int bad = run_modes(comm, m, l, me);
     tide_comm_destroy(comm);
+    return bad != 0;
+}
+
+/* The NCCL fabric's one-rank communicator (NCCL takes one GPU per rank, so one GPU runs
+ * N = 1): the same views, flag areas, fence program and sibling waits (mp_view.c) on an
+ * NCCL window. */
+static int run_nccl(void) {
+    uint8_t id[TIDE_NCCL_UNIQUE_ID_BYTES];
+    tide_comm_t comm = NULL;
+    if (cudaSetDevice(0) != cudaSuccess || tide_nccl_get_unique_id(id) != TIDE_SUCCESS ||
+        tide_comm_init_nccl(1, 1, 0, id, &comm) != TIDE_SUCCESS) {
+        printf("FAIL nccl 1x1: comm_init_nccl: %s\n", tide_get_last_error());
+        return 1;
+    }
+    const int bad = run_modes(comm, 1, 1, 0);
+    tide_comm_destroy(comm);
+    printf("%s nccl 1x1, both modes: %d steps of FSDP order on a shared arena of %d groups, "
+           "bit-equal to each group alone\n",
+           bad ? "FAIL" : "PASS", STEPS, G);
     return bad != 0;
 }
 
@@ -419,17 +448,33 @@ static int child_kill(int me, const char *name) {
     }
     ctx_t *c = ctx_new(comm, 1, 2, me, TIDE_RS_SLOT_REUSE);
     int ok = setup(c);
-    /* Call 16 of the script: inside the second step (a step is 15 calls for 3 groups). */
-    const int done = ok && script(c, 16);
+    c->expect_fail = 1;
+    const int done = ok && script(c, 1);
     int bad = 0;
-    if (me == 0) {
+    if (!ok) {
+        bad = 1; /* setup printed why */
+    } else if (me == 0) {
         if (done) {
+            c->expect_fail = 0;
             bad = fail_run(c, "%s", "the script completed although rank 1 died") == 0;
         } else {
-            /* The streams drain: a device wait left on a view's flag would hang here. */
+            /* The groups registered alone are groups of their own: each fails stop (and
+             * poisons its flags) when its own wait meets the dead rank.  They share the
+             * world's streams with the set, so they must be released too. */
+            for (int i = 0; i < G; ++i) {
+                (void)tide_cuda_mp_sync(c->alone[i]->arena, TIDE_COLL_ALL_GATHER);
+                (void)tide_cuda_mp_sync(c->alone[i]->arena, TIDE_COLL_REDUCE_SCATTER);
+            }
+            /* The streams drain: a device wait left on a view's flag (a fence's, or a call's
+             * of a view) would hang here, until the alarm ends the process. */
+            c->expect_fail = 0;
             const cudaError_t e = cudaDeviceSynchronize();
             if (e != cudaSuccess)
                 bad |= fail_run(c, "streams after the fail-stop: %s", cudaGetErrorString(e)) == 0;
+            /* No slot live (the ring rule would refuse first): the call reaches the set's
+             * argument check, which must report the failed set. */
+            for (int i = 0; i < G; ++i)
+                (void)tide_group_reshard(c->set[i]);
             for (int i = 0; i < G; ++i) {
                 const tide_result_t r = tide_all_gather(c->set[i], c->d_shard[i], 0, c->ag);
                 if (r == TIDE_SUCCESS || strstr(tide_get_last_error(), "rank 1") == NULL)
@@ -439,7 +484,6 @@ static int child_kill(int me, const char *name) {
                                     i, (int)r, tide_get_last_error()) == 0;
             }
         }
-        c->bad = 0; /* the script's FAIL lines were the expected failure */
     }
     teardown(c, 0);
     free(c);
@@ -456,6 +500,7 @@ static int child_rails(int me, const char *name) {
         return 1;
     }
     ctx_t *c = ctx_new(comm, 2, 1, me, TIDE_RS_IN_PLACE);
+    c->expect_fail = 1;
     const int ok = setup(c);
     int bad = 0;
     if (ok || strstr(tide_get_last_error(), "rails") == NULL) {
@@ -513,9 +558,12 @@ int main(int argc, char **argv) {
         failed += fork_ranks(RUN_KILL, 1, 2,
                              "1x2 slot_reuse: rank 1 killed mid-step; rank 0 fails stop, its "
                              "streams drain, every group of the set fails after");
+    } else if (argc > 1 && strcmp(argv[1], "--nccl") == 0) {
+        failed += run_nccl();
     } else if (argc > 1 && strcmp(argv[1], "--rails") == 0) {
         setenv("TIDE_CUDA_MP_RAILS", "1", 1);
-        failed += fork_ranks(RUN_RAILS, 2, 1, "2x1 with rails: groups_register refused on every rank");
+        failed +=
+            fork_ranks(RUN_RAILS, 2, 1, "2x1 with rails: groups_register refused on every rank");
     } else {
         const int topo[3][2] = {{1, 2}, {1, 4}, {2, 2}};
         for (int t = 0; t < 3; ++t) {

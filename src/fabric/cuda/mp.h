@@ -411,8 +411,9 @@ tide_result_t tide_cuda_mp_view_destroy(tide_mp_arena_t *view);
 /* The flag areas a set of `views` groups reserves per segment (TIDE_ERR_UNSUPPORTED with
  * rails: the fence crosses nodes otherwise than by puts). */
 tide_result_t tide_cuda_mp_set_areas(const tide_mp_world_t *w, int views, int *areas_out);
-/* A fence call of a view: the caller's stream waits until every fenced rank's done flag of
- * each family of every sibling view reached that family's last call (mp_view.c). */
+/* A fence call of a view: the caller's stream waits until this rank's done flag of each
+ * family of every sibling view reached that family's last call; the fence program that
+ * follows extends it to every rank (mp_view.c). */
 tide_result_t tide_cuda_mp_view_wait_siblings(tide_mp_arena_t *a, cudaStream_t caller,
                                               tide_cuda_stats_t *st);
 /* The poison of a fail-stop: every flag of every area of the set's segments mapped here. */

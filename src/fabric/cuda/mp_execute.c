@@ -574,8 +574,7 @@ tide_result_t tide_cuda_mp_execute(struct tide_fabric_arena *arena, const tide_p
 
 tide_result_t tide_cuda_mp_sync(struct tide_fabric_arena *arena, tide_collective_t coll) {
     TIDE_ARG_CHECK(tide_cuda_mp_is(arena), "cuda mp sync: not a one-process-per-rank arena");
-    return tide_cuda_mp_sync_family((tide_mp_arena_t *)arena,
-                                    coll == TIDE_COLL_ALL_GATHER ? 0 : 1);
+    return tide_cuda_mp_sync_family((tide_mp_arena_t *)arena, coll == TIDE_COLL_ALL_GATHER ? 0 : 1);
 }
 
 tide_result_t tide_cuda_mp_sync_family(tide_mp_arena_t *a, int f) {
@@ -584,7 +583,9 @@ tide_result_t tide_cuda_mp_sync_family(tide_mp_arena_t *a, int f) {
     if (fam->last_epoch < 0) return TIDE_SUCCESS;
     char what[96];
     snprintf(what, sizeof(what), "its call %lld of the %s to end", (long long)fam->last_epoch,
-             f == 2 ? "cross-group fence" : f == 0 ? "all-gather" : "reduce-scatter");
+             f == 2   ? "cross-group fence"
+             : f == 0 ? "all-gather"
+                      : "reduce-scatter");
     return host_wait(a, fam, fam->done_ev[fam->last_epoch % 2], (uint64_t)fam->last_epoch, what);
 }
 

@@ -21,15 +21,22 @@
  * view keeps a control block of its own for what is per group: the entered / enqueued call
  * counters that name a missing rank, and the argument checks.
  *
+ * Registration: a view is created by every rank in the same order.  On the CUDA fabric a
+ * barrier over the bootstrap ends each creation, so a rank that failed locally fails the
+ * set's registration on every rank.  The NCCL fabric has no bootstrap here: a local failure
+ * (host memory, event creation) fails that rank only, and its peers meet it at the set's
+ * next collective step, which fails at TIDE_TIMEOUT_MS or NCCL's own timeout.
+ *
  * The fence on this fabric is the SIGNAL / WAIT (/ ZERO) program run by the execute in the
  * view's third family: a SIGNAL's RECORD writes the fence epoch + 1 into this rank's flag of
  * the slot, and every peer's WAIT reads it through its mapping (cuStreamWaitValue64), so a
  * rank passes only when every rank's caller stream reached the fence.  Because FSDP2
  * enqueues all-gathers and reduce-scatters on different streams, a fence call first makes
- * the caller stream wait for every rank's done flag of the last call of every sibling view's
- * families (tide_cuda_mp_view_wait_siblings), as the single-process fabric does with its
- * families' fence events: a slot handed from one group's reduce-scatter to another group's
- * all-gather is then ordered on every rank, whatever stream each call was made on.
+ * the caller stream wait for this rank's done flag of the last call of every sibling view's
+ * families (tide_cuda_mp_view_wait_siblings); the fence program after it then passes only
+ * when every rank did the same, as the single-process fabric's wait on its families' fence
+ * events does: a slot handed from one group's reduce-scatter to another group's all-gather
+ * is then ordered on every rank, whatever stream each call was made on.
  */
 #include "core/checks.h"
 #include "fabric/cuda/mp.h"
@@ -91,6 +98,7 @@ static tide_result_t fence_family_create(tide_mp_family_t *fam) {
 }
 
 static void view_free(tide_mp_arena_t *v) {
+    tide_mp_watchdog_remove(v); /* before the events it reads go (no-op if never added) */
     for (int f = 0; f < 3; ++f)
         tide_cuda_mp_family_free(&v->fam[f]);
     tide_mp_ctl_close(&v->ctl);
@@ -131,12 +139,11 @@ tide_result_t tide_cuda_mp_view_create(struct tide_fabric_arena *parent, uint64_
     v->any_remote = p->any_remote;
     v->parent = p;
     v->flags = calloc((size_t)n, sizeof(*v->flags));
-    tide_result_t res = v->flags == NULL ? TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: view")
-                                         : TIDE_SUCCESS;
+    tide_result_t res =
+        v->flags == NULL ? TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: view") : TIDE_SUCCESS;
     for (int r = 0; r < n && res == TIDE_SUCCESS; ++r)
-        v->flags[r] = p->flags[r] != NULL
-                          ? p->flags[r] + (size_t)(1 + k) * (size_t)TIDE_MP_FLAG_BYTES
-                          : NULL;
+        v->flags[r] =
+            p->flags[r] != NULL ? p->flags[r] + (size_t)(1 + k) * (size_t)TIDE_MP_FLAG_BYTES : NULL;
     /* The view's own counters and checks (collective over the bootstrap; a rank that failed
      * above still takes part, so that its peers do not wait for it).  No block on the set
      * (the NCCL fabric): none on the view either. */
@@ -146,8 +153,16 @@ tide_result_t tide_cuda_mp_view_create(struct tide_fabric_arena *parent, uint64_
     }
     if (res == TIDE_SUCCESS) res = tide_cuda_mp_families_create(v);
     if (res == TIDE_SUCCESS) res = fence_family_create(&v->fam[2]);
-    /* Its calls are bounded like a lone group's (watchdog.c). */
+    /* Its calls are bounded like a lone group's (watchdog.c; view_free stops that). */
     if (res == TIDE_SUCCESS) res = tide_mp_watchdog_add(v);
+    /* Every rank has its view, or every rank learns that one failed (the set's registration
+     * then fails on all of them, none waits for a view that does not exist). */
+    if (p->ctl.hdr != NULL) {
+        const tide_result_t bar =
+            tide_mp_boot_barrier(&w->boot, res == TIDE_SUCCESS ? 0x71e00 + (uint64_t)k : 0xbad,
+                                 tide_fabric_timeout_ms());
+        if (res == TIDE_SUCCESS) res = bar;
+    }
     if (res != TIDE_SUCCESS) {
         view_free(v);
         return res;
@@ -170,16 +185,30 @@ tide_result_t tide_cuda_mp_view_destroy(tide_mp_arena_t *v) {
     }
     for (int k = 0; k < p->num_views; ++k)
         if (p->views[k] == v) p->views[k] = NULL;
-    tide_mp_watchdog_remove(v); /* before the events it reads go */
     view_free(v);
     return res;
 }
 
+static tide_result_t memops(cudaStream_t s, CUstreamBatchMemOpParams *ops, int k,
+                            tide_cuda_stats_t *st) {
+    if (k == 0) return TIDE_SUCCESS;
+    st->waits += (uint64_t)k;
+    const CUresult e = cuStreamBatchMemOp((CUstream)s, (unsigned)k, ops, 0);
+    if (e != CUDA_SUCCESS)
+        return TIDE_ERR(TIDE_ERR_FABRIC, "cuda mp fabric: cuStreamBatchMemOp(sibling fence): %d",
+                        (int)e);
+    return TIDE_SUCCESS;
+}
+
+/* This rank's own done flags suffice: the fence program that follows on the same stream
+ * passes only when every rank signalled, and each rank signals after its own sibling waits,
+ * so passing it means every rank's part of every sibling's last calls is complete (the
+ * single-process fabric waits for all ranks' events at once; here the fence carries it). */
 tide_result_t tide_cuda_mp_view_wait_siblings(tide_mp_arena_t *a, cudaStream_t caller,
                                               tide_cuda_stats_t *st) {
     const tide_mp_arena_t *p = a->parent;
     if (p == NULL || p->views == NULL) return TIDE_SUCCESS;
-    const int n = a->w->base.ranks;
+    const int me = a->w->base.rank;
     CUstreamBatchMemOpParams ops[MEMOP_BATCH];
     int k = 0;
     for (int i = 0; i < p->num_views; ++i) {
@@ -188,32 +217,17 @@ tide_result_t tide_cuda_mp_view_wait_siblings(tide_mp_arena_t *a, cudaStream_t c
         for (int f = 0; f < 3; ++f) {
             const int64_t last = v->fam[f].last_epoch;
             if (last < 0) continue;
-            for (int r = 0; r < n; ++r) {
-                if (!tide_cuda_mp_fenced(v, r)) continue;
-                if (k == MEMOP_BATCH) {
-                    st->waits += (uint64_t)k;
-                    const CUresult e = cuStreamBatchMemOp((CUstream)caller, (unsigned)k, ops, 0);
-                    if (e != CUDA_SUCCESS)
-                        return TIDE_ERR(TIDE_ERR_FABRIC,
-                                        "cuda mp fabric: cuStreamBatchMemOp(sibling fence): %d",
-                                        (int)e);
-                    k = 0;
-                }
-                memset(&ops[k], 0, sizeof(ops[k]));
-                ops[k].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
-                ops[k].waitValue.address = tide_cuda_mp_family_done_flag(v, r, f);
-                ops[k].waitValue.value64 = (uint64_t)last + 1;
-                ops[k].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
-                ++k;
+            if (k == MEMOP_BATCH) {
+                TIDE_CHECK(memops(caller, ops, k, st));
+                k = 0;
             }
+            memset(&ops[k], 0, sizeof(ops[k]));
+            ops[k].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+            ops[k].waitValue.address = tide_cuda_mp_family_done_flag(v, me, f);
+            ops[k].waitValue.value64 = (uint64_t)last + 1;
+            ops[k].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+            ++k;
         }
     }
-    if (k > 0) {
-        st->waits += (uint64_t)k;
-        const CUresult e = cuStreamBatchMemOp((CUstream)caller, (unsigned)k, ops, 0);
-        if (e != CUDA_SUCCESS)
-            return TIDE_ERR(TIDE_ERR_FABRIC, "cuda mp fabric: cuStreamBatchMemOp(sibling fence): %d",
-                            (int)e);
-    }
-    return TIDE_SUCCESS;
+    return memops(caller, ops, k, st);
 }
