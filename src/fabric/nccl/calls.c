@@ -40,8 +40,14 @@ tide_result_t tide_nccl_call_check(struct tide_fabric_arena *arena, tide_collect
     const call_post_t mine = {a->registration, seq, sig, (uint32_t)coll, 0};
     call_post_t *all = calloc((size_t)n, sizeof(*all));
     if (all == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "nccl fabric: %d ranks", n);
-    TIDE_CUDA_CALL(cudaSetDevice(w->mp.device), "cudaSetDevice");
-    tide_result_t res = tide_nccl_allgather(w, &mine, sizeof(mine), all);
+    /* The exchange runs on this rank's device; the caller's current device is restored. */
+    int prev = -1;
+    if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
+    tide_result_t res =
+        prev == w->mp.device || cudaSetDevice(w->mp.device) == cudaSuccess
+            ? tide_nccl_allgather(w, &mine, sizeof(mine), all)
+            : tide_cuda_error(cudaGetLastError(), __FILE__, __LINE__, "cudaSetDevice");
+    if (prev >= 0 && prev != w->mp.device) (void)cudaSetDevice(prev);
     int other = -1;
     uint64_t other_sig = 0;
     for (int r = 0; r < n && res == TIDE_SUCCESS; ++r) {
