@@ -34,7 +34,10 @@ static const char *coll_name(uint32_t coll) {
 tide_result_t tide_nccl_call_check(struct tide_fabric_arena *arena, tide_collective_t coll,
                                    uint64_t seq, uint64_t sig, int *other_rank_out,
                                    uint64_t *other_sig_out) {
-    tide_nccl_arena_t *a = (tide_nccl_arena_t *)arena;
+    /* A view of a shared arena (mp_view.c) is a plain tide_mp_arena_t: its set's arena is
+     * the NCCL one, whose registration names the set. */
+    const tide_mp_arena_t *m = (const tide_mp_arena_t *)arena;
+    const tide_nccl_arena_t *a = (const tide_nccl_arena_t *)(m->parent != NULL ? m->parent : m);
     tide_nccl_world_t *w = (tide_nccl_world_t *)arena->world;
     const int n = w->mp.base.ranks, me = w->mp.base.rank;
     const call_post_t mine = {a->registration, seq, sig, (uint32_t)coll, 0};
