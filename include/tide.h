@@ -459,9 +459,11 @@ TIDE_API tide_result_t tide_all_gather(tide_group_t group, const void *shard, in
  * TIDE_ERR_INVALID_ARGUMENT on every rank naming both values, and, like any failure after a
  * call started, leaves the group unusable (deregister it).  A rank that never makes the call
  * is reported as TIDE_ERR_TIMEOUT after TIDE_TIMEOUT_MS.  The CUDA fabric with one process
- * per rank compares them the same way (through host memory the group's processes share).
- * The single-process CUDA fabric (one thread may enqueue every rank, so no rank can wait for
- * another) and the NCCL fabric do not compare calls yet.
+ * per rank compares them the same way (through host memory the group's processes share), the
+ * NCCL fabric through a small all-gather over its own communicator.  The single-process CUDA
+ * fabric compares them without waiting (one thread may enqueue every rank): the rank that
+ * differs and every rank after it are refused at once, the ranks that called before it at
+ * their next call of that collective (nothing of the refused call runs).
  */
 TIDE_API tide_result_t tide_reduce_scatter(tide_group_t group, const void *const *grads, float *out,
                                            float alpha, int accumulate, tide_rs_mode_t mode,

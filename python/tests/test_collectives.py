@@ -9,6 +9,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import time
 
 import ml_dtypes
 import numpy as np
@@ -425,6 +426,7 @@ def test_ranks_that_disagree_are_refused(what):
 
 
 _EXIT_WORLD = """
+import time
 import tide
 worlds = []
 for _ in range(2):
@@ -436,7 +438,7 @@ for _ in range(2):
     except ValueError:
         pass
     worlds.append((w, groups, view))
-print("exiting", flush=True)
+print("exiting at %.6f" % time.monotonic(), flush=True)
 """
 
 
@@ -450,7 +452,11 @@ def test_open_world_at_exit_finalised_without_collectives(tmp_path):
     env["PYTHONPATH"] = pkg + os.pathsep + env.get("PYTHONPATH", "")
     proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                           text=True, timeout=120)
+    ended = time.monotonic()
     assert proc.returncode == 0, proc.stderr
     assert "exiting" in proc.stdout
     assert proc.stderr.count("tide.World 1x2 finalised with 1 group registration") == 1, \
         proc.stderr
+    # Shutdown itself takes moments, not a deadline (CLOCK_MONOTONIC is system-wide).
+    exiting = float(proc.stdout.split("exiting at ")[1].split()[0])
+    assert ended - exiting < 5.0, "the interpreter took %.1f s to exit" % (ended - exiting)

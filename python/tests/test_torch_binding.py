@@ -259,7 +259,7 @@ def test_nccl_fabric_refused_on_a_gloo_group(tmp_path, monkeypatch):
 
 
 _EXIT_COMM = """
-import os, torch
+import os, time, torch
 from tide import torch_binding as tb
 keep = []
 for k in range(2):
@@ -271,7 +271,7 @@ for k in range(2):
     except ValueError:
         pass
     keep.append((c, g, view))
-print("exiting", flush=True)
+print("exiting at %.6f" % time.monotonic(), flush=True)
 """
 
 
@@ -280,6 +280,7 @@ def test_open_comm_at_exit_finalised_locally(tmp_path):
     exiting, is not destroyed under its registered group, and warns once."""
     import subprocess
     import sys
+    import time
 
     script = tmp_path / "exit_comm.py"
     script.write_text(_EXIT_COMM)
@@ -288,8 +289,12 @@ def test_open_comm_at_exit_finalised_locally(tmp_path):
     env["PYTHONPATH"] = pkg + os.pathsep + env.get("PYTHONPATH", "")
     proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                           text=True, timeout=120)
+    ended = time.monotonic()
     assert proc.returncode == 0, proc.stderr
     assert "exiting" in proc.stdout
     assert proc.stderr.count("finalised with 1 group(s) still registered") == 1, proc.stderr
+    # Shutdown itself takes moments, not a deadline (CLOCK_MONOTONIC is system-wide).
+    exiting = float(proc.stdout.split("exiting at ")[1].split()[0])
+    assert ended - exiting < 5.0, "the interpreter took %.1f s to exit" % (ended - exiting)
     # Never destroyed under its group (the library would refuse, and log it).
     assert "comm_destroy" not in proc.stderr, proc.stderr

@@ -299,9 +299,9 @@ tide_result_t tide_groups_register(tide_comm_t comm, int num_groups,
     if (comm->ops->kind != TIDE_FABRIC_CPU && comm->ops->arena_view_create == NULL)
         return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
                         "groups_register: the %s fabric (this communicator's kind of world) does "
-                        "not serve shared arenas yet (the CPU fabric and the single-process CUDA "
-                        "fabric do; docs/arena.md, \"Fabrics\"): register the groups one by "
-                        "one with tide_group_register",
+                        "not serve shared arenas yet (the CPU, CUDA and NCCL fabrics do; "
+                        "docs/arena.md, \"Fabrics\"): register the groups one by one with "
+                        "tide_group_register",
                         comm->ops->name);
 
     tide_config_t *cfgs = calloc((size_t)num_groups, sizeof(*cfgs));
@@ -335,9 +335,13 @@ tide_result_t tide_groups_register(tide_comm_t comm, int num_groups,
         }
         set->groups[built] = g;
     }
-    TIDE_CHECK_GOTO(comm->ops->arena_create(comm->world, set->ap->layout.total_bytes,
-                                            set_signature(set->ap), &set->arena),
-                    res, fail_members);
+    if (comm->ops->arena_create_set != NULL)
+        res = comm->ops->arena_create_set(comm->world, set->ap->layout.total_bytes,
+                                          set_signature(set->ap), num_groups, &set->arena);
+    else
+        res = comm->ops->arena_create(comm->world, set->ap->layout.total_bytes,
+                                      set_signature(set->ap), &set->arena);
+    if (res != TIDE_SUCCESS) goto fail_members;
     TIDE_CHECK_GOTO(views_create(set), res, fail_arena);
     for (int i = 0; i < num_groups; ++i) {
         res = tide_handle_add(set->groups[i], TIDE_HANDLE_GROUP);

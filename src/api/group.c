@@ -5,6 +5,7 @@
 #include "core/checks.h"
 #include "api/comm.h"
 #include "core/handles.h"
+#include "fabric/call_table.h"
 #include "program/counters.h"
 
 #include <float.h>
@@ -221,27 +222,6 @@ static uint64_t rs_signature(const struct tide_group *g, float alpha, int accumu
            (uint64_t)(accumulate != 0);
 }
 
-static void describe_signature(tide_collective_t coll, uint64_t sig, char *buf, size_t size) {
-    if (coll == TIDE_COLL_ALL_GATHER) {
-        const uint64_t member = sig >> 8;
-        if (member > 0)
-            snprintf(buf, size, "group %llu of the set, slot %llu",
-                     (unsigned long long)(member - 1), (unsigned long long)(sig & 0xff));
-        else
-            snprintf(buf, size, "slot %llu", (unsigned long long)sig);
-        return;
-    }
-    const uint32_t bits = (uint32_t)(sig >> 32);
-    const uint64_t member = (sig & 0xffffffffu) >> 2;
-    float alpha;
-    memcpy(&alpha, &bits, sizeof(alpha));
-    char who[48] = "";
-    if (member > 0)
-        snprintf(who, sizeof(who), "group %llu of the set, ", (unsigned long long)(member - 1));
-    snprintf(buf, size, "%salpha %.9g (bits %08x), accumulate %d, mode %s", who, (double)alpha,
-             bits, (int)(sig & 1), (sig >> 1 & 1) ? "slot-reuse" : "in-place");
-}
-
 /* Exchange and compare the call's signature where the fabric can (fabric.h, call_check). */
 static tide_result_t agree(struct tide_group *g, tide_collective_t coll, uint64_t sig,
                            const char *call) {
@@ -257,8 +237,8 @@ static tide_result_t agree(struct tide_group *g, tide_collective_t coll, uint64_
                                &other, &other_sig));
     if (other < 0) return TIDE_SUCCESS;
     char mine[128], theirs[128];
-    describe_signature(coll, sig, mine, sizeof(mine));
-    describe_signature(coll, other_sig, theirs, sizeof(theirs));
+    tide_call_describe(coll, sig, mine, sizeof(mine));
+    tide_call_describe(coll, other_sig, theirs, sizeof(theirs));
     return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
                     "%s: the ranks disagree on the call: rank %d passed %s, rank %d passed %s "
                     "(every rank must pass the same arguments to a collective)",
@@ -536,10 +516,11 @@ tide_result_t tide_group_read_done_event(tide_group_t group, void **event_out) {
 #ifdef TIDE_HAVE_CUDA
     if (ops == &tide_fabric_cuda_ops)
         return tide_cuda_read_done_event(group->arena, group->comm->rank, event_out);
+    if (tide_cuda_mp_is(group->arena)) return tide_cuda_mp_read_done_event(group->arena, event_out);
 #endif
     return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
                     "group_read_done_event: the %s fabric does not expose the read-done event "
-                    "yet (the CPU and single-process CUDA fabrics do)",
+                    "yet (the CPU and CUDA fabrics and the NCCL fabric do)",
                     ops->name);
 }
 

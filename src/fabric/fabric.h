@@ -148,6 +148,12 @@ struct tide_fabric_ops {
      * memory goes with the parent, which is destroyed after its views. */
     tide_result_t (*arena_view_create)(struct tide_fabric_arena *parent, uint64_t signature,
                                        struct tide_fabric_arena **view_out);
+    /* Optional (NULL: arena_create serves a set too).  arena_create for the memory of a set
+     * whose `views` groups each get a view next: for fabrics that keep per-view state in the
+     * shared segment (the one-process-per-rank fabrics' flag areas, fabric/cuda/mp_view.c). */
+    tide_result_t (*arena_create_set)(struct tide_fabric_world *world, uint64_t bytes,
+                                      uint64_t signature, int views,
+                                      struct tide_fabric_arena **arena_out);
 
     /* Run (or enqueue on `stream`) the binding rank's part of `prog` for one call. */
     tide_result_t (*execute)(struct tide_fabric_arena *arena, const tide_program_t *prog,
@@ -172,6 +178,10 @@ extern const struct tide_fabric_ops tide_fabric_cuda_ops;
  * tide_fabric_cuda_ops arena (fabric/cuda/read_done.c). */
 tide_result_t tide_cuda_read_done_event(const struct tide_fabric_arena *arena, int rank,
                                         void **event_out);
+/* The same on the one-process-per-rank CUDA fabric and the NCCL fabric (their arenas and
+ * views: tide_cuda_mp_is). */
+bool tide_cuda_mp_is(const struct tide_fabric_arena *arena);
+tide_result_t tide_cuda_mp_read_done_event(const struct tide_fabric_arena *arena, void **event_out);
 #endif
 #ifdef TIDE_HAVE_NCCL
 /* Created by tide_comm_init_nccl / tide_comm_init_nccl_comm only (fabric/nccl/). */

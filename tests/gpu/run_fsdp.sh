@@ -60,4 +60,7 @@ want parity-w8 && step parity-w8 100 "$out/parity.log" python3 "$par" --lib "$li
     --timeout 90 --json "$out/parity-w8.json"
 grep -h "^world\|^N =\|^  AG\|^  RS\|^layer" "$out/parity.log" "$out/bench.log" >>"$summary" 2>/dev/null
 [ -f "$out/fsdp_memory.txt" ] && sed -n '1,8p' "$out/fsdp_memory.txt" >>"$summary"
+# The "arenas" column says whether each TIDE run had one shared arena per rank; a fallback
+# to one arena per group is named here too (and fails the memory step).
+[ -f "$out/fsdp_memory.txt" ] && grep -h "^NOT the shared arena" "$out/fsdp_memory.txt" >>"$summary"
 exit $status

@@ -3,7 +3,10 @@
 # the one-process-per-rank checks (killed and stopped rank, the matrix with batched and per-op
 # copies, the matrix and fail-stop with the cross-node puts as rail steps (TIDE_CUDA_MP_RAILS=1),
 # enqueue time both ways, legacy IPC, memcheck of a short matrix) with every process on
-# device 0; the repeated calls and the killed / stopped rank also under a private MPS daemon.
+# device 0; the repeated calls and the killed / stopped rank also under a private MPS daemon;
+# device waits that end while every host is outside TIDE and a deregistration timeout
+# (test_mp_waits), and the matrix and enqueue figures with the flags in device memory
+# (TIDE_CUDA_MP_FLAGS=device) beside the default host flags.
 # Results: OUTDIR/mp.log and OUTDIR/mp-summary.txt.
 #   TIDE_MP_SECONDS=S   matrix budget (default 60)
 # Safety: NVLink multicast never runs; these are exported for every process started here.
@@ -35,6 +38,12 @@ t="$work/test_fabric_cuda_mp"
 step build-test 120 gcc -std=c11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -DTIDE_HAVE_CUDA=1 \
     -I"$root/include" -I"$root/src" -I/usr/local/cuda/include "$root/tests/gpu/test_fabric_cuda_mp.c" \
     "$work/lib/libtide_static.a" -L/usr/local/cuda/lib64 -lcuda -lcudart -lpthread -lm -lrt -lstdc++ -o "$t"
+w="$work/test_mp_waits"
+step build-test-waits 120 gcc -std=c11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -DTIDE_HAVE_CUDA=1 \
+    -I"$root/include" -I"$root/src" -I/usr/local/cuda/include "$root/tests/gpu/test_mp_waits.c" \
+    "$work/lib/libtide_static.a" -L/usr/local/cuda/lib64 -lcuda -lcudart -lpthread -lm -lrt -lstdc++ -o "$w"
+step mp-waits-idle 90 "$w" --idle
+step mp-waits-dereg 90 "$w" --dereg
 step mp-kill 90 "$t" --kill
 step mp-stop 90 "$t" --stop
 step mp-matrix $(( ${TIDE_MP_SECONDS:-60} + 90 )) "$t" --seconds "${TIDE_MP_SECONDS:-60}"
@@ -47,6 +56,9 @@ step mp-kill-rails 90 env TIDE_CUDA_MP_RAILS=1 "$t" --kill
 step mp-stop-rails 90 env TIDE_CUDA_MP_RAILS=1 "$t" --stop
 step mp-enqueue-rails 120 env TIDE_CUDA_MP_RAILS=1 "$t" --enqueue
 step mp-legacy-ipc 90 env TIDE_CUDA_IPC=legacy "$t" --seconds 5
+step mp-matrix-devflags $(( ${TIDE_MP_SECONDS:-60} + 90 )) env TIDE_CUDA_MP_FLAGS=device "$t" --seconds "${TIDE_MP_SECONDS:-60}"
+step mp-enqueue-devflags 120 env TIDE_CUDA_MP_FLAGS=device "$t" --enqueue
+step mp-kill-devflags 90 env TIDE_CUDA_MP_FLAGS=device "$t" --kill
 # No hang under MPS (processes share the SMs) nor time-sliced: 8 processes x 50 AG + RS calls,
 # a killed and a stopped rank (tests/gpu/mps.sh starts and stops a private daemon).
 # `timeout` runs programs, not shell functions: with_mps runs in a bash of its own.
@@ -55,6 +67,8 @@ step mp-repeat 180 "$t" --repeat 8 50
 step mp-repeat-mps 240 "${mps[@]}" "$out/mps-repeat" "$t" --repeat 8 50
 step mp-kill-mps 150 "${mps[@]}" "$out/mps-kill" "$t" --kill
 step mp-stop-mps 150 "${mps[@]}" "$out/mps-stop" "$t" --stop
+step mp-waits-idle-mps 150 "${mps[@]}" "$out/mps-waits-idle" "$w" --idle
+step mp-waits-dereg-mps 150 "${mps[@]}" "$out/mps-waits-dereg" "$w" --dereg
 if command -v compute-sanitizer >/dev/null; then
     step mp-memcheck 180 compute-sanitizer --tool memcheck --target-processes all --error-exitcode 9 \
         "$t" --seconds 2

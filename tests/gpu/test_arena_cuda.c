@@ -17,9 +17,7 @@
  * summation order would show); landings must also hold the shards at Landing(p, r).
  *
  * One thread enqueues every rank (rank 0 to N-1 per call), as the fabric allows.  The
- * one-process-per-rank fabric does not serve shared arenas yet: two forked ranks check that
- * tide_groups_register refuses there with a message that says so (before the parent touches
- * CUDA, so that the children may).
+ * one-process-per-rank fabric's shared arenas are tested by test_arena_cuda_mp.c.
  *
  * Prints PASS / FAIL lines that say what failed; the exit status is non-zero on any FAIL.
  */
@@ -34,8 +32,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #define MAX_N 4
 #define G 3
@@ -442,52 +438,7 @@ static void run(int m, int l, tide_rs_mode_t mode, int dev_count) {
     free(c);
 }
 
-/* A rank of the one-process-per-rank fabric: 0 when groups_register is refused clearly. */
-static int mp_child(int rank, const char *name) {
-    tide_comm_t comm = NULL;
-    if (tide_comm_init_rank(TIDE_FABRIC_CUDA, 1, 2, rank, name, &comm) != TIDE_SUCCESS) {
-        printf("FAIL mp rank %d: comm_init_rank: %s\n", rank, tide_get_last_error());
-        return 1;
-    }
-    const tide_param_shape_t shapes[2] = {{64, 32}, {33, 8}};
-    const tide_group_desc_t desc = {2, shapes, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16};
-    tide_config_t cfg = TIDE_CONFIG_INIT;
-    cfg.nodes = cfg.gpus_per_node = 0;
-    tide_group_entry_t e[2] = {{&cfg, &desc, 0, "a"}, {&cfg, &desc, 1, "b"}};
-    tide_group_t set[2];
-    const tide_result_t res = tide_groups_register(comm, 2, e, set);
-    const int ok =
-        res == TIDE_ERR_UNSUPPORTED && strstr(tide_get_last_error(), "shared arenas") != NULL;
-    if (!ok)
-        printf("FAIL mp rank %d: groups_register returned %d, not a clear refusal: %s\n", rank,
-               (int)res, tide_get_last_error());
-    tide_comm_destroy(comm);
-    fflush(stdout); /* the child leaves by _exit */
-    return !ok;
-}
-
-static void mp_refusal(void) {
-    char name[64];
-    snprintf(name, sizeof(name), "tide-test-arena-cuda-%d", (int)getpid());
-    pid_t pids[2];
-    fflush(stdout);
-    for (int r = 0; r < 2; ++r) {
-        pids[r] = fork();
-        if (pids[r] == 0) _exit(mp_child(r, name));
-    }
-    int ok = 1;
-    for (int r = 0; r < 2; ++r) {
-        int st = 0;
-        ok &= pids[r] > 0 && waitpid(pids[r], &st, 0) == pids[r] && WIFEXITED(st) &&
-              WEXITSTATUS(st) == 0;
-    }
-    printf("%s one process per rank (1x2): groups_register is refused, saying so\n",
-           ok ? "PASS" : "FAIL");
-    failed += !ok;
-}
-
 int main(void) {
-    mp_refusal(); /* first: the parent has not initialised CUDA yet */
     int dev_count = 0;
     if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count < 1) {
         printf("FAIL no CUDA device\n");

@@ -315,6 +315,86 @@ static void test_argument_checks(void **state) {
     }
 }
 
+/* Flag areas in the block (mp_ctl.h, "Signal flags"): rank 0's flag_bytes decides (the
+ * others pass another size, or none, and map rank 0's), every area starts zeroed, a store by
+ * one process is read by the others, and the poison of one rank reaches every flag of every
+ * rank in every process, with whole 8-byte values. */
+#define FLAG_BYTES 4096u
+static int flag_child(const char *name, int rank, int ranks) {
+    tide_mp_boot_t b;
+    if (tide_mp_boot_open(name, rank, ranks, 10000, &b) != TIDE_SUCCESS) return 10;
+    tide_mp_ctl_t c;
+    if (tide_mp_ctl_open_flags(&b, 10000, rank == 0 ? FLAG_BYTES : 8u * (size_t)rank, &c) !=
+        TIDE_SUCCESS)
+        return 11;
+    if (c.flag_bytes != FLAG_BYTES) return 12;
+    if (((uintptr_t)tide_mp_ctl_flags(&c, 0) & 4095u) != 0) return 13;
+    if (tide_mp_ctl_flags(&c, -1) != NULL || tide_mp_ctl_flags(&c, ranks) != NULL) return 14;
+    for (int r = 0; r < ranks; ++r) {
+        const uint8_t *f = tide_mp_ctl_flags(&c, r);
+        if (f == NULL || f != tide_mp_ctl_flags(&c, 0) + (size_t)r * FLAG_BYTES) return 15;
+        for (size_t i = 0; i < FLAG_BYTES; ++i)
+            if (f[i] != 0) return 16;
+    }
+    if (tide_mp_boot_barrier(&b, 9, 10000) != TIDE_SUCCESS) return 31;
+    /* Each rank writes call number 5 + rank into its own last flag. */
+    _Atomic uint64_t *own = (_Atomic uint64_t *)(void *)(tide_mp_ctl_flags(&c, rank) +
+                                                         FLAG_BYTES - 8u);
+    atomic_store(own, 5u + (uint64_t)rank);
+    if (tide_mp_boot_barrier(&b, 1, 10000) != TIDE_SUCCESS) return 17;
+    for (int r = 0; r < ranks; ++r) {
+        _Atomic uint64_t *f = (_Atomic uint64_t *)(void *)(tide_mp_ctl_flags(&c, r) +
+                                                           FLAG_BYTES - 8u);
+        if (atomic_load(f) != 5u + (uint64_t)r) return 18;
+    }
+    if (tide_mp_boot_barrier(&b, 2, 10000) != TIDE_SUCCESS) return 19;
+    if (rank == ranks - 1) tide_mp_ctl_poison(&c, (uint64_t)1 << 62);
+    if (tide_mp_boot_barrier(&b, 3, 10000) != TIDE_SUCCESS) return 20;
+    for (int r = 0; r < ranks; ++r) {
+        _Atomic uint64_t *f = (_Atomic uint64_t *)(void *)tide_mp_ctl_flags(&c, r);
+        for (size_t i = 0; i < FLAG_BYTES / 8u; ++i)
+            if (atomic_load(&f[i]) != (uint64_t)1 << 62) return 21;
+    }
+    /* The counters and the abort word are not flags: the poison left them alone. */
+    if (tide_mp_ctl_aborted(&c, NULL, 0) != -1) return 22;
+    /* A block with flags tells a rank whose device never began a call it enqueued. */
+    tide_mp_ctl_enter(&c, 0, 0);
+    tide_mp_ctl_enqueued(&c, 0, 0);
+    if (rank != 1) tide_mp_ctl_began(&c, 0, 0);
+    if (tide_mp_boot_barrier(&b, 4, 10000) != TIDE_SUCCESS) return 23;
+    char why[256];
+    if (tide_mp_ctl_missing(&c, 0, 0, why, sizeof(why)) != 1) return 24;
+    if (strstr(why, "rank 1 (last: -1) enqueued all-gather call 0 but its device never began") ==
+        NULL)
+        return 25;
+    if (tide_mp_boot_barrier(&b, 5, 10000) != TIDE_SUCCESS) return 26;
+    if (rank == 1) tide_mp_ctl_began(&c, 0, 0);
+    if (tide_mp_boot_barrier(&b, 6, 10000) != TIDE_SUCCESS) return 27;
+    if (tide_mp_ctl_missing(&c, 0, 0, why, sizeof(why)) != -1) return 28;
+    if (strstr(why, "every rank enqueued") == NULL) return 29;
+    if (tide_mp_boot_barrier(&b, 7, 10000) != TIDE_SUCCESS) return 30;
+    tide_mp_ctl_close(&c);
+    tide_mp_boot_close(&b);
+    return 0;
+}
+
+static void test_control_block_flags(void **state) {
+    (void)state;
+    char name[64];
+    job_name(name, sizeof(name), "f");
+    int status[16];
+    run_children(3, flag_child, name, status);
+    for (int r = 0; r < 3; ++r)
+        if (status[r] != 0) print_error("rank %d: step %d\n", r, status[r]);
+    for (int r = 0; r < 3; ++r)
+        assert_int_equal(status[r], 0);
+    /* A block without flags has none to give or poison. */
+    tide_mp_ctl_t c;
+    memset(&c, 0, sizeof(c));
+    assert_null(tide_mp_ctl_flags(&c, 0));
+    tide_mp_ctl_poison(&c, 1);
+}
+
 /* A block that was never opened (the NCCL fabric's arenas): every call is safe and says
  * "no control block" (before, enter and enqueued wrote through NULL counters). */
 static void test_closed_control_block(void **state) {
@@ -350,6 +430,7 @@ int main(void) {
         cmocka_unit_test(test_dead_rank),
         cmocka_unit_test(test_control_block),
         cmocka_unit_test(test_argument_checks),
+        cmocka_unit_test(test_control_block_flags),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,9 +9,11 @@ other group's forward and gets a landing of its own; a reshard_after_forward=Fal
 folds into the ring when at most one group follows it (the last block, paper App. F), else
 it gets its own landing too.  docs/memory.md gives each case's memory.
 
-When the library cannot put the set on one arena (the CUDA and NCCL fabrics in this
-release, or a library without tide_groups_register), every group is registered alone, with
-its own arena, and one log line says so.
+Every fabric serves a set (CPU, CUDA with one process for all ranks or one per rank, NCCL
+on one node).  When the library cannot put the set on one arena (the NCCL fabric on several
+nodes, TIDE_CUDA_MP_RAILS=1, or a library without tide_groups_register), every group is
+registered alone, with its own arena, and one log line says so; memory_report's
+shared_arena tells which happened.
 
 Bookkeeping (per rank, host side).  Slot keys: 0 and 1 for the ring, ("own", name) for an
 own landing or a group registered alone.  For each key the ring knows its occupant (the

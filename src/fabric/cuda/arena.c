@@ -89,6 +89,8 @@ static void group_quiesce(tide_cuda_group_t *g) {
 static void group_free(tide_cuda_group_t *g) {
     tide_cuda_shared_t *sh = g->shared;
     group_quiesce(g);
+    for (int c = 0; c < 2; ++c)
+        tide_call_table_free(&g->checks[c]);
     for (int f = 0; f < 3; ++f)
         tide_cuda_family_free(&g->fam[f], sh->ranks);
     if (g->parent != NULL) {

@@ -25,6 +25,7 @@
 #define TIDE_HAVE_CUDA 1
 #endif
 
+#include "fabric/call_table.h"
 #include "fabric/cuda/batch_copy.h"
 #include "fabric/fabric.h"
 #include "kernels/launch.h"
@@ -397,6 +398,8 @@ struct tide_cuda_group {
     tide_cuda_group_t *parent;
     tide_cuda_group_t *views;      /* a parent's views, linked by view_next */
     tide_cuda_group_t *view_next;
+    /* [0]: AG, [1]: RS: call arguments compared across ranks (call_compare.c) */
+    tide_call_table_t checks[2];
 };
 
 typedef struct {
@@ -409,6 +412,10 @@ tide_result_t tide_cuda_arena_create(struct tide_fabric_world *world, uint64_t b
 tide_result_t tide_cuda_arena_destroy(struct tide_fabric_arena *arena);
 tide_result_t tide_cuda_arena_view_create(struct tide_fabric_arena *parent, uint64_t signature,
                                           struct tide_fabric_arena **view_out);
+/* fabric.h's call_check, without waiting (call_compare.c). */
+tide_result_t tide_cuda_call_compare(struct tide_fabric_arena *arena, tide_collective_t coll,
+                                     uint64_t seq, uint64_t sig, int *other_rank_out,
+                                     uint64_t *other_sig_out);
 
 /* The family a program runs in: 0 AG, 1 RS, 2 the fence. */
 static inline int tide_cuda_family_of(const tide_program_t *prog) {

@@ -14,7 +14,8 @@
  *              refuses a shareable VMM allocation, cudaMalloc + cudaIpc{Get,Open}MemHandle
  *              (TIDE_CUDA_IPC=legacy forces this path)
  *   signals    a signal slot of the schedule (a signalling op some wait names) is a 64-bit flag
- *              in the recording rank's flag area.  RECORD writes the call number e + 1 with
+ *              in the recording rank's flag area (by default in the group's control block,
+ *              host memory every process maps and registers with its device: mp_flags.c).  RECORD writes the call number e + 1 with
  *              cuStreamWriteValue64 (a release: prior work of the stream is visible first);
  *              WAIT is cuStreamWaitValue64(flag, e + 1, GEQ) on the waiter's stream, WAIT_PREV
  *              the same with e.  Flags only grow, so they are cumulative across calls like the
@@ -42,7 +43,11 @@
  * after any wait that ended, and fails stop the same way with the first rank's message; so a
  * rank whose device waits the poison released never reports that call as complete (the abort
  * is visible before the poison can be).  A hung rank that resumes fails at its next call.
- * Deregistration still unmaps and releases every segment and the control block.
+ * Deregistration still unmaps and releases every segment and the control block.  With host
+ * flags the poison is CPU stores (no stream work that could queue behind a blocked queue),
+ * and a watchdog thread per world (watchdog.c) bounds the device work of every call this
+ * rank enqueued by TIDE_TIMEOUT_MS and follows an abort with the poison, while the host is
+ * outside TIDE too.
  *
  * Batched copies (mp_batch.c): as in the one-process fabric (batch.c), a thread's run of
  * same-device copies with nothing else of the thread between them is one launch of the batch
@@ -70,7 +75,11 @@
  * the emulated transport. */
 #define TIDE_MP_RAIL_STEPS 2048
 #define TIDE_MP_RAIL_BYTES (TIDE_MP_PREPS * TIDE_MP_RAIL_STEPS * 16)
-#define TIDE_MP_SLOT_BYTES (TIDE_MP_PREPS * TIDE_MP_FLAG_SLOTS * 8)
+/* The slot flags of one more program: the cross-group fence of a set's view (mp_view.c), flag
+ * index TIDE_MP_FENCE_FIDX, shared by its two variants (a switch between them is a FRESH call,
+ * fenced after the previous one on every rank). */
+#define TIDE_MP_FENCE_FIDX TIDE_MP_PREPS
+#define TIDE_MP_SLOT_BYTES ((TIDE_MP_PREPS + 1) * TIDE_MP_FLAG_SLOTS * 8)
 #define TIDE_MP_FLAG_BYTES (TIDE_MP_DONE_BYTES + TIDE_MP_SLOT_BYTES + TIDE_MP_RAIL_BYTES)
 /* A poisoned flag: (int64_t)(flag - target) >= 0 for every call number. */
 #define TIDE_MP_POISON ((uint64_t)1 << 62)
@@ -98,6 +107,8 @@ typedef struct {
      * node only. */
     const struct tide_mp_rails_ops *rails;
     cudaStream_t rail_stream;
+    bool host_flags;                   /* TIDE_CUDA_MP_FLAGS: signal flags in host memory */
+    struct tide_mp_watchdog *watchdog; /* watchdog.c: device waits bounded off host calls */
 } tide_mp_world_t;
 
 /* TIDE_CUDA_CE_BATCH (mp_batch.c): runs of copies that touch another device's memory (peer
@@ -185,7 +196,7 @@ typedef struct {
     tide_cuda_stats_t stats;
 } tide_mp_family_t;
 
-typedef struct {
+typedef struct tide_mp_arena {
     struct tide_fabric_arena base;
     tide_mp_world_t *w;
     uint64_t alloc_bytes;
@@ -198,7 +209,18 @@ typedef struct {
     void *legacy_own;                     /* own cudaMalloc segment */
     uint8_t **flags;                      /* [N]: each rank's flag area as mapped here */
     tide_mp_ctl_t ctl;                    /* host memory shared by the group (mp_ctl.h) */
-    tide_mp_family_t fam[2];              /* [0]: AG, [1]: RS */
+    bool host_flags;     /* flags[] are device addresses of the control block (mp_flags.c) */
+    bool ctl_registered; /* the control block is registered with the device */
+    struct tide_mp_wd_entry *wd; /* the watchdog's record of this arena (watchdog.c), or NULL */
+    tide_mp_family_t fam[3];              /* [0]: AG, [1]: RS, [2]: a view's fence (mp_view.c) */
+    /* Shared arenas (mp_view.c, docs/arena.md "Fabrics").  A set's arena reserves flag_areas
+     * flag areas behind each rank's arena (1 + one per view; 0 or 1: a lone group's one); a
+     * view borrows the set's segments and owns its families and its flag area.  parent: the
+     * set's arena of a view, else NULL; views[k]: the live view on flag area 1 + k. */
+    struct tide_mp_arena *parent;
+    int flag_areas;
+    int num_views;
+    struct tide_mp_arena **views;
 } tide_mp_arena_t;
 
 extern const struct tide_fabric_ops tide_fabric_cuda_mp_ops;
@@ -209,14 +231,26 @@ extern const struct tide_fabric_ops tide_fabric_cuda_mp_ops;
 static inline int tide_cuda_mp_flags_index(tide_collective_t coll, int prep) {
     return coll == TIDE_COLL_ALL_GATHER ? 0 : 1 + prep;
 }
+/* The family index (0 AG, 1 RS, 2 fence) of one of a's families. */
+static inline int tide_cuda_mp_family_index(const tide_mp_arena_t *a, const tide_mp_family_t *fam) {
+    return (int)(fam - a->fam);
+}
+/* The set's arena of a view (whose abort word and flag areas the whole set shares), else a. */
+static inline tide_mp_arena_t *tide_cuda_mp_set_of(tide_mp_arena_t *a) {
+    return a->parent != NULL ? a->parent : a;
+}
 static inline CUdeviceptr tide_cuda_mp_slot_flag(const tide_mp_arena_t *a, int rank, int fidx,
                                                  int slot) {
     return (CUdeviceptr)(uintptr_t)(a->flags[rank] + TIDE_MP_DONE_BYTES +
                                     ((size_t)fidx * TIDE_MP_FLAG_SLOTS + (size_t)slot) * 8u);
 }
+/* The done flag of family f (0 AG, 1 RS, 2 a view's fence). */
+static inline CUdeviceptr tide_cuda_mp_family_done_flag(const tide_mp_arena_t *a, int rank, int f) {
+    return (CUdeviceptr)(uintptr_t)(a->flags[rank] + (size_t)f * 8u);
+}
 static inline CUdeviceptr tide_cuda_mp_done_flag(const tide_mp_arena_t *a, int rank,
                                                  tide_collective_t coll) {
-    return (CUdeviceptr)(uintptr_t)(a->flags[rank] + (coll == TIDE_COLL_ALL_GATHER ? 0u : 8u));
+    return tide_cuda_mp_family_done_flag(a, rank, coll == TIDE_COLL_ALL_GATHER ? 0 : 1);
 }
 /* Rendezvous flag `which` (0: receives posted, 1: sends done) of rail step `step`. */
 static inline CUdeviceptr tide_cuda_mp_rail_flag(const tide_mp_arena_t *a, int rank, int fidx,
@@ -299,6 +333,44 @@ tide_result_t tide_cuda_mp_families_create(tide_mp_arena_t *a);
 struct tide_mp_rails_ops;
 tide_result_t tide_cuda_mp_world_set_rails(tide_mp_world_t *w, const struct tide_mp_rails_ops *ops);
 
+/* ------------------------------------------------------------------ flags (mp_flags.c) */
+
+/* TIDE_CUDA_MP_FLAGS: unset or "host" (default) true, "device" false. */
+tide_result_t tide_cuda_mp_env_flags(bool *host_out);
+/* After the segments and the control block: point flags[] at the block's flag areas when it
+ * has them (registers the block with the device); else leave them in the segments. */
+tide_result_t tide_cuda_mp_flags_map(tide_mp_arena_t *a);
+/* Before the control block is closed. */
+void tide_cuda_mp_flags_unmap(tide_mp_arena_t *a);
+/* With host flags: the stream s writes 1 + epoch into this rank's began counter of family f
+ * in the control block (mp_ctl.h) when it gets there; nothing otherwise. */
+tide_result_t tide_cuda_mp_flags_began(tide_mp_arena_t *a, int f, uint64_t epoch,
+                                       cudaStream_t s);
+/* Write the poison into every flag mapped here: CPU stores for host flags, else a memset on
+ * the utility stream. */
+void tide_cuda_mp_flags_poison(tide_mp_arena_t *a);
+
+/* ------------------------------------------------------------------ watchdog (watchdog.c) */
+
+/* One thread per world of this fabric (not the NCCL fabric's), started at world creation and
+ * joined at its destruction (never from a finaliser).  It follows every call this rank
+ * enqueued: when the call's device work (from its begin point on the caller's stream to its
+ * done event) outlives TIDE_TIMEOUT_MS it fails the group (abort word, poison), and when
+ * any rank failed the group it poisons until this process's streams are idle, so that no
+ * device wait of this process outlives the group, whether or not its host is in a call. */
+tide_result_t tide_mp_watchdog_start(tide_mp_world_t *w);
+void tide_mp_watchdog_stop(tide_mp_world_t *w);
+/* Follow / stop following an arena (after it is created / before its memory is released). */
+tide_result_t tide_mp_watchdog_add(tide_mp_arena_t *a);
+void tide_mp_watchdog_remove(tide_mp_arena_t *a);
+/* Call `epoch` of family f (0 AG, 1 RS) of a, parity p: begin records the begin point on the
+ * caller's stream (before the call's first device wait; with host flags the stream also
+ * writes the control block's began counter there); enqueued marks the call as followed
+ * (after its done event was recorded).  Without a watchdog only the began counter. */
+tide_result_t tide_mp_watchdog_begin(tide_mp_arena_t *a, int f, int p, uint64_t epoch,
+                                     cudaStream_t caller);
+void tide_mp_watchdog_enqueued(tide_mp_arena_t *a, int f, int p, uint64_t epoch);
+
 /* fabric.h's call_check through the group's control block (mp_execute.c). */
 tide_result_t tide_cuda_mp_call_check(struct tide_fabric_arena *arena, tide_collective_t coll,
                                       uint64_t seq, uint64_t sig, int *other_rank_out,
@@ -327,6 +399,29 @@ tide_result_t tide_cuda_mp_batch_plan(tide_mp_arena_t *a, tide_mp_prepared_t *pp
 tide_result_t tide_cuda_mp_batch_issue(tide_mp_arena_t *a, tide_mp_prepared_t *pp, int k,
                                        int parity, int thread);
 
+/* ------------------------------------------------------------------ shared arenas (mp_view.c) */
+
+/* fabric.h's arena_view_create / a view's arena_destroy, for both fabrics that run this
+ * execute (the parent reserved flag_areas > 1: tide_cuda_mp_set_areas).  create is local
+ * apart from the view's control block (opened over the bootstrap, collective, when the parent
+ * has one); destroy waits for the view's calls and releases nothing of the parent's. */
+tide_result_t tide_cuda_mp_view_create(struct tide_fabric_arena *parent, uint64_t signature,
+                                       struct tide_fabric_arena **view_out);
+tide_result_t tide_cuda_mp_view_destroy(tide_mp_arena_t *view);
+/* The flag areas a set of `views` groups reserves per segment (TIDE_ERR_UNSUPPORTED with
+ * rails: the fence crosses nodes otherwise than by puts). */
+tide_result_t tide_cuda_mp_set_areas(const tide_mp_world_t *w, int views, int *areas_out);
+/* A fence call of a view: the caller's stream waits until this rank's done flag of each
+ * family of every sibling view reached that family's last call; the fence program that
+ * follows extends it to every rank (mp_view.c). */
+tide_result_t tide_cuda_mp_view_wait_siblings(tide_mp_arena_t *a, cudaStream_t caller,
+                                              tide_cuda_stats_t *st);
+/* The poison of a fail-stop: every flag of every area of the set's segments mapped here. */
+uint64_t tide_cuda_mp_flag_bytes(const tide_mp_arena_t *a);
+/* Fail-stop reaches every view of the set in this process (they share the flag areas the
+ * poison wrote): break each family of a's set with msg. */
+void tide_cuda_mp_set_broken(tide_mp_arena_t *a, const char *msg);
+
 /* ------------------------------------------------------------------ queries (tests, tools) */
 
 /* Whether a fabric arena belongs to the one-process-per-rank fabric. */
@@ -335,6 +430,8 @@ bool tide_cuda_mp_is(const struct tide_fabric_arena *arena);
 /* Wait on the host, with the watchdog, until this rank's last call of `coll` is complete
  * (TIDE_ERR_TIMEOUT naming the missing rank; the family fails stop). */
 tide_result_t tide_cuda_mp_sync(struct tide_fabric_arena *arena, tide_collective_t coll);
+/* The same for family f of a (0 AG, 1 RS, 2 a view's fence). */
+tide_result_t tide_cuda_mp_sync_family(tide_mp_arena_t *a, int f);
 
 tide_result_t tide_cuda_mp_stats(const struct tide_fabric_arena *arena, tide_collective_t coll,
                                  tide_cuda_stats_t *stats_out);

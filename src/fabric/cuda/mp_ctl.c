@@ -11,39 +11,75 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #define CTL_MAGIC 0x7469646cu /* "tidl" */
 
-static size_t ctl_bytes(int ranks) {
-    /* entered, enqueued: 2 ranks each; check_seq, check_sig: 4 ranks each */
-    return sizeof(tide_mp_ctl_hdr_t) + 12u * (size_t)ranks * sizeof(uint64_t);
+static size_t counter_bytes(int ranks) {
+    /* entered, enqueued, began: 2 ranks each; check_seq, check_sig: 4 ranks each */
+    return sizeof(tide_mp_ctl_hdr_t) + 14u * (size_t)ranks * sizeof(uint64_t);
 }
 
-static tide_result_t ctl_map(int fd, int rank, int ranks, bool init, tide_mp_ctl_t *out) {
-    const size_t bytes = ctl_bytes(ranks);
+/* The flag areas start on a page of their own: the device maps the block, and a page that
+ * only the host writes (counters, abort word) stays apart from the ones the device writes. */
+static size_t flags_offset(int ranks) {
+    return (counter_bytes(ranks) + 4095u) / 4096u * 4096u;
+}
+
+static size_t ctl_bytes(int ranks, size_t flag_bytes) {
+    /* With flags, whole pages: the CUDA fabric registers the mapping with the device. */
+    return flag_bytes == 0
+               ? counter_bytes(ranks)
+               : (flags_offset(ranks) + (size_t)ranks * flag_bytes + 4095u) / 4096u * 4096u;
+}
+
+/* Map the block behind fd.  rank 0 (init) sized it with its flag_bytes; the others learn the
+ * size from the descriptor and check it against the header. */
+static tide_result_t ctl_map(int fd, int rank, int ranks, bool init, size_t flag_bytes,
+                             tide_mp_ctl_t *out) {
+    size_t bytes = ctl_bytes(ranks, flag_bytes);
+    if (!init) {
+        struct stat st;
+        if (fstat(fd, &st) != 0)
+            return TIDE_ERR(TIDE_ERR_FABRIC, "cuda mp control block: fstat: %s",
+                            strerror(errno));
+        bytes = (size_t)st.st_size;
+        if (bytes < counter_bytes(ranks))
+            return TIDE_ERR(TIDE_ERR_INTERNAL,
+                            "cuda mp control block: rank 0's block has %zu bytes, %d ranks need "
+                            "%zu",
+                            bytes, ranks, counter_bytes(ranks));
+    }
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED)
         return TIDE_ERR(TIDE_ERR_FABRIC, "cuda mp control block: mmap of %zu bytes: %s", bytes,
                         strerror(errno));
     tide_mp_ctl_hdr_t *h = p;
     if (init) {
-        /* A fresh memfd reads as zeros: counters 0, no abort. */
+        /* A fresh memfd reads as zeros: counters 0, no abort, every flag 0. */
         h->ranks = ranks;
+        h->flag_bytes = (uint32_t)flag_bytes;
         atomic_store(&h->abort, 0u);
         h->magic = CTL_MAGIC;
-    } else if (h->magic != CTL_MAGIC || h->ranks != ranks) {
+    } else if (h->magic != CTL_MAGIC || h->ranks != ranks ||
+               bytes != ctl_bytes(ranks, h->flag_bytes)) {
+        const int theirs = h->ranks;
         munmap(p, bytes);
         return TIDE_ERR(TIDE_ERR_INTERNAL,
-                        "cuda mp control block: rank 0's block is for %d ranks, this rank has %d",
-                        h->ranks, ranks);
+                        "cuda mp control block: rank 0's block is for %d ranks (%zu bytes), this "
+                        "rank has %d",
+                        theirs, bytes, ranks);
     }
     out->hdr = h;
     out->entered = (_Atomic uint64_t *)(void *)((uint8_t *)p + sizeof(*h));
     out->enqueued = out->entered + 2 * ranks;
     out->check_seq = out->enqueued + 2 * ranks;
     out->check_sig = out->check_seq + 4 * ranks;
+    out->began = out->check_sig + 4 * ranks;
+    out->flag_bytes = h->flag_bytes;
+    out->flags = h->flag_bytes > 0 ? (uint8_t *)p + flags_offset(ranks) : NULL;
     out->bytes = bytes;
     out->rank = rank;
     out->ranks = ranks;
@@ -51,7 +87,14 @@ static tide_result_t ctl_map(int fd, int rank, int ranks, bool init, tide_mp_ctl
 }
 
 tide_result_t tide_mp_ctl_open(tide_mp_boot_t *boot, int64_t timeout_ms, tide_mp_ctl_t *out) {
+    return tide_mp_ctl_open_flags(boot, timeout_ms, 0, out);
+}
+
+tide_result_t tide_mp_ctl_open_flags(tide_mp_boot_t *boot, int64_t timeout_ms, size_t flag_bytes,
+                                     tide_mp_ctl_t *out) {
     const int me = boot->rank, n = boot->ranks;
+    flag_bytes = (flag_bytes + 63u) / 64u * 64u;
+    if (flag_bytes > UINT32_MAX) flag_bytes = 0; /* never: TIDE_MP_FLAG_BYTES is under 1 MiB */
     memset(out, 0, sizeof(*out));
     int fd = -1;
     tide_result_t own = TIDE_SUCCESS;
@@ -60,10 +103,10 @@ tide_result_t tide_mp_ctl_open(tide_mp_boot_t *boot, int64_t timeout_ms, tide_mp
         if (fd < 0)
             own = TIDE_ERR(TIDE_ERR_FABRIC, "cuda mp control block: memfd_create: %s",
                            strerror(errno));
-        else if (ftruncate(fd, (off_t)ctl_bytes(n)) != 0)
+        else if (ftruncate(fd, (off_t)ctl_bytes(n, flag_bytes)) != 0)
             own = TIDE_ERR(TIDE_ERR_FABRIC, "cuda mp control block: ftruncate: %s",
                            strerror(errno));
-        if (own == TIDE_SUCCESS) own = ctl_map(fd, me, n, true, out);
+        if (own == TIDE_SUCCESS) own = ctl_map(fd, me, n, true, flag_bytes, out);
     }
     /* Every rank says whether it is fine; rank 0's descriptor travels with its word.  (Out of
      * host memory here, the peers wait until their deadline.) */
@@ -90,7 +133,7 @@ tide_result_t tide_mp_ctl_open(tide_mp_boot_t *boot, int64_t timeout_ms, tide_mp
         if (fds[0] < 0)
             res = TIDE_ERR(TIDE_ERR_INTERNAL, "cuda mp control block: rank 0 sent no descriptor");
         else
-            res = ctl_map(fds[0], me, n, false, out);
+            res = ctl_map(fds[0], me, n, false, 0, out);
     }
     /* The mapping keeps the memory; no descriptor stays open. */
     for (int r = 0; r < n; ++r)
@@ -106,6 +149,23 @@ void tide_mp_ctl_close(tide_mp_ctl_t *c) {
     memset(c, 0, sizeof(*c));
 }
 
+uint8_t *tide_mp_ctl_flags(const tide_mp_ctl_t *c, int r) {
+    if (c->flags == NULL || r < 0 || r >= c->ranks) return NULL;
+    return c->flags + (size_t)r * c->flag_bytes;
+}
+
+void tide_mp_ctl_poison(tide_mp_ctl_t *c, uint64_t value) {
+    if (c->flags == NULL) return;
+    /* Whole 8-byte stores: a device wait never sees half a poison (the flags are 8-byte
+     * aligned: the area is page aligned, flag_bytes a multiple of 64). */
+    _Atomic uint64_t *f = (_Atomic uint64_t *)(void *)c->flags;
+    const size_t count = (size_t)c->ranks * c->flag_bytes / 8u;
+    for (size_t i = 0; i < count; ++i)
+        atomic_store_explicit(&f[i], value, memory_order_relaxed);
+    /* After the abort word (published before this is called) and before what follows. */
+    atomic_thread_fence(memory_order_seq_cst);
+}
+
 void tide_mp_ctl_enter(tide_mp_ctl_t *c, int f, uint64_t call) {
     if (c->hdr == NULL) return; /* no control block (mp_ctl.h) */
     atomic_store_explicit(&c->entered[f * c->ranks + c->rank], call + 1, memory_order_release);
@@ -114,6 +174,11 @@ void tide_mp_ctl_enter(tide_mp_ctl_t *c, int f, uint64_t call) {
 void tide_mp_ctl_enqueued(tide_mp_ctl_t *c, int f, uint64_t call) {
     if (c->hdr == NULL) return;
     atomic_store_explicit(&c->enqueued[f * c->ranks + c->rank], call + 1, memory_order_release);
+}
+
+void tide_mp_ctl_began(tide_mp_ctl_t *c, int f, uint64_t call) {
+    if (c->hdr == NULL) return;
+    atomic_store_explicit(&c->began[f * c->ranks + c->rank], call + 1, memory_order_release);
 }
 
 bool tide_mp_ctl_abort(tide_mp_ctl_t *c, const char *msg) {
@@ -218,6 +283,16 @@ int tide_mp_ctl_missing(tide_mp_ctl_t *c, int f, uint64_t call, char *out, size_
     if (list_ranks(c, c->enqueued, f, call, list, sizeof(list), &first) > 0) {
         snprintf(out, len, "rank%s %s entered %s call %llu but never finished enqueueing it",
                  strchr(list, ',') ? "s" : "", list, coll, (unsigned long long)call);
+        return first;
+    }
+    /* Only the device writes began, and only into a block it maps (one with flags). */
+    if (c->flags != NULL && list_ranks(c, c->began, f, call, list, sizeof(list), &first) > 0) {
+        const bool many = strchr(list, ',') != NULL;
+        snprintf(out, len,
+                 "rank%s %s enqueued %s call %llu but %s device never began it (work queued "
+                 "before it on %s caller's stream did not finish)",
+                 many ? "s" : "", list, coll, (unsigned long long)call, many ? "their" : "its",
+                 many ? "their" : "its");
         return first;
     }
     snprintf(out, len, "every rank enqueued %s call %llu; its device work did not complete", coll,

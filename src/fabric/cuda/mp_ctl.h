@@ -14,6 +14,9 @@
  *   entered[f][r]   1 + the last call of collective family f (0: all-gather, 1: reduce-
  *                   scatter) that rank r entered (set at the top of the call, before any wait)
  *   enqueued[f][r]  1 + the last call that rank r finished enqueueing
+ *   began[f][r]     1 + the last call of family f whose device work rank r's stream reached
+ *                   (written by the device, before the call's first device wait; only in a
+ *                   block with flags, which the device maps: mp_flags.c)
  *   abort word      0, or 1 + the rank that failed the group first; its message beside it.
  *   checks[f][k][r] rank r's arguments of its argument check number `seq` of family f, k =
  *                   seq mod 2: 1 + seq and the signature (fabric.h, call_check).  Two slots
@@ -28,6 +31,13 @@
  * The block is one memfd (nothing on the file system) created by rank 0 at registration and
  * passed to the peers over the bootstrap sockets (SCM_RIGHTS); each process maps it and closes
  * the descriptor, so the memory is gone when the last process unmaps it or exits.
+ *
+ * Signal flags.  Opened with flag_bytes > 0, the block also carries every rank's flag area
+ * (page aligned, after the counters): the CUDA fabric registers the mapping with the device
+ * (mp_flags.c) and its streams signal and wait on these host flags, so that a fail-stop
+ * releases every device wait of every process with plain CPU stores (tide_mp_ctl_poison)
+ * instead of stream work that could queue behind a blocked queue.  Rank 0's flag_bytes
+ * decides; the other ranks map what it created.
  */
 #ifndef TIDE_FABRIC_CUDA_MP_CTL_H_
 #define TIDE_FABRIC_CUDA_MP_CTL_H_
@@ -45,17 +55,19 @@ typedef struct {
     uint32_t magic;
     int32_t ranks;
     _Atomic uint32_t abort; /* 0; TIDE_MP_CTL_CLAIMED while the message is written; 1 + rank */
-    uint32_t pad;
+    uint32_t flag_bytes; /* each rank's flag area in this block; 0: flags live elsewhere */
     char msg[TIDE_MP_CTL_MSG];
     /* then _Atomic uint64_t entered[2][ranks], enqueued[2][ranks], check_seq[2][2][ranks],
-     * check_sig[2][2][ranks] */
+     * check_sig[2][2][ranks], began[2][ranks] */
 } tide_mp_ctl_hdr_t;
 
 #define TIDE_MP_CTL_CLAIMED UINT32_MAX
 
 typedef struct {
     tide_mp_ctl_hdr_t *hdr; /* NULL: not open */
-    _Atomic uint64_t *entered, *enqueued, *check_seq, *check_sig;
+    _Atomic uint64_t *entered, *enqueued, *check_seq, *check_sig, *began;
+    uint8_t *flags;    /* rank 0's flag area, then rank 1's, ...; NULL: none in the block */
+    size_t flag_bytes; /* bytes of each rank's flag area */
     size_t bytes;
     int rank, ranks;
 } tide_mp_ctl_t;
@@ -63,7 +75,19 @@ typedef struct {
 /* Collective over the bootstrap: rank 0 creates the block, every rank maps it.  A rank that
  * fails still takes part, so that the others fail too instead of waiting. */
 tide_result_t tide_mp_ctl_open(tide_mp_boot_t *boot, int64_t timeout_ms, tide_mp_ctl_t *out);
+/* The same with a flag area of flag_bytes (a multiple of 8; 0: none) per rank in the block.
+ * Only rank 0's flag_bytes counts: the others map the block rank 0 made, whatever they
+ * passed (so that every rank signals through the same memory). */
+tide_result_t tide_mp_ctl_open_flags(tide_mp_boot_t *boot, int64_t timeout_ms, size_t flag_bytes,
+                                     tide_mp_ctl_t *out);
 void tide_mp_ctl_close(tide_mp_ctl_t *c);
+
+/* Rank r's flag area in the block, or NULL when the block has none. */
+uint8_t *tide_mp_ctl_flags(const tide_mp_ctl_t *c, int r);
+
+/* Store `value` into every 8-byte flag of every rank's area (CPU stores, visible to every
+ * process and device that maps the block; nothing when it has none). */
+void tide_mp_ctl_poison(tide_mp_ctl_t *c, uint64_t value);
 
 /* A block that was never opened (hdr NULL: the NCCL fabric's arenas, which have no socket
  * bootstrap to pass the memfd) is "no control block": enter and enqueued do nothing, abort
@@ -73,6 +97,9 @@ void tide_mp_ctl_close(tide_mp_ctl_t *c);
 /* This rank entered / finished enqueueing call `call` of family f. */
 void tide_mp_ctl_enter(tide_mp_ctl_t *c, int f, uint64_t call);
 void tide_mp_ctl_enqueued(tide_mp_ctl_t *c, int f, uint64_t call);
+/* The host's form of the device's began store (tests): this rank's stream reached call `call`
+ * of family f. */
+void tide_mp_ctl_began(tide_mp_ctl_t *c, int f, uint64_t call);
 
 /* Fail the group: the first caller's message wins (true: this call published it).  The word
  * is visible to every process before this returns. */
@@ -93,7 +120,9 @@ int tide_mp_ctl_compare(tide_mp_ctl_t *c, int f, uint64_t seq, uint64_t sig, int
 
 /* Why call `call` of family f is not complete, as far as the host can tell: the ranks that
  * have not entered it (kind 1), else those that entered but did not finish enqueueing it
- * (kind 2), else none (kind 0: every rank enqueued it; the device has not completed it).
+ * (kind 2), else, in a block with flags, those whose device never began it (kind 3: work
+ * queued before it on the caller's stream has not finished), else none (kind 0: every rank
+ * enqueued it; the device has not completed it).
  * Writes a phrase naming them into out; returns the lowest such rank or -1. */
 int tide_mp_ctl_missing(tide_mp_ctl_t *c, int f, uint64_t call, char *out, size_t len);
 

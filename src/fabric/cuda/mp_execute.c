@@ -274,7 +274,8 @@ static tide_result_t fence_wait(issue_t *is, uint64_t value) {
         if (r == n || !tide_cuda_mp_fenced(is->a, r)) continue;
         memset(&ops[k], 0, sizeof(ops[k]));
         ops[k].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
-        ops[k].waitValue.address = tide_cuda_mp_done_flag(is->a, r, is->fam->coll);
+        ops[k].waitValue.address =
+            tide_cuda_mp_family_done_flag(is->a, r, tide_cuda_mp_family_index(is->a, is->fam));
         ops[k].waitValue.value64 = value;
         ops[k].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
         ++k;
@@ -298,16 +299,6 @@ static bool streams_idle(const tide_mp_world_t *w) {
     return true;
 }
 
-static void poison_flags(tide_mp_arena_t *a) {
-    const int n = a->w->base.ranks;
-    /* The high half of every 8-byte flag: 0x40000000 << 32 = 2^62. */
-    for (int r = 0; r < n; ++r)
-        if (a->flags[r] != NULL) /* every flag mapped here: a rail transport may wait on any */
-            cuMemsetD2D32Async((CUdeviceptr)(uintptr_t)(a->flags[r] + 4), 8, 0x40000000u, 1,
-                           TIDE_MP_FLAG_BYTES / 8, (CUstream)a->w->util);
-    (void)cudaGetLastError();
-}
-
 /* Release our device waits and drain our streams.  Every failing rank does this itself, not
  * only the first: a RECORD still in some live rank's stream writes e + 1 over the poison
  * (flags are written, not maxed), so each rank repeats the poison until its own streams are
@@ -316,26 +307,23 @@ static void poison_and_drain(tide_mp_arena_t *a) {
     tide_mp_world_t *w = a->w;
     const uint64_t t0 = tide_cuda_now_ns(), limit = (uint64_t)tide_fabric_timeout_ms() * 1000000u;
     do {
-        poison_flags(a);
+        tide_cuda_mp_flags_poison(a); /* host flags: CPU stores (mp_flags.c) */
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     } while (!streams_idle(w) && tide_cuda_now_ns() - t0 < limit);
     (void)cudaGetLastError();
 }
 
-/* Both collectives of the group fail from now on: they share the poisoned flag areas. */
+/* Both collectives of the group fail from now on: they share the poisoned flag areas (and
+ * with them every group of a shared arena's set, mp_view.c). */
 static void mark_broken(tide_mp_arena_t *a, const char *msg) {
-    for (int f = 0; f < 2; ++f)
-        if (a->fam[f].broken == TIDE_SUCCESS) {
-            a->fam[f].broken = TIDE_ERR_TIMEOUT;
-            snprintf(a->fam[f].broken_msg, sizeof(a->fam[f].broken_msg), "%s", msg);
-        }
+    tide_cuda_mp_set_broken(a, msg);
 }
 
 /* Another rank failed the group: fail stop with its message (TIDE_SUCCESS: nobody did). */
 static tide_result_t follow_abort(tide_mp_arena_t *a) {
     char msg[TIDE_MP_CTL_MSG], full[TIDE_MP_CTL_MSG + 64];
-    const int by = tide_mp_ctl_aborted(&a->ctl, msg, sizeof(msg));
+    const int by = tide_mp_ctl_aborted(&tide_cuda_mp_set_of(a)->ctl, msg, sizeof(msg));
     if (by < 0) return TIDE_SUCCESS;
     snprintf(full, sizeof(full), "rank %d failed the group: %s", by, msg);
     poison_and_drain(a);
@@ -346,7 +334,7 @@ static tide_result_t follow_abort(tide_mp_arena_t *a) {
 tide_result_t tide_cuda_mp_fail_stop_msg(tide_mp_arena_t *a, const char *msg) {
     /* The abort word first, the poison after (mp_ctl.h: the ordering every survivor relies
      * on).  If another rank was first, its message is the group's. */
-    if (!tide_mp_ctl_abort(&a->ctl, msg)) return follow_abort(a);
+    if (!tide_mp_ctl_abort(&tide_cuda_mp_set_of(a)->ctl, msg)) return follow_abort(a);
     poison_and_drain(a);
     mark_broken(a, msg);
     return TIDE_ERR(TIDE_ERR_TIMEOUT, "cuda mp fabric: %s", msg);
@@ -365,8 +353,11 @@ tide_result_t tide_cuda_mp_fail_stop(tide_mp_arena_t *a, tide_mp_family_t *fam, 
         /* Who is missing, from the host counters: never the device flags, which the poison
          * overwrites and which the host can only read through a stream. */
         char why[256];
-        tide_mp_ctl_missing(&a->ctl, fam->coll == TIDE_COLL_ALL_GATHER ? 0 : 1, call, why,
-                            sizeof(why));
+        if (tide_cuda_mp_family_index(a, fam) == 2) /* no host counters for fences */
+            snprintf(why, sizeof(why), "some rank did not reach the cross-group fence");
+        else
+            tide_mp_ctl_missing(&a->ctl, fam->coll == TIDE_COLL_ALL_GATHER ? 0 : 1, call, why,
+                                sizeof(why));
         snprintf(msg, sizeof(msg), "rank %d waited %lld ms (TIDE_TIMEOUT_MS) for %s: %s", me,
                  (long long)tide_fabric_timeout_ms(), waiting_for, why);
     }
@@ -383,7 +374,7 @@ static tide_result_t host_wait(tide_mp_arena_t *a, tide_mp_family_t *fam, cudaEv
     for (unsigned spin = 0;; ++spin) {
         if (e == cudaSuccess) return follow_abort(a);
         if (e != cudaErrorNotReady) return tide_cuda_error(e, __FILE__, __LINE__, what);
-        if (tide_mp_ctl_aborted(&a->ctl, NULL, 0) >= 0) return follow_abort(a);
+        if (tide_mp_ctl_aborted(&tide_cuda_mp_set_of(a)->ctl, NULL, 0) >= 0) return follow_abort(a);
         const int dead = tide_mp_boot_dead_peer(&a->w->boot);
         if (dead >= 0 || tide_cuda_now_ns() - t0 > limit)
             return tide_cuda_mp_fail_stop(a, fam, dead, call, what);
@@ -422,7 +413,7 @@ tide_result_t tide_cuda_mp_call_check(struct tide_fabric_arena *arena, tide_coll
             *other_sig_out = other_sig;
             return TIDE_SUCCESS;
         }
-        if (tide_mp_ctl_aborted(&a->ctl, NULL, 0) >= 0) return follow_abort(a);
+        if (tide_mp_ctl_aborted(&tide_cuda_mp_set_of(a)->ctl, NULL, 0) >= 0) return follow_abort(a);
         const int dead = tide_mp_boot_dead_peer(&a->w->boot);
         char msg[TIDE_MP_CTL_MSG];
         if (dead >= 0) {
@@ -479,11 +470,15 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     is.a = a;
     is.fam = fam;
     is.pp = pp;
-    is.fidx = tide_cuda_mp_flags_index(fam->coll, pi);
+    const int fi = tide_cuda_mp_family_index(a, fam);
+    is.fidx = fi == 2 ? TIDE_MP_FENCE_FIDX : tide_cuda_mp_flags_index(fam->coll, pi);
     is.epoch = e;
     is.caller = caller;
     is.rails = (tide_mp_rails_call_t){pp->checked, b, pp, fam->coll, is.fidx, steady};
     is.st = tide_cuda_stats_begin(&fam->stats, form);
+    /* The watchdog times the call's device work from here (watchdog.c). */
+    TIDE_CHECK(tide_mp_watchdog_begin(a, fi, par, e, caller));
+    if (fi == 2) TIDE_CHECK(tide_cuda_mp_view_wait_siblings(a, caller, &is.st));
     if (fence >= 0) TIDE_CHECK(fence_wait(&is, (uint64_t)fence + 1));
     /* The call's copy descriptors go up before the start record every thread forks from. */
     const bool batch = w->batch && pp->batch.cap > 0;
@@ -503,10 +498,11 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
         }
         TIDE_CHECK(issue_cmd(&is, &pp->cmds[form][i]));
     }
-    TIDE_CHECK(write_value(&is, caller, tide_cuda_mp_done_flag(a, w->base.rank, fam->coll), e + 1));
+    TIDE_CHECK(write_value(&is, caller, tide_cuda_mp_family_done_flag(a, w->base.rank, fi), e + 1));
     ++is.st.records;
     TIDE_CUDA_CALL(cudaEventRecord(fam->done_ev[par], caller), "cudaEventRecord(done)");
     fam->done_epoch[par] = (int64_t)e;
+    tide_mp_watchdog_enqueued(a, fi, par, e);
     fam->last_epoch = (int64_t)e;
     fam->last_prep = pi;
     tide_cuda_stats_end(&is.st, t_enqueue, &fam->stats);
@@ -522,8 +518,10 @@ static tide_result_t record_call(tide_mp_arena_t *a, tide_mp_family_t *fam, int 
         return TIDE_ERR(TIDE_ERR_INTERNAL, "cuda mp fabric: rank %d calls call %llu after %lld",
                         r, (unsigned long long)b->epoch, (long long)fam->last_epoch);
     /* Entered: from here on the peers' watchdogs do not name this rank for this call. */
-    const int fi = fam->coll == TIDE_COLL_ALL_GATHER ? 0 : 1;
-    tide_mp_ctl_enter(&a->ctl, fi, b->epoch);
+    /* The control block counts all-gathers and reduce-scatters; a view's fences (family 2)
+     * are not counted there. */
+    const int fi = tide_cuda_mp_family_index(a, fam);
+    if (fi < 2) tide_mp_ctl_enter(&a->ctl, fi, b->epoch);
     /* A rank that resumes after the others failed the group fails too, before it enqueues. */
     TIDE_CHECK(follow_abort(a));
     tide_mp_prepared_t *pp = &fam->prep[pi];
@@ -542,7 +540,7 @@ static tide_result_t record_call(tide_mp_arena_t *a, tide_mp_family_t *fam, int 
     fam->sum_ctas = b->plan->config.sum_ctas > 0 ? b->plan->config.sum_ctas : 1;
     fam->landing_ctas = b->plan->config.landing_ctas > 0 ? b->plan->config.landing_ctas : 1;
     TIDE_CHECK(enqueue(a, fam, pi, b, caller));
-    tide_mp_ctl_enqueued(&a->ctl, fi, b->epoch);
+    if (fi < 2) tide_mp_ctl_enqueued(&a->ctl, fi, b->epoch);
     /* An abort published while we enqueued (this rank was stopped in the middle, say): the
      * call may be released by the poison, so it must not report success. */
     return follow_abort(a);
@@ -556,8 +554,15 @@ tide_result_t tide_cuda_mp_execute(struct tide_fabric_arena *arena, const tide_p
     TIDE_CHECK(tide_cuda_call_check("cuda mp fabric", prog, binding, arena, w->base.ranks,
                                     w->device, stream, &caller));
     if (caller == NULL) caller = cudaStreamLegacy;
-    const int fi = prog->coll == TIDE_COLL_ALL_GATHER ? 0 : 1;
-    const int pi = fi == 0 ? 0 : (int)prog->mode;
+    /* A fence program (a view's, mp_view.c) runs in the third family; its two variants are
+     * its two programs. */
+    const int fi = prog->fence ? 2 : prog->coll == TIDE_COLL_ALL_GATHER ? 0 : 1;
+    const int pi = fi == 2 ? prog->fence - 1 : fi == 0 ? 0 : (int)prog->mode;
+    if (fi == 2 && a->parent == NULL)
+        return TIDE_ERR(TIDE_ERR_INTERNAL,
+                        "cuda mp fabric: rank %d: a cross-group fence on an arena that is not a "
+                        "view of a set",
+                        w->base.rank);
     int prev = -1;
     if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
     if (prev != w->device) TIDE_CUDA_CALL(cudaSetDevice(w->device), "cudaSetDevice");
@@ -569,13 +574,18 @@ tide_result_t tide_cuda_mp_execute(struct tide_fabric_arena *arena, const tide_p
 
 tide_result_t tide_cuda_mp_sync(struct tide_fabric_arena *arena, tide_collective_t coll) {
     TIDE_ARG_CHECK(tide_cuda_mp_is(arena), "cuda mp sync: not a one-process-per-rank arena");
-    tide_mp_arena_t *a = (tide_mp_arena_t *)arena;
-    tide_mp_family_t *fam = &a->fam[coll == TIDE_COLL_ALL_GATHER ? 0 : 1];
+    return tide_cuda_mp_sync_family((tide_mp_arena_t *)arena, coll == TIDE_COLL_ALL_GATHER ? 0 : 1);
+}
+
+tide_result_t tide_cuda_mp_sync_family(tide_mp_arena_t *a, int f) {
+    tide_mp_family_t *fam = &a->fam[f];
     if (fam->broken != TIDE_SUCCESS) return broken_error(fam, a->w->base.rank);
     if (fam->last_epoch < 0) return TIDE_SUCCESS;
     char what[96];
     snprintf(what, sizeof(what), "its call %lld of the %s to end", (long long)fam->last_epoch,
-             coll == TIDE_COLL_ALL_GATHER ? "all-gather" : "reduce-scatter");
+             f == 2   ? "cross-group fence"
+             : f == 0 ? "all-gather"
+                      : "reduce-scatter");
     return host_wait(a, fam, fam->done_ev[fam->last_epoch % 2], (uint64_t)fam->last_epoch, what);
 }
 

@@ -41,6 +41,7 @@ void tide_cuda_mp_world_release(tide_mp_world_t *w) {
 }
 
 static void world_free(tide_mp_world_t *w) {
+    tide_mp_watchdog_stop(w); /* joined before the streams it queries go */
     tide_cuda_mp_world_release(w);
     free(w);
 }
@@ -119,8 +120,10 @@ tide_result_t tide_cuda_mp_world_create(int nodes, int gpus_per_node, int rank, 
     w->base.ranks = n;
     tide_result_t res = tide_cuda_mp_world_init(w);
     if (res == TIDE_SUCCESS) res = env_rails(nodes, w);
+    if (res == TIDE_SUCCESS) res = tide_cuda_mp_env_flags(&w->host_flags);
     if (res == TIDE_SUCCESS)
         res = tide_mp_boot_open(name, rank, n, tide_fabric_timeout_ms(), &w->boot);
+    if (res == TIDE_SUCCESS) res = tide_mp_watchdog_start(w);
     if (res != TIDE_SUCCESS) {
         world_free(w);
         return res;
@@ -163,6 +166,7 @@ static void segments_release(tide_mp_arena_t *a) {
     }
     if (a->legacy_own != NULL) cudaFree(a->legacy_own);
     (void)cudaGetLastError();
+    tide_cuda_mp_flags_unmap(a);
     tide_mp_ctl_close(&a->ctl);
     free(a->vmm);
     free(a->remote);
@@ -216,7 +220,7 @@ static tide_result_t own_segment(tide_mp_arena_t *a, seg_info_t *info, int *fd_o
                gran > 0;
     /* One size on every rank whatever its path: granularities are powers of two. */
     const uint64_t unit = vmm && (uint64_t)gran > (2u << 20) ? (uint64_t)gran : 2u << 20;
-    a->alloc_bytes = (a->flags_off + TIDE_MP_FLAG_BYTES + unit - 1) / unit * unit;
+    a->alloc_bytes = (a->flags_off + tide_cuda_mp_flag_bytes(a) + unit - 1) / unit * unit;
     if (vmm && cuMemCreate(&a->handle[me], a->alloc_bytes, &prop, 0) != CUDA_SUCCESS) {
         a->handle[me] = 0;
         vmm = false;
@@ -290,8 +294,10 @@ static tide_result_t segments_create(tide_mp_arena_t *a, uint64_t bytes, uint64_
     }
     for (int r = 0; r < n; ++r)
         fds[r] = -1;
-    /* The control block first: every rank fails here together if any cannot set it up. */
-    tide_result_t ctl = tide_mp_ctl_open(&w->boot, timeout, &a->ctl);
+    /* The control block first: every rank fails here together if any cannot set it up.  With
+     * host flags (rank 0's TIDE_CUDA_MP_FLAGS) it carries every rank's flag area. */
+    tide_result_t ctl = tide_mp_ctl_open_flags(
+        &w->boot, timeout, w->host_flags ? (size_t)tide_cuda_mp_flag_bytes(a) : 0, &a->ctl);
     if (ctl != TIDE_SUCCESS) {
         free(all);
         free(fds);
@@ -341,6 +347,7 @@ static tide_result_t segments_create(tide_mp_arena_t *a, uint64_t bytes, uint64_
         TIDE_CUDA_CALL(cudaStreamSynchronize(w->util), "cudaStreamSynchronize(zero)");
         for (int r = 0; r < n; ++r)
             a->flags[r] = a->base.bases[r] + a->flags_off;
+        res = tide_cuda_mp_flags_map(a); /* the control block's flags instead (mp_flags.c) */
     }
     /* Everybody mapped and zeroed, or everybody learns that someone failed. */
     const tide_result_t bar =
@@ -373,13 +380,16 @@ tide_result_t tide_cuda_mp_families_create(tide_mp_arena_t *a) {
     return TIDE_SUCCESS;
 }
 
-static tide_result_t mp_arena_create(struct tide_fabric_world *world, uint64_t bytes,
-                                     uint64_t signature, struct tide_fabric_arena **out) {
+/* `areas` flag areas behind each rank's arena: 1, or 1 + the views of a set (mp_view.c). */
+static tide_result_t arena_create_areas(struct tide_fabric_world *world, uint64_t bytes,
+                                        uint64_t signature, int areas,
+                                        struct tide_fabric_arena **out) {
     tide_mp_world_t *w = (tide_mp_world_t *)world;
     TIDE_CUDA_CALL(cudaSetDevice(w->device), "cudaSetDevice");
     tide_mp_arena_t *a = calloc(1, sizeof(*a));
     if (a == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: arena");
     a->w = w;
+    a->flag_areas = areas;
     a->base.world = world;
     a->base.bytes = bytes;
     ++w->registrations;
@@ -388,6 +398,7 @@ static tide_result_t mp_arena_create(struct tide_fabric_world *world, uint64_t b
     tide_result_t res = segments_create(a, bytes, signature);
     for (int f = 0; f < 2 && res == TIDE_SUCCESS; ++f)
         res = family_events(&a->fam[f]);
+    if (res == TIDE_SUCCESS) res = tide_mp_watchdog_add(a);
     if (res != TIDE_SUCCESS) {
         for (int f = 0; f < 2; ++f)
             tide_cuda_mp_family_free(&a->fam[f]);
@@ -397,6 +408,20 @@ static tide_result_t mp_arena_create(struct tide_fabric_world *world, uint64_t b
     }
     *out = &a->base;
     return TIDE_SUCCESS;
+}
+
+static tide_result_t mp_arena_create(struct tide_fabric_world *world, uint64_t bytes,
+                                     uint64_t signature, struct tide_fabric_arena **out) {
+    return arena_create_areas(world, bytes, signature, 1, out);
+}
+
+static tide_result_t mp_arena_create_set(struct tide_fabric_world *world, uint64_t bytes,
+                                         uint64_t signature, int views,
+                                         struct tide_fabric_arena **out) {
+    int areas = 0;
+    /* Every rank refuses alike (rails are a property of the world), before any exchange. */
+    TIDE_CHECK(tide_cuda_mp_set_areas((tide_mp_world_t *)world, views, &areas));
+    return arena_create_areas(world, bytes, signature, areas, out);
 }
 
 /* A deregistration barrier failed (a peer is dead, hung, or still calling): fail the group as
@@ -414,6 +439,7 @@ static bool deregistration_failed(tide_mp_arena_t *a) {
 
 static tide_result_t mp_arena_destroy(struct tide_fabric_arena *arena) {
     tide_mp_arena_t *a = (tide_mp_arena_t *)arena;
+    if (a->parent != NULL) return tide_cuda_mp_view_destroy(a); /* a group's view of a set */
     tide_mp_world_t *w = a->w;
     const int64_t timeout = tide_fabric_timeout_ms();
     (void)cudaSetDevice(w->device);
@@ -433,6 +459,7 @@ static tide_result_t mp_arena_destroy(struct tide_fabric_arena *arena) {
         if (r != TIDE_SUCCESS) broken = deregistration_failed(a);
         if (res == TIDE_SUCCESS) res = r;
     }
+    tide_mp_watchdog_remove(a); /* before the events and flags it reads go */
     for (int f = 0; f < 2; ++f)
         tide_cuda_mp_family_free(&a->fam[f]);
     /* Importers close first, then owners free (legacy). */
@@ -449,6 +476,7 @@ static tide_result_t mp_arena_destroy(struct tide_fabric_arena *arena) {
         if (res == TIDE_SUCCESS) res = r;
     }
     segments_release(a);
+    free(a->views);
     free(a);
     return res;
 }
@@ -475,6 +503,8 @@ const struct tide_fabric_ops tide_fabric_cuda_mp_ops = {
     .world_destroy = mp_world_destroy,
     .arena_create = mp_arena_create,
     .arena_destroy = mp_arena_destroy,
+    .arena_create_set = mp_arena_create_set,
+    .arena_view_create = tide_cuda_mp_view_create,
     .execute = tide_cuda_mp_execute,
     .call_check = tide_cuda_mp_call_check,
 };

@@ -326,6 +326,7 @@ const struct tide_fabric_ops tide_fabric_cuda_ops = {
     .arena_destroy = tide_cuda_arena_destroy,
     .arena_view_create = tide_cuda_arena_view_create,
     .execute = tide_cuda_execute,
+    .call_check = tide_cuda_call_compare,
 };
 
 static const struct tide_fabric_ops *cuda_ops(void) {

@@ -47,6 +47,7 @@ static bool own_node(const tide_nccl_world_t *w, int r) {
 static void arena_free(tide_nccl_arena_t *a) {
     for (int f = 0; f < 2; ++f)
         tide_cuda_mp_family_free(&a->mp.fam[f]);
+    free(a->mp.views);
     free(a->mp.remote);
     free(a->mp.flags);
     free(a->mp.base.bases);
@@ -230,7 +231,8 @@ static tide_result_t segment_create(tide_nccl_world_t *w, tide_nccl_arena_t *a, 
     const tide_nccl_lib_t *lib = w->lib;
     const int n = w->mp.base.ranks;
     a->mp.flags_off = tide_align_up_u64(bytes, 256);
-    a->mp.alloc_bytes = tide_align_up_u64(a->mp.flags_off + TIDE_MP_FLAG_BYTES, SEGMENT_UNIT);
+    a->mp.alloc_bytes =
+        tide_align_up_u64(a->mp.flags_off + tide_cuda_mp_flag_bytes(&a->mp), SEGMENT_UNIT);
     seg_info_t mine = {signature, bytes, w->mp.registrations, a->mp.alloc_bytes};
     tide_result_t local = pre;
     if (local == TIDE_SUCCESS) {
@@ -277,20 +279,25 @@ static tide_result_t segment_create(tide_nccl_world_t *w, tide_nccl_arena_t *a, 
     return TIDE_SUCCESS;
 }
 
-tide_result_t tide_nccl_arena_create(struct tide_fabric_world *world, uint64_t bytes,
-                                     uint64_t signature, struct tide_fabric_arena **arena_out) {
+/* `areas` flag areas behind each rank's arena: 1, or 1 + the views of a set (the CUDA mp
+ * fabric's views serve this fabric's sets too: fabric/cuda/mp_view.c). */
+static tide_result_t arena_create_areas(struct tide_fabric_world *world, uint64_t bytes,
+                                        uint64_t signature, int areas,
+                                        struct tide_fabric_arena **arena_out) {
     tide_nccl_world_t *w = (tide_nccl_world_t *)world;
     const int n = w->mp.base.ranks;
     TIDE_CUDA_CALL(cudaSetDevice(w->mp.device), "cudaSetDevice");
     tide_nccl_arena_t *a = calloc(1, sizeof(*a));
     if (a == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "nccl fabric: arena");
     a->mp.w = &w->mp;
+    a->mp.flag_areas = areas;
     a->mp.base.world = world;
     a->mp.base.bytes = bytes;
     a->mp.base.bases = calloc((size_t)n, sizeof(*a->mp.base.bases));
     a->mp.flags = calloc((size_t)n, sizeof(*a->mp.flags));
     a->mp.remote = calloc((size_t)n, sizeof(*a->mp.remote));
     ++w->mp.registrations;
+    a->registration = w->mp.registrations; /* names the group in argument checks (calls.c) */
     tide_result_t res = a->mp.base.bases == NULL || a->mp.flags == NULL || a->mp.remote == NULL
                             ? TIDE_ERR(TIDE_ERR_NO_MEMORY, "nccl fabric: %d ranks", n)
                             : TIDE_SUCCESS;
@@ -324,7 +331,24 @@ tide_result_t tide_nccl_arena_create(struct tide_fabric_world *world, uint64_t b
     return TIDE_SUCCESS;
 }
 
+tide_result_t tide_nccl_arena_create(struct tide_fabric_world *world, uint64_t bytes,
+                                     uint64_t signature, struct tide_fabric_arena **arena_out) {
+    return arena_create_areas(world, bytes, signature, 1, arena_out);
+}
+
+tide_result_t tide_nccl_arena_create_set(struct tide_fabric_world *world, uint64_t bytes,
+                                         uint64_t signature, int views,
+                                         struct tide_fabric_arena **arena_out) {
+    int areas = 0;
+    /* Refused alike on every rank (several nodes: rails), before any collective step. */
+    TIDE_CHECK(tide_cuda_mp_set_areas(&((tide_nccl_world_t *)world)->mp, views, &areas));
+    return arena_create_areas(world, bytes, signature, areas, arena_out);
+}
+
 tide_result_t tide_nccl_arena_destroy(struct tide_fabric_arena *arena) {
+    /* A group's view of a set is a plain mp arena (mp_view.c): nothing of NCCL's to release. */
+    if (((tide_mp_arena_t *)arena)->parent != NULL)
+        return tide_cuda_mp_view_destroy((tide_mp_arena_t *)arena);
     tide_nccl_arena_t *a = (tide_nccl_arena_t *)arena;
     tide_nccl_world_t *w = (tide_nccl_world_t *)a->mp.w;
     (void)cudaSetDevice(w->mp.device);

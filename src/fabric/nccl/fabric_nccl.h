@@ -74,6 +74,7 @@ typedef struct {
      * ncclPutSignal requires of its source), the window the puts name on the receiver. */
     ncclWindow_t rail_win;
     bool rail_registered;
+    uint64_t registration; /* this world's registrations up to this one: the same on every rank */
 } tide_nccl_arena_t;
 
 /* The exchanges' communicator: all N ranks. */
@@ -99,9 +100,19 @@ tide_result_t tide_nccl_agreed(tide_nccl_world_t *w, tide_result_t local, const 
  * `stream` (lsa.cu).  LSA rank i of the node communicator is TIDE rank node * L + i. */
 cudaError_t tide_nccl_lsa_pointers(ncclWindow_t win, int n, void **dev_out, cudaStream_t stream);
 
+/* fabric.h's call_check over the exchange communicator (calls.c). */
+tide_result_t tide_nccl_call_check(struct tide_fabric_arena *arena, tide_collective_t coll,
+                                   uint64_t seq, uint64_t sig, int *other_rank_out,
+                                   uint64_t *other_sig_out);
+
 /* Arenas (arena.c). */
 tide_result_t tide_nccl_arena_create(struct tide_fabric_world *world, uint64_t bytes,
                                      uint64_t signature, struct tide_fabric_arena **arena_out);
 tide_result_t tide_nccl_arena_destroy(struct tide_fabric_arena *arena);
+/* A set's memory with one flag area per view; the views are the CUDA mp fabric's
+ * (tide_cuda_mp_view_create), which run on this fabric's segments unchanged. */
+tide_result_t tide_nccl_arena_create_set(struct tide_fabric_world *world, uint64_t bytes,
+                                         uint64_t signature, int views,
+                                         struct tide_fabric_arena **arena_out);
 
 #endif /* TIDE_FABRIC_NCCL_FABRIC_NCCL_H_ */

@@ -372,5 +372,8 @@ const struct tide_fabric_ops tide_fabric_nccl_ops = {
     .world_destroy = nccl_world_destroy,
     .arena_create = tide_nccl_arena_create,
     .arena_destroy = tide_nccl_arena_destroy,
+    .arena_create_set = tide_nccl_arena_create_set,
+    .arena_view_create = tide_cuda_mp_view_create,
     .execute = tide_cuda_mp_execute,
+    .call_check = tide_nccl_call_check,
 };
