@@ -76,6 +76,9 @@
 #define TIDE_MP_POISON ((uint64_t)1 << 62)
 
 struct tide_mp_rails_ops;
+struct tide_mp_direct;       /* mp_direct.c */
+struct tide_mp_direct_world;
+struct tide_mp_direct_call;
 
 typedef struct {
     struct tide_fabric_world base;
@@ -98,6 +101,10 @@ typedef struct {
      * node only. */
     const struct tide_mp_rails_ops *rails;
     cudaStream_t rail_stream;
+    /* Direct mode at M = 1 (mp_direct.c, TIDE_CUDA_MP_DIRECT): off on the NCCL fabric's worlds,
+     * which have no socket mesh to exchange IPC handles over. */
+    bool direct;
+    struct tide_mp_direct_world *dworld; /* caller allocations exported and imported */
 } tide_mp_world_t;
 
 /* TIDE_CUDA_CE_BATCH (mp_batch.c): runs of copies that touch another device's memory (peer
@@ -162,6 +169,7 @@ typedef struct {
     tide_cuda_bound_t *bound; /* [num_ops]: this rank's entries of the pending call */
     tide_mp_batch_t batch;    /* allocated when the world batches */
     tide_mp_rails_prog_t rails; /* on a world with rails */
+    struct tide_mp_direct *direct; /* direct mode's analysis of an M = 1 RS program, or NULL */
 } tide_mp_prepared_t;
 
 typedef struct {
@@ -178,7 +186,9 @@ typedef struct {
     const void **own_last[2];
     bool own_valid[2], own_inflight[2];
     cudaEvent_t own_done[2];
-    const void **grads; /* the pending call's gradient pointers */
+    const void **grads; /* the pending call's gradient pointers (row_len of them) */
+    int row_len;        /* P, or L P when direct sums may read the peers' rows (mp_direct.c) */
+    struct tide_mp_direct_call *dcall; /* the RS family's pointer exchange (mp_direct.c) */
     int sum_ctas, landing_ctas;
     tide_result_t broken;
     char broken_msg[TIDE_MP_CTL_MSG + 64];
@@ -326,6 +336,36 @@ tide_result_t tide_cuda_mp_batch_plan(tide_mp_arena_t *a, tide_mp_prepared_t *pp
                                       int parity, cudaStream_t caller, tide_cuda_stats_t *st);
 tide_result_t tide_cuda_mp_batch_issue(tide_mp_arena_t *a, tide_mp_prepared_t *pp, int k,
                                        int parity, int thread);
+
+/* ------------------------------------------------------------------ direct mode (mp_direct.c) */
+
+/* Direct mode at M = 1 (docs/cuda-fabric.md, "Direct mode across processes"): the sums read
+ * the peers' gradients in place and store every rank's output, when every gradient and output
+ * of the call is addressable from every rank.  env: TIDE_CUDA_MP_DIRECT ("0" off; unset or
+ * "1" on).  prepare: the analysis of an RS program at M = 1 (nothing otherwise).  call: per
+ * call, exchange the operands' addresses with the peers (collective), decide the path (the
+ * same on every rank) and fill fam->grads with the call's row.  elided / skip: what the call
+ * does not issue.  l: the bind environment's direct_l.  before: the fused-sum tables on the
+ * caller's stream, before the start record.  after: on the caller's stream after this rank's
+ * done flag, wait for every rank's done flag of the call, then record read-done. */
+tide_result_t tide_cuda_mp_direct_env(bool *on_out);
+tide_result_t tide_cuda_mp_direct_prepare(tide_mp_arena_t *a, tide_mp_family_t *fam,
+                                          tide_mp_prepared_t *pp, const tide_program_t *prog);
+void tide_cuda_mp_direct_free(tide_mp_prepared_t *pp);
+void tide_cuda_mp_direct_family_free(tide_mp_family_t *fam);
+void tide_cuda_mp_direct_world_free(tide_mp_world_t *w);
+tide_result_t tide_cuda_mp_direct_call(tide_mp_arena_t *a, tide_mp_family_t *fam,
+                                       tide_mp_prepared_t *pp, const tide_binding_t *b);
+bool tide_cuda_mp_direct_elided(const tide_mp_prepared_t *pp, int id);
+bool tide_cuda_mp_direct_skip(const tide_mp_prepared_t *pp, int id, const tide_op_t *op,
+                              tide_cuda_stats_t *st);
+int tide_cuda_mp_direct_l(const tide_mp_prepared_t *pp);
+tide_result_t tide_cuda_mp_direct_before(tide_mp_arena_t *a, tide_mp_prepared_t *pp,
+                                         const tide_binding_t *b, cudaStream_t caller,
+                                         tide_cuda_stats_t *st);
+tide_result_t tide_cuda_mp_direct_after(tide_mp_arena_t *a, tide_mp_family_t *fam,
+                                        tide_mp_prepared_t *pp, uint64_t epoch,
+                                        cudaStream_t caller, tide_cuda_stats_t *st);
 
 /* ------------------------------------------------------------------ queries (tests, tools) */
 
