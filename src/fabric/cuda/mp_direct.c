@@ -34,6 +34,7 @@
 struct tide_mp_direct {
     tide_direct_t dir;
     int l;                   /* ranks of the node: N at M = 1 */
+    bool any_fuse;           /* some sum of some rank is fused (the same on every rank) */
     bool on, fuse_on;        /* this call's path */
     tide_cuda_fuse_t **fuse; /* [num_ops]: this rank's fused sums */
     tide_land_args_t *land;  /* [num_ops]: other ranks' fused landings, bound for this call */
@@ -100,6 +101,8 @@ tide_result_t tide_cuda_mp_direct_prepare(tide_mp_arena_t *a, tide_mp_family_t *
     d->land_bound = calloc((size_t)n + 1, 1);
     if (d->fuse == NULL || d->land == NULL || d->land_bound == NULL)
         return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: direct mode of %d ops", n);
+    for (int id = 0; d->dir.fuse != NULL && id < n; ++id)
+        d->any_fuse = d->any_fuse || d->dir.fuse[id] != NULL;
     if (d->dir.fuse != NULL)
         for (int id = pp->sched.op_base[me * TIDE_CUDA_Q];
              id < pp->sched.op_base[(me + 1) * TIDE_CUDA_Q]; ++id) {
@@ -124,7 +127,7 @@ tide_result_t tide_cuda_mp_direct_call(tide_mp_arena_t *a, tide_mp_family_t *fam
     if (d != NULL) {
         TIDE_CHECK(tide_cuda_mp_exchange(a, fam, b));
         d->on = fam->dcall->sums;
-        d->fuse_on = d->on && fam->dcall->outs;
+        d->fuse_on = d->on && d->any_fuse && fam->dcall->outs;
         memset(d->land_bound, 0, (size_t)d->dir.num_ops + 1);
     }
     memset(fam->grads, 0, (size_t)fam->row_len * sizeof(*fam->grads));
@@ -205,6 +208,7 @@ tide_result_t tide_cuda_mp_direct_before(tide_mp_arena_t *a, tide_mp_prepared_t 
                                          const tide_binding_t *b, cudaStream_t caller,
                                          tide_cuda_stats_t *st) {
     struct tide_mp_direct *d = pp->direct;
+    st->direct = d == NULL || !d->on ? 0 : d->fuse_on ? 2 : 1;
     if (d == NULL || !d->fuse_on) return TIDE_SUCCESS;
     land_ctx_t ctx = {a, pp, b};
     const int parity = (int)(b->epoch % 2), me = a->w->base.rank;
