@@ -414,7 +414,18 @@ tide_result_t tide_cuda_mp_exchange(tide_mp_arena_t *a, tide_mp_family_t *fam,
     if (res == TIDE_SUCCESS && all_sums) {
         /* Every rank's "same" refers to the last exchange every rank completed: theirs_valid. */
         if (all_same && c->theirs_valid) {
+            /* Nothing new: every import the last exchange resolved is still open (a mapping is
+             * retired only for a new allocation of its owner, whose addresses then changed).
+             * Without a vote a failure here could split the ranks: fail the group instead. */
             ok = resolve_all(a, c, h, b, all_outs);
+            if (!ok) {
+                char msg[TIDE_MP_CTL_MSG];
+                snprintf(msg, sizeof(msg),
+                         "rank %d: direct mode: a peer's operand mapped at the last call is "
+                         "gone",
+                         a->w->base.rank);
+                res = tide_cuda_mp_fail_stop_msg(a, msg);
+            }
         } else {
             res = gather_messages(a, c, h);
             if (res == TIDE_SUCCESS) {
