@@ -265,19 +265,6 @@ tide_result_t tide_cuda_direct_lands(tide_cuda_shared_t *sh, tide_cuda_prepared_
 tide_result_t tide_cuda_direct_fuse_upload(tide_cuda_shared_t *sh, tide_cuda_prepared_t *pp,
                                            int parity, int r, cudaStream_t stream,
                                            uint64_t *uploads);
-/* One fused SUM's table of this parity (written once for both CUDA executors): row q stores
- * segment q as the landing `land` names stores it (its table and this call's bound arguments,
- * which the executor looks up), uploaded on `stream` when it changed (*uploads counts).  The
- * one-process-per-rank executor binds the other ranks' landings itself (mp_direct.c). */
-typedef struct {
-    const tide_table_t *table;
-    const tide_land_args_t *args;
-} tide_cuda_fuse_land_t;
-typedef tide_result_t (*tide_cuda_fuse_land_fn)(void *ctx, int land_op, tide_cuda_fuse_land_t *out);
-tide_result_t tide_cuda_fuse_table_upload(tide_cuda_fuse_t *f, int parity, cudaStream_t stream,
-                                          tide_cuda_fuse_land_fn land, void *ctx,
-                                          uint64_t *uploads);
-void tide_cuda_fuse_free(tide_cuda_fuse_t *f);
 
 
 /* ------------------------------------------------------------------ ops (ops.c) */

@@ -32,7 +32,7 @@ bool tide_cuda_direct_world(const tide_cuda_shared_t *sh, int gpus_per_node) {
     return true;
 }
 
-void tide_cuda_fuse_free(tide_cuda_fuse_t *f) {
+static void fuse_free(tide_cuda_fuse_t *f) {
     if (f == NULL) return;
     for (int p = 0; p < 2; ++p) {
         if (f->dev[p] != NULL) cudaFree(f->dev[p]);
@@ -46,7 +46,7 @@ void tide_cuda_fuse_free(tide_cuda_fuse_t *f) {
 void tide_cuda_direct_free(tide_cuda_prepared_t *pp) {
     if (pp->fuse != NULL)
         for (int id = 0; id < pp->sched.num_ops; ++id)
-            tide_cuda_fuse_free(pp->fuse[id]);
+            fuse_free(pp->fuse[id]);
     free(pp->fuse);
     pp->fuse = NULL;
     for (int p = 0; p < 2; ++p) {
@@ -197,59 +197,6 @@ tide_result_t tide_cuda_direct_lands(tide_cuda_shared_t *sh, tide_cuda_prepared_
     return TIDE_SUCCESS;
 }
 
-tide_result_t tide_cuda_fuse_table_upload(tide_cuda_fuse_t *f, int parity, cudaStream_t stream,
-                                          tide_cuda_fuse_land_fn land, void *ctx,
-                                          uint64_t *uploads) {
-    const size_t bytes = (size_t)f->num_segs * sizeof(tide_sum_fused_t);
-    if (f->dev[parity] == NULL) {
-        TIDE_CUDA_CALL(cudaMalloc((void **)&f->dev[parity], bytes), "cudaMalloc(fused sum table)");
-        TIDE_CUDA_CALL(cudaMallocHost((void **)&f->host[parity], bytes),
-                       "cudaMallocHost(fused sum table)");
-        TIDE_CUDA_CALL(cudaEventCreateWithFlags(&f->done[parity], cudaEventDisableTiming),
-                       "cudaEventCreateWithFlags(fused sum table)");
-        f->last[parity] = calloc(1, bytes);
-        if (f->last[parity] == NULL)
-            return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda fabric: fused sum table");
-    }
-    /* The pinned row may still feed the upload of call e - 2. */
-    if (f->inflight[parity])
-        TIDE_CUDA_CALL(cudaEventSynchronize(f->done[parity]),
-                       "cudaEventSynchronize(fused sum table)");
-    f->inflight[parity] = false;
-    tide_sum_fused_t *row = f->host[parity];
-    memset(row, 0, bytes);
-    for (int q = 0; q < f->num_segs; ++q) {
-        if (f->segs[q].land < 0) continue; /* an empty segment: nothing is stored */
-        tide_cuda_fuse_land_t l;
-        TIDE_CHECK(land(ctx, f->segs[q].land, &l));
-        row[q].dst = l.args->out + l.table->land_segs[f->segs[q].seg].out_off;
-        row[q].alpha = l.args->alpha;
-        row[q].overwrite = l.args->init && !l.args->accumulate;
-        row[q].plus_zero = l.args->num_in > 1 || l.args->plus_zero;
-    }
-    if (!f->valid[parity] || memcmp(f->last[parity], row, bytes) != 0) {
-        TIDE_CUDA_CALL(cudaMemcpyAsync(f->dev[parity], row, bytes, cudaMemcpyHostToDevice, stream),
-                       "cudaMemcpyAsync(fused sum table)");
-        TIDE_CUDA_CALL(cudaEventRecord(f->done[parity], stream),
-                       "cudaEventRecord(fused sum table)");
-        f->inflight[parity] = true;
-        memcpy(f->last[parity], row, bytes);
-        f->valid[parity] = true;
-        ++*uploads;
-    }
-    return TIDE_SUCCESS;
-}
-
-/* The landing of a fused segment as this process bound it (every rank's ops are bound here). */
-static tide_result_t bound_land(void *ctx, int lid, tide_cuda_fuse_land_t *out) {
-    const tide_cuda_prepared_t *pp = ctx;
-    const int lt = tide_direct_thread_of(&pp->sched, lid);
-    const tide_op_t *lop = tide_schedule_op(pp->checked[lt / TIDE_CUDA_Q], &pp->sched, lid, lt);
-    out->table = &pp->checked[lt / TIDE_CUDA_Q]->ranks[lt / TIDE_CUDA_Q].tables[lop->table];
-    out->args = &pp->bound[lid].land;
-    return TIDE_SUCCESS;
-}
-
 tide_result_t tide_cuda_direct_fuse_upload(tide_cuda_shared_t *sh, tide_cuda_prepared_t *pp,
                                            int parity, int r, cudaStream_t stream,
                                            uint64_t *uploads) {
@@ -260,7 +207,49 @@ tide_result_t tide_cuda_direct_fuse_upload(tide_cuda_shared_t *sh, tide_cuda_pre
         for (int id = s->op_base[t]; id < s->op_base[t + 1]; ++id) {
             tide_cuda_fuse_t *f = pp->fuse[id];
             if (f == NULL || f->num_segs == 0) continue;
-            TIDE_CHECK(tide_cuda_fuse_table_upload(f, parity, stream, bound_land, pp, uploads));
+            const size_t bytes = (size_t)f->num_segs * sizeof(tide_sum_fused_t);
+            if (f->dev[parity] == NULL) {
+                TIDE_CUDA_CALL(cudaMalloc((void **)&f->dev[parity], bytes),
+                               "cudaMalloc(fused sum table)");
+                TIDE_CUDA_CALL(cudaMallocHost((void **)&f->host[parity], bytes),
+                               "cudaMallocHost(fused sum table)");
+                TIDE_CUDA_CALL(cudaEventCreateWithFlags(&f->done[parity], cudaEventDisableTiming),
+                               "cudaEventCreateWithFlags(fused sum table)");
+                f->last[parity] = calloc(1, bytes);
+                if (f->last[parity] == NULL)
+                    return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda fabric: fused sum table");
+            }
+            /* The pinned row may still feed the upload of call e - 2. */
+            if (f->inflight[parity])
+                TIDE_CUDA_CALL(cudaEventSynchronize(f->done[parity]),
+                               "cudaEventSynchronize(fused sum table)");
+            f->inflight[parity] = false;
+            tide_sum_fused_t *row = f->host[parity];
+            memset(row, 0, bytes);
+            for (int q = 0; q < f->num_segs; ++q) {
+                if (f->segs[q].land < 0) continue; /* an empty segment: nothing is stored */
+                const int lid = f->segs[q].land;
+                const int lt = tide_direct_thread_of(s, lid);
+                const tide_op_t *lop = tide_schedule_op(pp->checked[lt / TIDE_CUDA_Q], s, lid, lt);
+                const tide_table_t *tb =
+                    &pp->checked[lt / TIDE_CUDA_Q]->ranks[lt / TIDE_CUDA_Q].tables[lop->table];
+                const tide_land_args_t *la = &pp->bound[lid].land;
+                row[q].dst = la->out + tb->land_segs[f->segs[q].seg].out_off;
+                row[q].alpha = la->alpha;
+                row[q].overwrite = la->init && !la->accumulate;
+                row[q].plus_zero = la->num_in > 1 || la->plus_zero;
+            }
+            if (!f->valid[parity] || memcmp(f->last[parity], row, bytes) != 0) {
+                TIDE_CUDA_CALL(
+                    cudaMemcpyAsync(f->dev[parity], row, bytes, cudaMemcpyHostToDevice, stream),
+                    "cudaMemcpyAsync(fused sum table)");
+                TIDE_CUDA_CALL(cudaEventRecord(f->done[parity], stream),
+                               "cudaEventRecord(fused sum table)");
+                f->inflight[parity] = true;
+                memcpy(f->last[parity], row, bytes);
+                f->valid[parity] = true;
+                ++*uploads;
+            }
             pp->bound[id].sum.fused = f->dev[parity];
         }
     return TIDE_SUCCESS;

@@ -6,7 +6,9 @@
  *
  * What is shared with the single-process fabric's direct mode: the analysis of the program
  * (program/direct.h, with one memory domain: every rank's memory is mapped in every process
- * at M = 1) and the fused-sum tables (direct.c, tide_cuda_fuse_table_upload).  Only the two
+ * at M = 1), the kernels' arguments and the fused-sum table layout (tide_cuda_fuse_t; its
+ * upload is written here again because the landings it names are bound differently: this
+ * process binds only its own rank's call, direct.c reads every rank's).  Only the two
  * shortcuts that exist at M = 1 are asked for: SUM (1; the program has no inbox, so ZERO and
  * ALIAS find nothing) and FUSE (8).
  *
@@ -55,12 +57,24 @@ tide_result_t tide_cuda_mp_direct_env(bool *on_out) {
                     "cuda mp fabric: TIDE_CUDA_MP_DIRECT is \"%s\" (0 or 1)", e);
 }
 
+static void fuse_free(tide_cuda_fuse_t *f) {
+    if (f == NULL) return;
+    for (int p = 0; p < 2; ++p) {
+        if (f->dev[p] != NULL) cudaFree(f->dev[p]);
+        if (f->host[p] != NULL) cudaFreeHost(f->host[p]);
+        if (f->done[p] != NULL) cudaEventDestroy(f->done[p]);
+        free(f->last[p]);
+    }
+    free(f);
+}
+
 void tide_cuda_mp_direct_free(tide_mp_prepared_t *pp) {
     struct tide_mp_direct *d = pp->direct;
     if (d == NULL) return;
     if (d->fuse != NULL)
         for (int id = 0; id < d->dir.num_ops; ++id)
-            tide_cuda_fuse_free(d->fuse[id]);
+            fuse_free(d->fuse[id]);
+    (void)cudaGetLastError();
     free(d->fuse);
     free(d->land);
     free(d->land_bound);
@@ -171,28 +185,22 @@ int tide_cuda_mp_direct_l(const tide_mp_prepared_t *pp) {
     return pp->direct != NULL && pp->direct->on ? pp->direct->l : 0;
 }
 
-typedef struct {
-    tide_mp_arena_t *a;
-    tide_mp_prepared_t *pp;
-    const tide_binding_t *b;
-} land_ctx_t;
-
 /* Landing `lid` of this call: this rank's as bound, another rank's bound here with that
  * rank's output and gradients as mapped in this process. */
-static tide_result_t land_of(void *ctx, int lid, tide_cuda_fuse_land_t *out) {
-    const land_ctx_t *x = ctx;
-    tide_mp_prepared_t *pp = x->pp;
+static tide_result_t land_of(tide_mp_arena_t *a, tide_mp_prepared_t *pp, const tide_binding_t *b,
+                             int lid, const tide_table_t **table_out,
+                             const tide_land_args_t **args_out) {
     struct tide_mp_direct *d = pp->direct;
     const int t = tide_direct_thread_of(&pp->sched, lid), r = t / TIDE_CUDA_Q;
     const tide_op_t *op = tide_schedule_op(pp->checked, &pp->sched, lid, t);
-    out->table = &pp->checked->ranks[r].tables[op->table];
-    if (r == x->a->w->base.rank) {
-        out->args = &pp->bound[lid].land;
+    *table_out = &pp->checked->ranks[r].tables[op->table];
+    if (r == a->w->base.rank) {
+        *args_out = &pp->bound[lid].land;
         return TIDE_SUCCESS;
     }
     if (!d->land_bound[lid]) {
-        const struct tide_mp_direct_call *c = x->a->fam[1].dcall;
-        tide_binding_t peer = *x->b;
+        const struct tide_mp_direct_call *c = a->fam[1].dcall;
+        tide_binding_t peer = *b;
         peer.rank = r;
         peer.out = c->outs_at[r];
         peer.grads = &c->grads[(size_t)r * (size_t)c->params];
@@ -200,7 +208,50 @@ static tide_result_t land_of(void *ctx, int lid, tide_cuda_fuse_land_t *out) {
                                   lid - pp->sched.op_base[t], &d->land[lid]));
         d->land_bound[lid] = 1;
     }
-    out->args = &d->land[lid];
+    *args_out = &d->land[lid];
+    return TIDE_SUCCESS;
+}
+
+/* Fused sum f's table of this parity: row q stores segment q as its landing would (the
+ * kernel's tide_sum_fused_t), uploaded on the caller's stream when it changed. */
+static tide_result_t fuse_upload(tide_mp_arena_t *a, tide_mp_prepared_t *pp,
+                                 const tide_binding_t *b, tide_cuda_fuse_t *f, int parity,
+                                 cudaStream_t caller, tide_cuda_stats_t *st) {
+    const size_t bytes = (size_t)f->num_segs * sizeof(tide_sum_fused_t);
+    if (f->dev[parity] == NULL) {
+        TIDE_CUDA_CALL(cudaMalloc((void **)&f->dev[parity], bytes), "cudaMalloc(fused sum table)");
+        TIDE_CUDA_CALL(cudaMallocHost((void **)&f->host[parity], bytes),
+                       "cudaMallocHost(fused sum table)");
+        TIDE_CUDA_CALL(cudaEventCreateWithFlags(&f->done[parity], cudaEventDisableTiming),
+                       "cudaEventCreateWithFlags(fused sum table)");
+        f->last[parity] = calloc(1, bytes);
+        if (f->last[parity] == NULL)
+            return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: fused sum table");
+    }
+    /* The host waited for call e - 2 (enqueue), which read this parity's pinned row. */
+    if (f->inflight[parity])
+        TIDE_CUDA_CALL(cudaEventSynchronize(f->done[parity]), "cudaEventSynchronize(fused)");
+    f->inflight[parity] = false;
+    tide_sum_fused_t *row = f->host[parity];
+    memset(row, 0, bytes);
+    for (int q = 0; q < f->num_segs; ++q) {
+        if (f->segs[q].land < 0) continue; /* an empty segment: nothing is stored */
+        const tide_table_t *tb;
+        const tide_land_args_t *la;
+        TIDE_CHECK(land_of(a, pp, b, f->segs[q].land, &tb, &la));
+        row[q] = (tide_sum_fused_t){.dst = la->out + tb->land_segs[f->segs[q].seg].out_off,
+                                    .alpha = la->alpha,
+                                    .overwrite = la->init && !la->accumulate,
+                                    .plus_zero = la->num_in > 1 || la->plus_zero};
+    }
+    if (f->valid[parity] && memcmp(f->last[parity], row, bytes) == 0) return TIDE_SUCCESS;
+    ++st->uploads;
+    TIDE_CUDA_CALL(cudaMemcpyAsync(f->dev[parity], row, bytes, cudaMemcpyHostToDevice, caller),
+                   "cudaMemcpyAsync(fused sum table)");
+    TIDE_CUDA_CALL(cudaEventRecord(f->done[parity], caller), "cudaEventRecord(fused sum table)");
+    f->inflight[parity] = true;
+    memcpy(f->last[parity], row, bytes);
+    f->valid[parity] = true;
     return TIDE_SUCCESS;
 }
 
@@ -210,13 +261,12 @@ tide_result_t tide_cuda_mp_direct_before(tide_mp_arena_t *a, tide_mp_prepared_t 
     struct tide_mp_direct *d = pp->direct;
     st->direct = d == NULL || !d->on ? 0 : d->fuse_on ? 2 : 1;
     if (d == NULL || !d->fuse_on) return TIDE_SUCCESS;
-    land_ctx_t ctx = {a, pp, b};
     const int parity = (int)(b->epoch % 2), me = a->w->base.rank;
     for (int id = pp->sched.op_base[me * TIDE_CUDA_Q];
          id < pp->sched.op_base[(me + 1) * TIDE_CUDA_Q]; ++id) {
         tide_cuda_fuse_t *f = d->fuse[id];
         if (f == NULL) continue;
-        TIDE_CHECK(tide_cuda_fuse_table_upload(f, parity, caller, land_of, &ctx, &st->uploads));
+        TIDE_CHECK(fuse_upload(a, pp, b, f, parity, caller, st));
         pp->bound[id].sum.fused = f->dev[parity];
     }
     return TIDE_SUCCESS;
