@@ -96,15 +96,15 @@ typedef struct {
     tide_cuda_slicing_t slicing; /* sums and landings as sliced launches (slices.c) */
     int ce_batch;             /* TIDE_CUDA_CE_BATCH: TIDE_MP_CE_* */
     uint8_t uuid[16];         /* the device's, to tell which peers share it */
+    /* Direct mode at M = 1 (mp_direct.c, TIDE_CUDA_MP_DIRECT): off on the NCCL fabric's worlds,
+     * which have no socket mesh to exchange IPC handles over. */
+    bool direct;
+    struct tide_mp_direct_world *dworld; /* caller allocations exported and imported */
     /* Rail transport for the cross-node puts (mp_rails.c), or NULL: every op is issued as
      * itself, which needs every peer mapped (one host).  With one, fences cover this rank's
      * node only. */
     const struct tide_mp_rails_ops *rails;
     cudaStream_t rail_stream;
-    /* Direct mode at M = 1 (mp_direct.c, TIDE_CUDA_MP_DIRECT): off on the NCCL fabric's worlds,
-     * which have no socket mesh to exchange IPC handles over. */
-    bool direct;
-    struct tide_mp_direct_world *dworld; /* caller allocations exported and imported */
 } tide_mp_world_t;
 
 /* TIDE_CUDA_CE_BATCH (mp_batch.c): runs of copies that touch another device's memory (peer
@@ -324,19 +324,6 @@ tide_result_t tide_cuda_mp_fail_stop_msg(tide_mp_arena_t *a, const char *msg);
 tide_result_t tide_cuda_mp_fail_stop(tide_mp_arena_t *a, tide_mp_family_t *fam, int dead,
                                      uint64_t call, const char *waiting_for);
 
-/* Batched copies (mp_batch.c).  prepare allocates for the program's command lists; plan
- * walks this call's form, groups each thread's runs of same-device copies (below the size
- * threshold, nothing else of that thread between them) and of flat copies to or from peer
- * pointers (TIDE_CUDA_CE_BATCH), fills their descriptors from the bound ops, checks each run
- * for overlaps (overlapping runs stay per op), and uploads the descriptors on the caller's
- * stream; issue launches run k: the batch kernel, or one cudaMemcpyBatchAsync. */
-tide_result_t tide_cuda_mp_batch_prepare(tide_mp_prepared_t *pp);
-void tide_cuda_mp_batch_free(tide_mp_prepared_t *pp);
-tide_result_t tide_cuda_mp_batch_plan(tide_mp_arena_t *a, tide_mp_prepared_t *pp, int form,
-                                      int parity, cudaStream_t caller, tide_cuda_stats_t *st);
-tide_result_t tide_cuda_mp_batch_issue(tide_mp_arena_t *a, tide_mp_prepared_t *pp, int k,
-                                       int parity, int thread);
-
 /* ------------------------------------------------------------------ direct mode (mp_direct.c) */
 
 /* Direct mode at M = 1 (docs/cuda-fabric.md, "Direct mode across processes"): the sums read
@@ -366,6 +353,19 @@ tide_result_t tide_cuda_mp_direct_before(tide_mp_arena_t *a, tide_mp_prepared_t 
 tide_result_t tide_cuda_mp_direct_after(tide_mp_arena_t *a, tide_mp_family_t *fam,
                                         tide_mp_prepared_t *pp, uint64_t epoch,
                                         cudaStream_t caller, tide_cuda_stats_t *st);
+
+/* Batched copies (mp_batch.c).  prepare allocates for the program's command lists; plan
+ * walks this call's form, groups each thread's runs of same-device copies (below the size
+ * threshold, nothing else of that thread between them) and of flat copies to or from peer
+ * pointers (TIDE_CUDA_CE_BATCH), fills their descriptors from the bound ops, checks each run
+ * for overlaps (overlapping runs stay per op), and uploads the descriptors on the caller's
+ * stream; issue launches run k: the batch kernel, or one cudaMemcpyBatchAsync. */
+tide_result_t tide_cuda_mp_batch_prepare(tide_mp_prepared_t *pp);
+void tide_cuda_mp_batch_free(tide_mp_prepared_t *pp);
+tide_result_t tide_cuda_mp_batch_plan(tide_mp_arena_t *a, tide_mp_prepared_t *pp, int form,
+                                      int parity, cudaStream_t caller, tide_cuda_stats_t *st);
+tide_result_t tide_cuda_mp_batch_issue(tide_mp_arena_t *a, tide_mp_prepared_t *pp, int k,
+                                       int parity, int thread);
 
 /* ------------------------------------------------------------------ queries (tests, tools) */
 

@@ -511,8 +511,9 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
         TIDE_CHECK(issue_cmd(&is, &pp->cmds[form][i]));
     }
     TIDE_CHECK(write_value(&is, caller, tide_cuda_mp_done_flag(a, w->base.rank, fam->coll), e + 1));
-    TIDE_CHECK(tide_cuda_mp_direct_after(a, fam, pp, e, caller, &is.st));
     ++is.st.records;
+    /* Direct mode: the call ends once every rank's did (mp_direct.c). */
+    TIDE_CHECK(tide_cuda_mp_direct_after(a, fam, pp, e, caller, &is.st));
     TIDE_CUDA_CALL(cudaEventRecord(fam->done_ev[par], caller), "cudaEventRecord(done)");
     fam->done_epoch[par] = (int64_t)e;
     fam->last_epoch = (int64_t)e;

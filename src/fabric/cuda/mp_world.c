@@ -119,8 +119,8 @@ tide_result_t tide_cuda_mp_world_create(int nodes, int gpus_per_node, int rank, 
     w->base.gpus_per_node = gpus_per_node;
     w->base.ranks = n;
     tide_result_t res = tide_cuda_mp_world_init(w);
-    if (res == TIDE_SUCCESS) res = env_rails(nodes, w);
     if (res == TIDE_SUCCESS) res = tide_cuda_mp_direct_env(&w->direct);
+    if (res == TIDE_SUCCESS) res = env_rails(nodes, w);
     if (res == TIDE_SUCCESS)
         res = tide_mp_boot_open(name, rank, n, tide_fabric_timeout_ms(), &w->boot);
     if (res != TIDE_SUCCESS) {
