@@ -332,9 +332,9 @@ tide_result_t tide_cuda_mp_fail_stop(tide_mp_arena_t *a, tide_mp_family_t *fam, 
  * "1" on).  prepare: the analysis of an RS program at M = 1 (nothing otherwise).  call: per
  * call, exchange the operands' addresses with the peers (collective), decide the path (the
  * same on every rank) and fill fam->grads with the call's row.  elided / skip: what the call
- * does not issue.  l: the bind environment's direct_l.  before: the fused-sum tables on the
- * caller's stream, before the start record.  after: on the caller's stream after this rank's
- * done flag, wait for every rank's done flag of the call, then record read-done. */
+ * does not issue (read-done is recorded after every rank's call: mp_execute.c's enqueue).
+ * l: the bind environment's direct_l (> 0: this call is direct).  before: the fused-sum
+ * tables on the caller's stream, before the start record. */
 tide_result_t tide_cuda_mp_direct_env(bool *on_out);
 tide_result_t tide_cuda_mp_direct_prepare(tide_mp_arena_t *a, tide_mp_family_t *fam,
                                           tide_mp_prepared_t *pp, const tide_program_t *prog);
@@ -350,9 +350,6 @@ int tide_cuda_mp_direct_l(const tide_mp_prepared_t *pp);
 tide_result_t tide_cuda_mp_direct_before(tide_mp_arena_t *a, tide_mp_prepared_t *pp,
                                          const tide_binding_t *b, cudaStream_t caller,
                                          tide_cuda_stats_t *st);
-tide_result_t tide_cuda_mp_direct_after(tide_mp_arena_t *a, tide_mp_family_t *fam,
-                                        tide_mp_prepared_t *pp, uint64_t epoch,
-                                        cudaStream_t caller, tide_cuda_stats_t *st);
 
 /* Batched copies (mp_batch.c).  prepare allocates for the program's command lists; plan
  * walks this call's form, groups each thread's runs of same-device copies (below the size

@@ -177,7 +177,7 @@ bool tide_cuda_mp_direct_skip(const tide_mp_prepared_t *pp, int id, const tide_o
         ++st->fused;
         return true; /* a fused sum (this rank's or a peer's) stored this landing */
     }
-    /* Read-done follows every rank's call (tide_cuda_mp_direct_after). */
+    /* Read-done follows every rank's call (mp_execute.c, enqueue). */
     return op->kind == TIDE_OP_EVENT && op->event == TIDE_EVENT_READ_DONE;
 }
 
@@ -269,28 +269,5 @@ tide_result_t tide_cuda_mp_direct_before(tide_mp_arena_t *a, tide_mp_prepared_t 
         TIDE_CHECK(fuse_upload(a, pp, b, f, parity, caller, st));
         pp->bound[id].sum.fused = f->dev[parity];
     }
-    return TIDE_SUCCESS;
-}
-
-tide_result_t tide_cuda_mp_direct_after(tide_mp_arena_t *a, tide_mp_family_t *fam,
-                                        tide_mp_prepared_t *pp, uint64_t epoch,
-                                        cudaStream_t caller, tide_cuda_stats_t *st) {
-    const struct tide_mp_direct *d = pp->direct;
-    if (d == NULL || !d->on) return TIDE_SUCCESS;
-    const int n = a->w->base.ranks, me = a->w->base.rank;
-    for (int r = 0; r < n; ++r) {
-        if (r == me) continue; /* written just before, on this stream */
-        ++st->waits;
-        const CUresult e = cuStreamWaitValue64((CUstream)caller,
-                                               tide_cuda_mp_done_flag(a, r, fam->coll),
-                                               epoch + 1, CU_STREAM_WAIT_VALUE_GEQ);
-        if (e != CUDA_SUCCESS)
-            return TIDE_ERR(TIDE_ERR_FABRIC,
-                            "cuda mp fabric: cuStreamWaitValue64(rank %d's done flag) failed (%d)",
-                            r, (int)e);
-    }
-    ++st->records;
-    TIDE_CUDA_CALL(cudaEventRecord(fam->user[TIDE_EVENT_READ_DONE], caller),
-                   "cudaEventRecord(read-done)");
     return TIDE_SUCCESS;
 }

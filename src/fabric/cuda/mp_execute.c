@@ -512,8 +512,14 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     }
     TIDE_CHECK(write_value(&is, caller, tide_cuda_mp_done_flag(a, w->base.rank, fam->coll), e + 1));
     ++is.st.records;
-    /* Direct mode: the call ends once every rank's did (mp_direct.c). */
-    TIDE_CHECK(tide_cuda_mp_direct_after(a, fam, pp, e, caller, &is.st));
+    if (tide_cuda_mp_direct_l(pp) > 0) {
+        /* Direct mode (mp_direct.c): the peers read this rank's gradients and wrote its output
+         * during their calls, so the call ends once every rank's did; read-done follows. */
+        TIDE_CHECK(fence_wait(&is, e + 1));
+        ++is.st.records;
+        TIDE_CUDA_CALL(cudaEventRecord(fam->user[TIDE_EVENT_READ_DONE], caller),
+                       "cudaEventRecord(read-done)");
+    }
     TIDE_CUDA_CALL(cudaEventRecord(fam->done_ev[par], caller), "cudaEventRecord(done)");
     fam->done_epoch[par] = (int64_t)e;
     fam->last_epoch = (int64_t)e;
