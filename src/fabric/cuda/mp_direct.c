@@ -30,6 +30,7 @@
 #include "core/checks.h"
 #include "fabric/cuda/mp_export.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -143,6 +144,22 @@ tide_result_t tide_cuda_mp_direct_call(tide_mp_arena_t *a, tide_mp_family_t *fam
         d->on = fam->dcall->sums;
         d->fuse_on = d->on && d->any_fuse && fam->dcall->outs;
         memset(d->land_bound, 0, (size_t)d->dir.num_ops + 1);
+        const int path = d->on ? d->fuse_on ? 2 : 1 : 0;
+        if (path != fam->dcall->logged) {
+            static const char *const name[] = {"the pushed path", "direct sums",
+                                               "direct sums with fused outputs"};
+            char why[96] = "every operand is addressable from every rank";
+            if (path < 2 && (path == 0 || d->any_fuse)) {
+                if (fam->dcall->blocker >= 0)
+                    snprintf(why, sizeof(why), "rank %d's %s cannot be exported",
+                             fam->dcall->blocker, path == 0 ? "gradients" : "output");
+                else
+                    snprintf(why, sizeof(why), "a rank could not open a peer's operand");
+            }
+            TIDE_INFO("cuda mp fabric: rank %d: reduce-scatter call %llu takes %s (%s)", me,
+                      (unsigned long long)b->epoch, name[path], why);
+            fam->dcall->logged = path;
+        }
     }
     memset(fam->grads, 0, (size_t)fam->row_len * sizeof(*fam->grads));
     if (d == NULL || !d->on) {

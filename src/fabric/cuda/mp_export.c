@@ -282,6 +282,7 @@ static tide_result_t setup(tide_mp_arena_t *a, tide_mp_family_t *fam, int np) {
     if (c == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: exchange");
     c->ranks = n;
     c->params = np;
+    c->logged = -1;
     c->grads = calloc((size_t)n * (size_t)(np + 1), sizeof(*c->grads));
     c->outs_at = calloc((size_t)n, sizeof(*c->outs_at));
     c->mine = calloc((size_t)np + 1, sizeof(*c->mine));
@@ -401,6 +402,7 @@ tide_result_t tide_cuda_mp_exchange(tide_mp_arena_t *a, tide_mp_family_t *fam,
     if (h == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: headers");
     tide_result_t res = gather(a, &mine, sizeof(mine), h, "header");
     bool all_sums = res == TIDE_SUCCESS, all_outs = true, all_same = true;
+    c->blocker = -1;
     for (int r = 0; r < n && res == TIDE_SUCCESS; ++r) {
         if (h[r].magic != HDR_MAGIC) {
             res = TIDE_ERR(TIDE_ERR_INTERNAL, "cuda mp fabric: rank %d sent no exchange header", r);
@@ -410,6 +412,8 @@ tide_result_t tide_cuda_mp_exchange(tide_mp_arena_t *a, tide_mp_family_t *fam,
         all_outs = all_outs && (h[r].flags & HDR_OUTS);
         all_same = all_same && (h[r].flags & HDR_SAME);
     }
+    for (int r = 0; r < n && res == TIDE_SUCCESS && c->blocker < 0; ++r)
+        if (!(h[r].flags & (all_sums ? HDR_OUTS : HDR_SUMS))) c->blocker = r;
     bool ok = false;
     if (res == TIDE_SUCCESS && all_sums) {
         /* Every rank's "same" refers to the last exchange every rank completed: theirs_valid. */

@@ -29,6 +29,9 @@ enum { TIDE_MP_ADDR_NONE = 0, TIDE_MP_ADDR_ARENA = 1, TIDE_MP_ADDR_IPC = 2 };
  * rank, and when set, grads[r * P + p] / outs_at[r] are rank r's operands as addressed here. */
 struct tide_mp_direct_call {
     bool sums, outs;
+    int blocker;        /* not sums / outs: the lowest rank whose operand is not exportable, or
+                         * -1 (a peer could not open one) */
+    int logged;         /* the path last logged (TIDE_DEBUG=INFO), -1: none */
     const void **grads; /* [N][P] */
     float **outs_at;    /* [N] */
     int ranks, params;
