@@ -12,6 +12,7 @@
 #                                      tide-bench
 #   TIDE_GPU_LAYER_ARGS="..."          extra bench_fsdp_layers / bench_layer_single arguments
 #                                      (e.g. "--sum-ctas 32 --landing-ctas 32")
+#   TIDE_GPU_LAYER_PUSHED=0            skip fsdp-layers' run with TIDE_CUDA_MP_DIRECT=0
 #   TIDE_GPU_RACECHECK=0               skip the (slow) racecheck of the kernels
 #   TIDE_GPU_ENQUEUE=0                 skip bench_enqueue
 #   TIDE_GPU_INTERFERENCE=0            skip bench_interference
@@ -79,6 +80,10 @@ if want fsdp-layers; then
     layer="python3 '$root/tests/gpu/bench_fsdp_layers.py' --lib '$b/libtide.so' --worlds 2,4,8 ${TIDE_GPU_LAYER_ARGS:-}"
     step fsdp-layers bash -c "set -o pipefail; $layer --json '$out/fsdp_layers.json' | tee '$out/fsdp_layers.txt'"
     step fsdp-layers-mps with_mps "$out/mps-layers" bash -c "set -o pipefail; $layer --json '$out/fsdp_layers_mps.json' | tee '$out/fsdp_layers_mps.txt'"
+    # The same layer on the pushed path (direct mode off, docs/cuda-fabric.md "Direct mode
+    # across processes"): the before / after of the one-process-per-rank reduce-scatter.
+    [ "${TIDE_GPU_LAYER_PUSHED:-1}" = 1 ] &&
+        step fsdp-layers-pushed env TIDE_CUDA_MP_DIRECT=0 bash -c "set -o pipefail; $layer --json '$out/fsdp_layers_pushed.json' | tee '$out/fsdp_layers_pushed.txt'"
     step layer-single bash -c "set -o pipefail; python3 '$root/tests/gpu/bench_layer_single.py' --lib '$b/libtide.so' --worlds 2,4,8 ${TIDE_GPU_LAYER_ARGS:-} --json '$out/layer_single.json' --mp-json '$out/fsdp_layers.json' --mp-json '$out/fsdp_layers_mps.json' | tee '$out/layer_single.txt'"
 fi
 if command -v compute-sanitizer >/dev/null; then

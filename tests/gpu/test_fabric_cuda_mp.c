@@ -12,6 +12,13 @@
  *   test_fabric_cuda_mp --repeat N C    N processes (M = 1, L = N) make C AG + RS calls each:
  *                                       none may hang (run under MPS too), the last RS checked
  *
+ * Direct mode at M = 1 (mp_direct.c): with TIDE_CUDA_MP_DIRECT unset or 1, every rank's last
+ * reduce-scatter of an M = 1, L > 1 configuration must have taken it (stats.direct >= 1, the
+ * same on every rank) and some configuration must have fused its outputs (2); with 0, none.
+ * TIDE_TEST_MP_MANAGED=grads0 / out0 puts rank 0's gradients / output in managed memory,
+ * which cannot be exported: then every rank must take the pushed path / direct sums without
+ * fused outputs (1), never a mix.
+ *
  * The parent never touches CUDA: it draws every configuration's inputs, runs the CPU fabric
  * (a thread per rank) as the oracle, then forks the N ranks of a topology once; every child
  * runs all of the topology's configurations in turn (register, CALLS all-gathers and
@@ -85,6 +92,7 @@ typedef struct {
     uint64_t *rail_steps; /* shared, [MAX_RANKS]: rail steps of the last AG and RS call */
     uint64_t *ce_batched; /* shared, [MAX_RANKS]: batched copies cudaMemcpyBatchAsync ran */
     uint64_t *sliced;     /* shared, [MAX_RANKS]: sum / landing launches past one per op */
+    uint64_t *direct;     /* shared, [MAX_RANKS]: the last RS call's stats.direct */
 } case_t;
 
 static bool case_init(case_t *c, int m, int l, int v) {
@@ -157,6 +165,7 @@ static bool case_init(case_t *c, int m, int l, int v) {
     c->rail_steps = shared_alloc(MAX_RANKS * sizeof(uint64_t));
     c->ce_batched = shared_alloc(MAX_RANKS * sizeof(uint64_t));
     c->sliced = shared_alloc(MAX_RANKS * sizeof(uint64_t));
+    c->direct = shared_alloc(MAX_RANKS * sizeof(uint64_t));
     snprintf(c->what, sizeof(c->what),
              "M=%d L=%d P=%d grads=%s cast=%d passes=%d stg=%d alpha=%g modes=%d%d%d%d", m, l, p,
              fp32_grads ? "fp32" : "bf16", cast, c->cfg.passes, c->cfg.staging_slots,
@@ -248,6 +257,19 @@ static bool run_cpu(case_t *c) {
         }                                                                                         \
     } while (0)
 
+/* TIDE_TEST_MP_MANAGED: "grads0" / "out0" (see the top), else "". */
+static const char *managed_env(void) {
+    const char *e = getenv("TIDE_TEST_MP_MANAGED");
+    return e != NULL ? e : "";
+}
+
+/* Rank r's operand: managed memory where TIDE_TEST_MP_MANAGED asks for it (not exportable). */
+static cudaError_t operand_alloc(void **p, size_t bytes, int r, const char *which) {
+    if (r == 0 && strcmp(managed_env(), which) == 0)
+        return cudaMallocManaged(p, bytes, cudaMemAttachGlobal);
+    return cudaMalloc(p, bytes);
+}
+
 static bool child_case(tide_comm_t comm, case_t *c, int r, cudaStream_t s, char *err) {
     const tide_geom_t *g = &c->plan->geom;
     tide_group_t grp;
@@ -262,12 +284,12 @@ static bool child_case(tide_comm_t comm, case_t *c, int r, cudaStream_t s, char 
                  "upload shard");
         for (int q = 0; q < g->num_params; ++q) {
             const size_t b = g->params[q].dim0 * g->params[q].inner * g->grad_item;
-            CHILD_CU(cudaMalloc(&dgrad[e][q], b), "cudaMalloc(grad)");
+            CHILD_CU(operand_alloc(&dgrad[e][q], b, r, "grads0"), "cudaMalloc(grad)");
             CHILD_CU(cudaMemcpy(dgrad[e][q], c->grads[e][r][q], b, cudaMemcpyHostToDevice),
                      "upload grad");
         }
     }
-    CHILD_CU(cudaMalloc(&dout, c->out_bytes), "cudaMalloc(out)");
+    CHILD_CU(operand_alloc(&dout, c->out_bytes, r, "out0"), "cudaMalloc(out)");
     CHILD_CU(cudaMemcpy(dout, c->out0[r], c->out_bytes, cudaMemcpyHostToDevice), "upload out");
     /* Calls back to back on the rank's stream; outputs copied out on it after each call. */
     for (int e = 0; e < CALLS; ++e) {
@@ -296,6 +318,7 @@ static bool child_case(tide_comm_t comm, case_t *c, int r, cudaStream_t s, char 
     c->rail_steps[r] = sa.rail_steps + sr.rail_steps;
     c->ce_batched[r] = sa.ce_batched + sr.ce_batched;
     c->sliced[r] = sa.sliced + sr.sliced;
+    c->direct[r] = sr.direct;
     for (int e = 0; e < CALLS; ++e) {
         memcpy(c->land[1][e][r], hland + e * (c->land_bytes + 256), c->land_bytes);
         memcpy(c->out[1][e][r], hout + e * (c->out_bytes + 256), c->out_bytes);
@@ -355,6 +378,39 @@ static bool rails_on(void) {
     return e != NULL && strcmp(e, "1") == 0;
 }
 
+static uint64_t fused_calls;  /* over the matrix: last RS calls with fused outputs (direct 2) */
+static uint64_t direct_cases; /* configurations where direct mode had to be taken */
+
+/* TIDE_CUDA_MP_DIRECT: unset or 1 on, 0 off. */
+static bool direct_on(void) {
+    const char *e = getenv("TIDE_CUDA_MP_DIRECT");
+    return e == NULL || e[0] == '\0' || strcmp(e, "1") == 0;
+}
+
+/* The last RS call of a configuration took the path it must: direct at M = 1, L > 1 when on
+ * and every gradient is exportable, with fused outputs only where every output is, the same
+ * on every rank. */
+static bool direct_check(const case_t *c) {
+    const bool sums = direct_on() && c->m == 1 && c->l > 1 && strcmp(managed_env(), "grads0") != 0;
+    bool ok = true;
+    if (sums) ++direct_cases;
+    for (int r = 0; r < c->n; ++r) {
+        const bool good = c->direct[r] == c->direct[0] &&
+                          (sums ? c->direct[r] >= 1 : c->direct[r] == 0) &&
+                          !(strcmp(managed_env(), "out0") == 0 && c->direct[r] == 2);
+        if (!good) {
+            fprintf(stderr, "FAIL: %s: rank %d's last RS call took path %llu (rank 0: %llu; "
+                            "want %s; TIDE_CUDA_MP_DIRECT %s, TIDE_TEST_MP_MANAGED %s)\n",
+                    c->what, r, (unsigned long long)c->direct[r],
+                    (unsigned long long)c->direct[0], sums ? ">= 1 on every rank" : "0",
+                    direct_on() ? "on" : "0", managed_env());
+            ok = false;
+        }
+    }
+    if (ok && sums && c->direct[0] == 2) ++fused_calls;
+    return ok;
+}
+
 static bool run_topology(int m, int l, int *configs, double budget_end) {
     static case_t cases[MAX_CONFIGS];
     int num = 0;
@@ -412,6 +468,7 @@ static bool run_topology(int m, int l, int *configs, double budget_end) {
                         rails_on() ? "1" : "unset");
                 ok = false;
             }
+        if (ok) ok = direct_check(c);
         if (ok) ++*configs;
         for (int r = 0; r < n; ++r) {
             batched_copies += c->batched[r];
@@ -466,6 +523,16 @@ static int matrix(double seconds, int only_m, int only_l) {
         fprintf(stderr, "FAIL: TIDE_CUDA_SLICES=%s, yet no sum or landing ran sliced\n", sl);
         ok = false;
     }
+    /* Direct mode must have fused some configuration's outputs where they are exportable. */
+    if (direct_cases > 0 && strcmp(managed_env(), "out0") != 0 && fused_calls == 0) {
+        fprintf(stderr, "FAIL: direct mode ran %llu configurations, none with fused outputs\n",
+                (unsigned long long)direct_cases);
+        ok = false;
+    }
+    printf("direct mode (TIDE_CUDA_MP_DIRECT %s, TIDE_TEST_MP_MANAGED '%s'): %llu configurations "
+           "at M = 1 took it, %llu with fused outputs\n",
+           direct_on() ? "on" : "0", managed_env(), (unsigned long long)direct_cases,
+           (unsigned long long)fused_calls);
     printf("%s: %d configurations on %d topologies bit for bit equal to the CPU fabric (%.1f s); "
            "copies %s, %llu batched in the last calls (%llu by cudaMemcpyBatchAsync); cross-node "
            "puts %s, %llu rail steps; %llu sliced launches\n",

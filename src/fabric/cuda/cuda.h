@@ -321,6 +321,9 @@ typedef struct {
     uint64_t rail_steps;  /* rail steps issued (mp_rails.c), counted in descriptors */
     uint64_t ce_batched;  /* copies of `batched` run by cudaMemcpyBatchAsync (mp_batch.c) */
     uint64_t sliced;      /* sum and landing launches past one per op (slices.c) */
+    uint64_t direct;      /* one-process-per-rank RS (mp_direct.c): 0 pushed, 1 the sums read
+                           * the peers' gradients in place, 2 and fused sums stored every
+                           * rank's output */
 } tide_cuda_stats_t;
 
 /* Issue op `index` of queue q of rank `rank` (program rp), bound to b, on stream s when it is

@@ -85,6 +85,9 @@
 #define TIDE_MP_POISON ((uint64_t)1 << 62)
 
 struct tide_mp_rails_ops;
+struct tide_mp_direct;       /* mp_direct.c */
+struct tide_mp_direct_world;
+struct tide_mp_direct_call;
 
 typedef struct {
     struct tide_fabric_world base;
@@ -102,6 +105,10 @@ typedef struct {
     tide_cuda_slicing_t slicing; /* sums and landings as sliced launches (slices.c) */
     int ce_batch;             /* TIDE_CUDA_CE_BATCH: TIDE_MP_CE_* */
     uint8_t uuid[16];         /* the device's, to tell which peers share it */
+    /* Direct mode at M = 1 (mp_direct.c, TIDE_CUDA_MP_DIRECT): off on the NCCL fabric's worlds,
+     * which have no socket mesh to exchange IPC handles over. */
+    bool direct;
+    struct tide_mp_direct_world *dworld; /* caller allocations exported and imported */
     /* Rail transport for the cross-node puts (mp_rails.c), or NULL: every op is issued as
      * itself, which needs every peer mapped (one host).  With one, fences cover this rank's
      * node only. */
@@ -173,6 +180,7 @@ typedef struct {
     tide_cuda_bound_t *bound; /* [num_ops]: this rank's entries of the pending call */
     tide_mp_batch_t batch;    /* allocated when the world batches */
     tide_mp_rails_prog_t rails; /* on a world with rails */
+    struct tide_mp_direct *direct; /* direct mode's analysis of an M = 1 RS program, or NULL */
 } tide_mp_prepared_t;
 
 typedef struct {
@@ -189,7 +197,9 @@ typedef struct {
     const void **own_last[2];
     bool own_valid[2], own_inflight[2];
     cudaEvent_t own_done[2];
-    const void **grads; /* the pending call's gradient pointers */
+    const void **grads; /* the pending call's gradient pointers (row_len of them) */
+    int row_len;        /* P, or L P when direct sums may read the peers' rows (mp_direct.c) */
+    struct tide_mp_direct_call *dcall; /* the RS family's pointer exchange (mp_direct.c) */
     int sum_ctas, landing_ctas;
     tide_result_t broken;
     char broken_msg[TIDE_MP_CTL_MSG + 64];
@@ -385,6 +395,33 @@ tide_result_t tide_cuda_mp_fail_stop_msg(tide_mp_arena_t *a, const char *msg);
  * block, for call `call` of fam), publish the abort, poison the flags, drain the streams. */
 tide_result_t tide_cuda_mp_fail_stop(tide_mp_arena_t *a, tide_mp_family_t *fam, int dead,
                                      uint64_t call, const char *waiting_for);
+
+/* ------------------------------------------------------------------ direct mode (mp_direct.c) */
+
+/* Direct mode at M = 1 (docs/cuda-fabric.md, "Direct mode across processes"): the sums read
+ * the peers' gradients in place and store every rank's output, when every gradient and output
+ * of the call is addressable from every rank.  env: TIDE_CUDA_MP_DIRECT ("0" off; unset or
+ * "1" on).  prepare: the analysis of an RS program at M = 1 (nothing otherwise).  call: per
+ * call, exchange the operands' addresses with the peers (collective), decide the path (the
+ * same on every rank) and fill fam->grads with the call's row.  elided / skip: what the call
+ * does not issue (read-done is recorded after every rank's call: mp_execute.c's enqueue).
+ * l: the bind environment's direct_l (> 0: this call is direct).  before: the fused-sum
+ * tables on the caller's stream, before the start record. */
+tide_result_t tide_cuda_mp_direct_env(bool *on_out);
+tide_result_t tide_cuda_mp_direct_prepare(tide_mp_arena_t *a, tide_mp_family_t *fam,
+                                          tide_mp_prepared_t *pp, const tide_program_t *prog);
+void tide_cuda_mp_direct_free(tide_mp_prepared_t *pp);
+void tide_cuda_mp_direct_family_free(tide_mp_family_t *fam);
+void tide_cuda_mp_direct_world_free(tide_mp_world_t *w);
+tide_result_t tide_cuda_mp_direct_call(tide_mp_arena_t *a, tide_mp_family_t *fam,
+                                       tide_mp_prepared_t *pp, const tide_binding_t *b);
+bool tide_cuda_mp_direct_elided(const tide_mp_prepared_t *pp, int id);
+bool tide_cuda_mp_direct_skip(const tide_mp_prepared_t *pp, int id, const tide_op_t *op,
+                              tide_cuda_stats_t *st);
+int tide_cuda_mp_direct_l(const tide_mp_prepared_t *pp);
+tide_result_t tide_cuda_mp_direct_before(tide_mp_arena_t *a, tide_mp_prepared_t *pp,
+                                         const tide_binding_t *b, cudaStream_t caller,
+                                         tide_cuda_stats_t *st);
 
 /* Batched copies (mp_batch.c).  prepare allocates for the program's command lists; plan
  * walks this call's form, groups each thread's runs of same-device copies (below the size

@@ -220,7 +220,8 @@ tide_result_t tide_cuda_mp_batch_plan(tide_mp_arena_t *a, tide_mp_prepared_t *pp
         b->owner[i] = -1;
         if (c->kind == TIDE_SCHED_CMD_OP) {
             const tide_op_t *op = cmd_op(pp, c);
-            if (issues_nothing(op)) continue;
+            /* A push direct mode elides issues nothing either (mp_direct.c). */
+            if (issues_nothing(op) || tide_cuda_mp_direct_elided(pp, c->arg)) continue;
             const tide_cuda_bound_t *bd = &pp->bound[c->arg];
             /* A put carried by a rail step is not a copy here: it ends the run. */
             const bool put = pp->rails.on && pp->rails.op_kind[c->arg] != TIDE_MP_RAIL_OP;

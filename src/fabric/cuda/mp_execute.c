@@ -26,6 +26,7 @@ static tide_result_t cu_failed(CUresult e, const char *what) {
 /* ------------------------------------------------------------------ prepare */
 
 static void prepared_free(tide_mp_prepared_t *pp) {
+    tide_cuda_mp_direct_free(pp);
     tide_cuda_mp_rails_release(&pp->rails);
     tide_cuda_mp_batch_free(pp);
     if (pp->table_mem != NULL) cudaFree(pp->table_mem);
@@ -59,13 +60,16 @@ void tide_cuda_mp_family_free(tide_mp_family_t *fam) {
     }
     free(fam->grads);
     fam->grads = NULL;
+    tide_cuda_mp_direct_family_free(fam);
     (void)cudaGetLastError();
 }
 
 static tide_result_t own_tables(tide_mp_family_t *fam, int params) {
-    const size_t row = (size_t)(params > 0 ? params : 1) * sizeof(void *);
+    /* row_len: P, or the L P row of direct mode (tide_cuda_mp_direct_prepare). */
+    if (fam->row_len < (params > 0 ? params : 1)) fam->row_len = params > 0 ? params : 1;
+    const size_t row = (size_t)fam->row_len * sizeof(void *);
     fam->num_params = params;
-    fam->grads = calloc((size_t)(params > 0 ? params : 1), sizeof(*fam->grads));
+    fam->grads = calloc((size_t)fam->row_len, sizeof(*fam->grads));
     if (fam->grads == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: gradients");
     for (int p = 0; p < 2; ++p) {
         fam->own_last[p] = calloc(1, row);
@@ -113,6 +117,7 @@ static tide_result_t prepare(tide_mp_arena_t *a, tide_mp_family_t *fam, tide_mp_
                                             &pp->table_dev),
                     res, fail);
     if (a->w->batch) TIDE_CHECK_GOTO(tide_cuda_mp_batch_prepare(pp), res, fail);
+    TIDE_CHECK_GOTO(tide_cuda_mp_direct_prepare(a, fam, pp, prog), res, fail);
     if (pp->sched.has_sum && fam->own_dev[0] == NULL)
         TIDE_CHECK_GOTO(own_tables(fam, prog->plan->geom.num_params), res, fail);
     pp->ready = true;
@@ -130,7 +135,7 @@ static tide_result_t bind_rank(tide_mp_family_t *fam, tide_mp_prepared_t *pp,
         /* A put's destination is on another node: its step resolves its own ends (the
          * rails' op kinds are 0, TIDE_MP_RAIL_OP, for every other op). */
         .skip = pp->rails.on ? pp->rails.op_kind : NULL,
-        .direct_l = 0,
+        .direct_l = tide_cuda_mp_direct_l(pp), /* this call's path (mp_direct.c) */
         .num_params = fam->num_params,
     };
     return tide_cuda_bind_rank(&env, &pp->sched, prog, b, pp->bound);
@@ -155,6 +160,7 @@ static tide_result_t issue_op(issue_t *is, int id, int t) {
     const tide_rank_program_t *rp = &is->pp->checked->ranks[rank];
     const tide_op_t *op = &rp->queues[q].ops[index];
     const cudaStream_t s = w->stream[q];
+    if (tide_cuda_mp_direct_skip(is->pp, id, op, &is->st)) return TIDE_SUCCESS;
     if (op->kind == TIDE_OP_EVENT) {
         ++is->st.records;
         const cudaError_t e = cudaEventRecord(is->fam->user[op->event], s);
@@ -176,7 +182,7 @@ static tide_result_t issue_op(issue_t *is, int id, int t) {
 static tide_result_t issue_upload(issue_t *is, int t) {
     tide_mp_family_t *fam = is->fam;
     const int p = (int)(is->epoch % 2);
-    const size_t row = (size_t)fam->num_params * sizeof(void *);
+    const size_t row = (size_t)fam->row_len * sizeof(void *);
     if (fam->own_valid[p] && memcmp(fam->own_last[p], fam->grads, row) == 0) return TIDE_SUCCESS;
     if (fam->own_inflight[p])
         TIDE_CUDA_CALL(cudaEventSynchronize(fam->own_done[p]), "cudaEventSynchronize(upload)");
@@ -483,6 +489,7 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     /* The call's copy descriptors go up before the start record every thread forks from. */
     const bool batch = w->batch && pp->batch.cap > 0;
     if (batch) TIDE_CHECK(tide_cuda_mp_batch_plan(a, pp, form, par, caller, &is.st));
+    TIDE_CHECK(tide_cuda_mp_direct_before(a, pp, b, caller, &is.st));
     ++is.st.records;
     TIDE_CUDA_CALL(cudaEventRecord(w->start, caller), "cudaEventRecord(start)");
     for (int i = 0; i < pp->num_cmds[form]; ++i) {
@@ -500,6 +507,14 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     }
     TIDE_CHECK(write_value(&is, caller, tide_cuda_mp_family_done_flag(a, w->base.rank, fi), e + 1));
     ++is.st.records;
+    if (tide_cuda_mp_direct_l(pp) > 0) {
+        /* Direct mode (mp_direct.c): the peers read this rank's gradients and wrote its output
+         * during their calls, so the call ends once every rank's did; read-done follows. */
+        TIDE_CHECK(fence_wait(&is, e + 1));
+        ++is.st.records;
+        TIDE_CUDA_CALL(cudaEventRecord(fam->user[TIDE_EVENT_READ_DONE], caller),
+                       "cudaEventRecord(read-done)");
+    }
     TIDE_CUDA_CALL(cudaEventRecord(fam->done_ev[par], caller), "cudaEventRecord(done)");
     fam->done_epoch[par] = (int64_t)e;
     tide_mp_watchdog_enqueued(a, fi, par, e);
@@ -534,9 +549,9 @@ static tide_result_t record_call(tide_mp_arena_t *a, tide_mp_family_t *fam, int 
                             r);
         pp->checked = prog;
     }
+    /* The path of this call (the same on every rank) and its gradient row (mp_direct.c). */
+    TIDE_CHECK(tide_cuda_mp_direct_call(a, fam, pp, b));
     TIDE_CHECK(bind_rank(fam, pp, prog, b));
-    if (fam->grads != NULL && b->grads != NULL)
-        memcpy(fam->grads, b->grads, (size_t)fam->num_params * sizeof(void *));
     fam->sum_ctas = b->plan->config.sum_ctas > 0 ? b->plan->config.sum_ctas : 1;
     fam->landing_ctas = b->plan->config.landing_ctas > 0 ? b->plan->config.landing_ctas : 1;
     TIDE_CHECK(enqueue(a, fam, pi, b, caller));

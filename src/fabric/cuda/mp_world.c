@@ -36,6 +36,7 @@ void tide_cuda_mp_world_release(tide_mp_world_t *w) {
     w->rail_stream = NULL;
     w->rails = NULL;
     if (w->start != NULL) cudaEventDestroy(w->start);
+    tide_cuda_mp_direct_world_free(w);
     (void)cudaGetLastError();
     tide_mp_boot_close(&w->boot);
 }
@@ -119,6 +120,7 @@ tide_result_t tide_cuda_mp_world_create(int nodes, int gpus_per_node, int rank, 
     w->base.gpus_per_node = gpus_per_node;
     w->base.ranks = n;
     tide_result_t res = tide_cuda_mp_world_init(w);
+    if (res == TIDE_SUCCESS) res = tide_cuda_mp_direct_env(&w->direct);
     if (res == TIDE_SUCCESS) res = env_rails(nodes, w);
     if (res == TIDE_SUCCESS) res = tide_cuda_mp_env_flags(&w->host_flags);
     if (res == TIDE_SUCCESS)
