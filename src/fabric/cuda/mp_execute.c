@@ -8,6 +8,7 @@
  */
 #include "core/checks.h"
 #include "fabric/cuda/mp.h"
+#include "fabric/cuda/graph.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -556,6 +557,7 @@ tide_result_t tide_cuda_mp_execute(struct tide_fabric_arena *arena, const tide_p
     TIDE_CHECK(tide_cuda_call_check("cuda mp fabric", prog, binding, arena, w->base.ranks,
                                     w->device, stream, &caller));
     if (caller == NULL) caller = cudaStreamLegacy;
+    TIDE_CHECK(tide_cuda_graph_refuse("cuda mp fabric", w->base.rank, caller));
     const int fi = prog->coll == TIDE_COLL_ALL_GATHER ? 0 : 1;
     const int pi = fi == 0 ? 0 : (int)prog->mode;
     int prev = -1;
