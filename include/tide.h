@@ -508,7 +508,7 @@ TIDE_API tide_result_t tide_reduce_scatter_checked(tide_group_t group, const voi
  *   - no other capture holds the world's streams, and no eager call of the world runs while
  *     a capture is under way.
  * Refused with TIDE_ERR_UNSUPPORTED (nothing recorded, the group stays usable): the first
- * call of a program, the fence of groups on a shared arena, ranks of one call in different
+ * call of a program, every call of groups on a shared arena, ranks of one call in different
  * captures, a call on the legacy default stream during a capture, and every call of the
  * one-process-per-rank CUDA fabric and of the NCCL fabric while their stream is capturing.
  * The device tables of a captured call are kept until the group is deregistered.

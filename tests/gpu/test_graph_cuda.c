@@ -2,7 +2,8 @@
  * test_graph_cuda.c - TIDE-AG and TIDE-RS captured into one CUDA graph and replayed, bit for
  * bit against eager calls on the same inputs (GPU machine; docs/cuda-fabric.md, "CUDA graphs").
  *
- * For 1 x 4 and 1 x 8 on the single-process CUDA fabric (virtual ranks on the visible GPUs),
+ * For 1 x 4, 1 x 8 and 2 x 2 on the single-process CUDA fabric (virtual ranks on the visible
+ * GPUs), each with batched copies and direct mode (the default) and with per-op copies,
  * two groups (bf16 all-gather of bf16 shards with bf16 gradients; fp32 master shards cast to
  * a bf16 all-gather with fp32 gradients) run one "step": per group three all-gathers (slots
  * 0, 1, 0, each landing copied out on the rank's stream) and four reduce-scatters covering
@@ -347,6 +348,25 @@ static bool compare(world_t *w, const uint8_t *a, const uint8_t *b, int replay) 
     return true;
 }
 
+/* Whether every landing copy and output of two runs' host images is the same. */
+static bool outputs_same(const world_t *w, const uint8_t *a, const uint8_t *b) {
+    for (int r = 0; r < w->n; ++r) {
+        const uint8_t *base = w->mem[r];
+        const size_t at = (size_t)r * w->mem_bytes;
+        for (int g = 0; g < GROUPS; ++g) {
+            for (int k = 0; k < AG_CALLS; ++k) {
+                const size_t off = at + (size_t)(w->ag_res[g][k][r] - base);
+                if (memcmp(a + off, b + off, w->land_bytes[g]) != 0) return false;
+            }
+            for (int k = 0; k < RS_CALLS; ++k) {
+                const size_t off = at + (size_t)((const uint8_t *)w->out[g][k][r] - base);
+                if (memcmp(a + off, b + off, w->out_bytes[g]) != 0) return false;
+            }
+        }
+    }
+    return true;
+}
+
 /* The first call of a program inside a capture is refused on every rank (nothing is
  * recorded); the group stays usable (the eager step after it runs the same program). */
 static bool negative_first_call(world_t *w) {
@@ -445,7 +465,7 @@ static bool run_topology(int m, int l, uint64_t seed) {
         if (!ok) break;
         read_all(w, b);
         ok = compare(w, a, b, k);
-        changed += memcmp(a, prev, (size_t)w->n * w->mem_bytes) != 0;
+        changed += !outputs_same(w, a, prev);
         memcpy(prev, a, (size_t)w->n * w->mem_bytes);
     }
     if (ok && changed != REPLAYS) {
@@ -468,9 +488,20 @@ static bool run_topology(int m, int l, uint64_t seed) {
 
 int main(int argc, char **argv) {
     const uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 0) : 26;
+    /* The copy paths a world takes (read when it is created): batched copies with every
+     * direct-mode shortcut (the default), and per-op copies without direct mode. */
+    static const struct {
+        const char *name, *batch, *direct;
+    } paths[] = {{"batched, direct 31", "1", "31"}, {"per op, direct 0", "0", "0"}};
+    static const int topo[][2] = {{1, 4}, {1, 8}, {2, 2}};
     bool ok = true;
-    ok = run_topology(1, 4, seed) && ok;
-    ok = run_topology(1, 8, seed + 1) && ok;
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); ++i) {
+        setenv("TIDE_CUDA_BATCH", paths[i].batch, 1);
+        setenv("TIDE_CUDA_DIRECT", paths[i].direct, 1);
+        printf("copies: %s\n", paths[i].name);
+        for (size_t t = 0; t < sizeof(topo) / sizeof(topo[0]); ++t)
+            ok = run_topology(topo[t][0], topo[t][1], seed + 17 * i + t) && ok;
+    }
     ok = negative_mp() && ok;
     printf("%s\n", ok ? "PASS" : "FAIL");
     return ok ? 0 : 1;

@@ -35,11 +35,11 @@
  *    the captured calls with their banks, each replay after the previous one has ended.
  *
  * What cannot be captured returns TIDE_ERR_UNSUPPORTED before anything is recorded: the first
- * call of a program (prepare allocates and uploads synchronously), the fence calls of shared
- * arenas (they wait on sibling views' fences from outside the capture), ranks of one call in
- * different captures (or some eager), a call while another capture holds the fabric's
- * streams, and every call of the one-process-per-rank and NCCL fabrics (host waits on device
- * flags; tide_cuda_graph_refuse).
+ * call of a program (prepare allocates and uploads synchronously), every call of groups on a
+ * shared arena (the arena's fence waits on its groups' calls across the capture), ranks of
+ * one call in different captures (or some eager), a call while another capture holds the
+ * fabric's streams, and every call of the one-process-per-rank and NCCL fabrics (host waits
+ * on device flags; tide_cuda_graph_refuse).
  */
 #include "fabric/cuda/graph.h"
 
@@ -55,7 +55,7 @@ struct tide_cuda_graph_mem {
 
 /* The capture `s` is in: *key_out 0 when none, else its capture id + 1.  An invalidated
  * capture (some earlier operation in it failed) is refused: nothing more can be captured. */
-static tide_result_t capture_key(const char *fabric, int r, cudaStream_t s,
+static tide_result_t capture_key(const char *fabric, int r, cudaStream_t s, const char *what,
                                  unsigned long long *key_out) {
     enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
     unsigned long long id = 0;
@@ -71,9 +71,9 @@ static tide_result_t capture_key(const char *fabric, int r, cudaStream_t s,
     if (e != cudaSuccess) return tide_cuda_error(e, __FILE__, __LINE__, "cudaStreamGetCaptureInfo");
     if (st == cudaStreamCaptureStatusInvalidated)
         return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
-                        "%s: rank %d: the caller's stream is in an invalidated capture (an "
-                        "earlier operation in it failed): end it and capture again",
-                        fabric, r);
+                        "%s: rank %d: %s in an invalidated capture (an earlier operation in "
+                        "it failed): end it (cudaStreamEndCapture) and capture again",
+                        fabric, r, what);
     *key_out = st == cudaStreamCaptureStatusActive ? id + 1 : 0;
     return TIDE_SUCCESS;
 }
@@ -82,16 +82,18 @@ tide_result_t tide_cuda_graph_arrive(tide_cuda_group_t *g, tide_cuda_family_t *f
                                      int r, cudaStream_t caller) {
     tide_cuda_shared_t *sh = g->shared;
     unsigned long long key = 0;
-    TIDE_CHECK(capture_key("cuda fabric", r, caller, &key));
+    TIDE_CHECK(capture_key("cuda fabric", r, caller, "the caller's stream is", &key));
     if (key == 0 && sh->captured == 0) { /* eager, nothing ever captured */
         if (fam->pending == 0) fam->pending_capture = 0;
         return TIDE_SUCCESS;
     }
-    if (key != 0 && fam == &g->fam[2])
+    /* A shared arena's fence waits on its sibling views' last fences: a captured one would be
+     * waited on by eager fences, an eager one by a captured fence. */
+    if (key != 0 && (fam == &g->fam[2] || g->parent != NULL))
         return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
-                        "cuda fabric: rank %d: the fence of a shared arena's groups cannot be "
-                        "captured into a CUDA graph (it waits on the sibling groups' last calls, "
-                        "recorded outside the capture)",
+                        "cuda fabric: rank %d: calls of groups on a shared arena cannot be "
+                        "captured into a CUDA graph (the arena's fence waits on every group's "
+                        "last call across the capture boundary)",
                         r);
     if (key != 0 && !ready)
         return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
@@ -105,13 +107,14 @@ tide_result_t tide_cuda_graph_arrive(tide_cuda_group_t *g, tide_cuda_family_t *f
                         "cuda fabric: rank %d: its stream is %s, the stream of the ranks that "
                         "called before it %s: every rank's call must be in one capture, or none",
                         r, key != 0 ? "capturing" : "not capturing",
-                        fam->pending_capture != 0 ? "is capturing (another capture)"
-                                                  : "is not capturing");
+                        fam->pending_capture == 0 ? "is not capturing"
+                        : key != 0                ? "is in another capture"
+                                                  : "is capturing");
     if (sh->captured > 0) {
         /* Every captured call joins the aggregation stream into its capture, so it tells
          * whether the fabric's streams belong to a capture still under way. */
         unsigned long long held = 0;
-        TIDE_CHECK(capture_key("cuda fabric", r, sh->agg, &held));
+        TIDE_CHECK(capture_key("cuda fabric", r, sh->agg, "the fabric's streams are", &held));
         if (held != 0 && held != key)
             return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
                             "cuda fabric: rank %d: the fabric's streams are in a stream capture "
@@ -312,7 +315,7 @@ void tide_cuda_graph_free(tide_cuda_family_t *fam) {
 
 tide_result_t tide_cuda_graph_refuse(const char *fabric, int rank, cudaStream_t caller) {
     unsigned long long key = 0;
-    TIDE_CHECK(capture_key(fabric, rank, caller, &key));
+    TIDE_CHECK(capture_key(fabric, rank, caller, "the caller's stream is", &key));
     if (key == 0) return TIDE_SUCCESS;
     return TIDE_ERR(
         TIDE_ERR_UNSUPPORTED,
