@@ -511,7 +511,9 @@ TIDE_API tide_result_t tide_reduce_scatter_checked(tide_group_t group, const voi
  * call of a program, every call of groups on a shared arena, ranks of one call in different
  * captures, a call on the legacy default stream during a capture, and every call of the
  * one-process-per-rank CUDA fabric and of the NCCL fabric while their stream is capturing.
- * The device tables of a captured call are kept until the group is deregistered.
+ * The device tables of a captured call are kept until the group is deregistered.  Events
+ * recorded by a captured call (tide_group_read_done_event) mark points inside the capture:
+ * later captured work may wait on them; a replay does not record them for eager waits.
  */
 
 /* ---------------------------------------------------------------------------------------- */
@@ -624,7 +626,9 @@ TIDE_API tide_result_t tide_group_name(tide_group_t group, const char **name_out
  * The read-done point of this rank's last reduce-scatter of the group: after it the call no
  * longer reads its gradients (Slot-Reuse: the staged ring slot), so the slot may be
  * overwritten.  CUDA fabric, one process driving the ranks (tide_comm_init_all): *event_out
- * is the cudaEvent_t recorded there (valid until the next reduce-scatter of the group).  CPU
+ * is the cudaEvent_t recorded there (valid until the next reduce-scatter of the group; for a
+ * call captured into a CUDA graph, a point inside the capture: waits in the same capture may
+ * name it, a replay does not record it).  CPU
  * fabric: *event_out = NULL, the call returned after that point.  The one-process-per-rank
  * CUDA fabric and the NCCL fabric: TIDE_ERR_UNSUPPORTED in this release.
  */
