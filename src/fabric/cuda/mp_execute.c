@@ -557,7 +557,6 @@ tide_result_t tide_cuda_mp_execute(struct tide_fabric_arena *arena, const tide_p
     TIDE_CHECK(tide_cuda_call_check("cuda mp fabric", prog, binding, arena, w->base.ranks,
                                     w->device, stream, &caller));
     TIDE_CHECK(tide_cuda_graph_refuse("cuda mp fabric", w->base.rank, caller));
-
     if (caller == NULL) caller = cudaStreamLegacy;
     const int fi = prog->coll == TIDE_COLL_ALL_GATHER ? 0 : 1;
     const int pi = fi == 0 ? 0 : (int)prog->mode;
