@@ -10,7 +10,7 @@
  * both modes with and without accumulate, consecutive calls of one mode included (so that
  * the captured calls take both schedule forms and wait on fences inside the capture).  The
  * step runs once eagerly (programs prepared), then is captured on rank 0's stream with the
- * other ranks' streams forked from it, instantiated, and replayed REPLAYS times.  Before each
+ * other ranks' streams forked from it, instantiated, and replayed 20 times.  Before each
  * replay new inputs are written into the same buffers with cudaMemcpy outside the graph
  * (shards, gradients, accumulated outputs: wide-exponent values, 2^-40 .. 2^40; written
  * outputs and copied-out landings poisoned); after it the same inputs are written again and
@@ -22,7 +22,8 @@
  * and leaves the group usable; a call of the one-process-per-rank fabric (1 x 1) inside a
  * capture returns TIDE_ERR_UNSUPPORTED.
  *
- * Usage: test_graph_cuda [seed].  Exit status 0 only if every comparison matched.
+ * Usage: test_graph_cuda [seed [replays]] (default 26 and 20; run.sh's memcheck step runs 3).
+ * Exit status 0 only if every comparison matched.
  */
 #include "api/comm.h"
 #include "kernels/kernels.h"
@@ -43,7 +44,7 @@
 #define AG_CALLS 3
 #define RS_CALLS 4
 #define MAX_P 4
-#define REPLAYS 20
+#define REPLAYS 20 /* default; the second argument overrides */
 
 #define CK(x)                                                                                      \
     do {                                                                                           \
@@ -89,6 +90,7 @@ typedef struct {
 } world_t;
 
 static uint64_t rng;
+static int replays = REPLAYS;
 static uint64_t rnd(void) {
     rng ^= rng << 13;
     rng ^= rng >> 7;
@@ -455,7 +457,7 @@ static bool run_topology(int m, int l, uint64_t seed) {
     size_t nodes = 0;
     CK(cudaGraphGetNodes(graph, NULL, &nodes));
     int changed = 0;
-    for (int k = 0; ok && k < REPLAYS; ++k) {
+    for (int k = 0; ok && k < replays; ++k) {
         write_inputs(w, seed + 1000 + (uint64_t)k);
         CK(cudaSetDevice(w->device[0]));
         CK(cudaGraphLaunch(exec, w->stream[0]));
@@ -468,14 +470,14 @@ static bool run_topology(int m, int l, uint64_t seed) {
         changed += !outputs_same(w, a, prev);
         memcpy(prev, a, (size_t)w->n * w->mem_bytes);
     }
-    if (ok && changed != REPLAYS) {
+    if (ok && changed != replays) {
         fprintf(stderr, "FAIL: only %d of %d replays changed their results with their inputs\n",
-                changed, REPLAYS);
+                changed, replays);
         ok = false;
     }
     printf("%s graph %dx%d: %d groups, %d all-gathers + %d reduce-scatters per group, %zu graph "
            "nodes, %d replays bit-equal to eager\n",
-           ok ? "PASS" : "FAIL", m, l, GROUPS, AG_CALLS, RS_CALLS, nodes, ok ? REPLAYS : 0);
+           ok ? "PASS" : "FAIL", m, l, GROUPS, AG_CALLS, RS_CALLS, nodes, ok ? replays : 0);
     if (exec != NULL) CK(cudaGraphExecDestroy(exec));
     CK(cudaGraphDestroy(graph));
     world_close(w);
@@ -488,6 +490,11 @@ static bool run_topology(int m, int l, uint64_t seed) {
 
 int main(int argc, char **argv) {
     const uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 0) : 26;
+    if (argc > 2) replays = atoi(argv[2]);
+    if (replays < 2) {
+        fprintf(stderr, "FAIL: replays = %d, need at least 2\n", replays);
+        return 2;
+    }
     /* The copy paths a world takes (read when it is created): batched copies with every
      * direct-mode shortcut (the default), and per-op copies without direct mode. */
     static const struct {
