@@ -505,8 +505,8 @@ TIDE_API tide_result_t tide_reduce_scatter_checked(tide_group_t group, const voi
  *     on a stream those calls are ordered before), a launch after the previous launch, and
  *     eager calls after a launch are ordered after it (one stream for all ranks gives all
  *     three);
- *   - no other capture holds the world's streams, and no eager call of the world runs while
- *     a capture is under way.
+ *   - no other capture holds the world's streams, and no eager call, registration or
+ *     deregistration of the world runs while a capture is under way.
  * Refused with TIDE_ERR_UNSUPPORTED (nothing recorded, the group stays usable): the first
  * call of a program, every call of groups on a shared arena, ranks of one call in different
  * captures, a call on the legacy default stream during a capture, and every call of the
