@@ -18,9 +18,12 @@
  * byte, and no output may keep its poison.  Eager steps between replays also check that
  * eager calls after captured ones stay right.
  *
+ * Odd replays launch the graph twice back to back, against two eager steps.
+ *
  * Negative cases: the first call of a program inside a capture returns TIDE_ERR_UNSUPPORTED
- * and leaves the group usable; a call of the one-process-per-rank fabric (1 x 1) inside a
- * capture returns TIDE_ERR_UNSUPPORTED.
+ * and leaves the group usable; an eager call while a capture holds the fabric's streams
+ * returns TIDE_ERR_UNSUPPORTED and leaves the capture intact; a call of the
+ * one-process-per-rank fabric (1 x 1) inside a capture returns TIDE_ERR_UNSUPPORTED.
  *
  * Usage: test_graph_cuda [seed [replays]] (default 26 and 20; run.sh's memcheck step runs 3).
  * Exit status 0 only if every comparison matched.
@@ -395,6 +398,46 @@ static bool negative_first_call(world_t *w) {
     return ok;
 }
 
+/* An eager call while a capture holds the fabric's streams (group 0's all-gather captured,
+ * the capture not ended) is refused on every rank, on streams outside the capture; the
+ * capture ends intact and both groups stay usable. */
+static bool negative_foreign_capture(world_t *w) {
+    cudaStream_t eager[MAX_RANKS];
+    for (int r = 0; r < w->n; ++r) {
+        CK(cudaSetDevice(w->device[r]));
+        CK(cudaStreamCreateWithFlags(&eager[r], cudaStreamNonBlocking));
+    }
+    capture_begin(w);
+    bool ok = true;
+    char msg[512] = "";
+    for (int r = 0; ok && r < w->n; ++r) {
+        CK(cudaSetDevice(w->device[r]));
+        if (tide_all_gather(w->groups[0][r], w->shard[0][0][r], 0, w->stream[r]) != TIDE_SUCCESS) {
+            fprintf(stderr, "FAIL: captured all_gather rank %d: %s\n", r, tide_get_last_error());
+            ok = false;
+        }
+    }
+    for (int r = 0; ok && r < w->n; ++r) {
+        CK(cudaSetDevice(w->device[r]));
+        const tide_result_t res = tide_all_gather(w->groups[1][r], w->shard[1][0][r], 0, eager[r]);
+        snprintf(msg, sizeof(msg), "%s", tide_get_last_error());
+        if (res != TIDE_ERR_UNSUPPORTED || strstr(msg, "still under way") == NULL) {
+            fprintf(stderr, "FAIL: rank %d: an eager call during a capture returned %s (%s)\n", r,
+                    tide_get_error_string(res), msg);
+            ok = false;
+        }
+    }
+    cudaGraph_t graph = capture_end(w);
+    CK(cudaGraphDestroy(graph));
+    for (int r = 0; r < w->n; ++r) {
+        CK(cudaSetDevice(w->device[r]));
+        CK(cudaStreamSynchronize(eager[r]));
+        CK(cudaStreamDestroy(eager[r]));
+    }
+    if (ok) printf("PASS negative: eager call during a capture: %s\n", msg);
+    return ok;
+}
+
 /* The one-process-per-rank fabric refuses capture. */
 static bool negative_mp(void) {
     tide_comm_t comm = NULL;
@@ -458,12 +501,17 @@ static bool run_topology(int m, int l, uint64_t seed) {
     CK(cudaGraphGetNodes(graph, NULL, &nodes));
     int changed = 0;
     for (int k = 0; ok && k < replays; ++k) {
+        /* Odd replays launch twice back to back (a launch right after a launch), against two
+         * eager steps on the same inputs (the accumulating outputs accumulate twice). */
+        const int steps = 1 + k % 2;
         write_inputs(w, seed + 1000 + (uint64_t)k);
         CK(cudaSetDevice(w->device[0]));
-        CK(cudaGraphLaunch(exec, w->stream[0]));
+        for (int j = 0; j < steps; ++j)
+            CK(cudaGraphLaunch(exec, w->stream[0]));
         read_all(w, a);
         write_inputs(w, seed + 1000 + (uint64_t)k);
-        ok = step(w);
+        for (int j = 0; ok && j < steps; ++j)
+            ok = step(w);
         if (!ok) break;
         read_all(w, b);
         ok = compare(w, a, b, k);
@@ -475,6 +523,9 @@ static bool run_topology(int m, int l, uint64_t seed) {
                 changed, replays);
         ok = false;
     }
+    /* The refused eager calls leave a world whose next eager step still runs. */
+    if (ok) ok = negative_foreign_capture(w) && step(w);
+    if (ok) sync_all(w);
     printf("%s graph %dx%d: %d groups, %d all-gathers + %d reduce-scatters per group, %zu graph "
            "nodes, %d replays bit-equal to eager\n",
            ok ? "PASS" : "FAIL", m, l, GROUPS, AG_CALLS, RS_CALLS, nodes, ok ? replays : 0);
