@@ -491,6 +491,33 @@ TIDE_API tide_result_t tide_reduce_scatter_checked(tide_group_t group, const voi
                                                    float *out, uint64_t out_bytes, float alpha,
                                                    int accumulate, void *stream);
 
+/*
+ * CUDA graphs (docs/cuda-fabric.md, "CUDA graphs").  On the single-process CUDA fabric
+ * (tide_comm_init_all with TIDE_FABRIC_CUDA) tide_all_gather and tide_reduce_scatter (both
+ * modes, with and without accumulate, and the _checked forms) may be called while `stream` is
+ * being captured (cudaStreamBeginCapture); the graph replays the captured calls.  Every
+ * rank's stream of one call must be in the same capture (with one device, pass one stream
+ * for all ranks, or fork the others from the capturing stream with events).  Preconditions:
+ *   - each program ran once outside the capture (the all-gather, each reduce-scatter mode
+ *     used): its first call allocates and uploads device state;
+ *   - the operands stay where they were at capture: the same shard, gradient and output
+ *     pointers, their contents rewritten between replays as needed; the group stays
+ *     registered while the graph may run (the arena addresses are fixed by registration);
+ *   - a launch runs after every earlier call of the group on every rank's stream (launched
+ *     on a stream those calls are ordered before), a launch after the previous launch, and
+ *     eager calls after a launch are ordered after it (one stream for all ranks gives all
+ *     three);
+ *   - no other capture holds the world's streams, and no eager call, registration or
+ *     deregistration of the world runs while a capture is under way.
+ * Refused with TIDE_ERR_UNSUPPORTED (nothing recorded, the group stays usable): the first
+ * call of a program, every call of groups on a shared arena, ranks of one call in different
+ * captures, a call on the legacy default stream during a capture, and every call of the
+ * one-process-per-rank CUDA fabric and of the NCCL fabric while their stream is capturing.
+ * The device tables of a captured call are kept until the group is deregistered.  Events
+ * recorded by a captured call (tide_group_read_done_event) mark points inside the capture:
+ * later captured work may wait on them; a replay does not record them for eager waits.
+ */
+
 /* ---------------------------------------------------------------------------------------- */
 /* Groups on one shared arena: the two-slot all-gather ring (docs/arena.md)                   */
 /* ---------------------------------------------------------------------------------------- */
@@ -601,7 +628,9 @@ TIDE_API tide_result_t tide_group_name(tide_group_t group, const char **name_out
  * The read-done point of this rank's last reduce-scatter of the group: after it the call no
  * longer reads its gradients (Slot-Reuse: the staged ring slot), so the slot may be
  * overwritten.  CUDA fabric, one process driving the ranks (tide_comm_init_all): *event_out
- * is the cudaEvent_t recorded there (valid until the next reduce-scatter of the group).  CPU
+ * is the cudaEvent_t recorded there (valid until the next reduce-scatter of the group; for a
+ * call captured into a CUDA graph, a point inside the capture: waits in the same capture may
+ * name it, a replay does not record it).  CPU
  * fabric: *event_out = NULL, the call returned after that point.  The one-process-per-rank
  * CUDA fabric and the NCCL fabric: TIDE_ERR_UNSUPPORTED in this release.
  */

@@ -89,6 +89,8 @@ fi
 if command -v compute-sanitizer >/dev/null; then
     want memcheck && step memcheck-fabric compute-sanitizer --tool memcheck --error-exitcode 3 \
         "$b/tests/gpu/test_fabric_cuda" --small
+    want memcheck && step memcheck-graph compute-sanitizer --tool memcheck --error-exitcode 3 \
+        "$b/tests/gpu/test_graph_cuda" 26 3
     want racecheck && [ "${TIDE_GPU_RACECHECK:-1}" = 1 ] && step racecheck-kernels timeout 120 \
         compute-sanitizer --tool racecheck --error-exitcode 3 "$b/tests/gpu/test_kernels" --racecheck
 fi

@@ -18,6 +18,7 @@
  */
 #include "core/checks.h"
 #include "fabric/cuda/cuda.h"
+#include "fabric/cuda/graph.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +53,7 @@ void tide_cuda_family_free(tide_cuda_family_t *fam, int ranks) {
     for (int m = 0; m < TIDE_RS_MODE_COUNT; ++m)
         tide_cuda_prepared_free(&fam->prep[m], ranks);
     tide_cuda_own_tables_free(fam, ranks);
+    tide_cuda_graph_free(fam);
     for (int p = 0; p < 2; ++p)
         if (fam->fence[p] != NULL) cudaEventDestroy(fam->fence[p]);
     if (fam->user != NULL)
@@ -73,7 +75,9 @@ static void group_quiesce(tide_cuda_group_t *g) {
         tide_cuda_family_t *fam = &g->fam[f];
         if (fam->last_epoch < 0) continue;
         const int p = (int)(fam->last_epoch % 2);
-        if (fam->broken == TIDE_SUCCESS && fam->fence_epoch[p] == fam->last_epoch)
+        /* A fence recorded in a capture is a graph node, not a point of this stream. */
+        if (fam->broken == TIDE_SUCCESS && fam->fence_epoch[p] == fam->last_epoch &&
+            fam->call_capture[p] == 0)
             (void)cudaEventSynchronize(fam->fence[p]);
         else
             sync_devices = true;

@@ -87,6 +87,7 @@ typedef struct {
     pthread_mutex_t lock;           /* registrations, pending calls, enqueues */
     pthread_cond_t cond;            /* a pending call was enqueued */
     tide_cuda_group_t *registering; /* groups not every rank registered yet */
+    uint64_t captured;              /* calls enqueued into a CUDA graph capture (graph.c) */
 } tide_cuda_shared_t;
 
 typedef struct {
@@ -266,6 +267,13 @@ tide_result_t tide_cuda_direct_lands(tide_cuda_shared_t *sh, tide_cuda_prepared_
 tide_result_t tide_cuda_direct_fuse_upload(tide_cuda_shared_t *sh, tide_cuda_prepared_t *pp,
                                            int parity, int r, cudaStream_t stream,
                                            uint64_t *uploads);
+/* The per-call tables of direct mode, for a call captured into a CUDA graph (graph.c):
+ * land_entries: the entries of LAND op `id` of thread t's table built per call (0: none);
+ * land_fill: that table of the pending call; fuse_fill: the table of fused sum f. */
+size_t tide_cuda_direct_land_entries(const tide_cuda_prepared_t *pp, int id, int t);
+void tide_cuda_direct_land_fill(const tide_cuda_prepared_t *pp, int id, int t, const float **host);
+void tide_cuda_direct_fuse_fill(const tide_cuda_prepared_t *pp, const tide_cuda_fuse_t *f,
+                                tide_sum_fused_t *row);
 
 
 /* ------------------------------------------------------------------ ops (ops.c) */
@@ -380,6 +388,13 @@ typedef struct tide_cuda_family {
     tide_result_t broken;
     char broken_msg[384];
     tide_cuda_stats_t stats;
+    /* CUDA graphs (graph.c): the capture of the pending call and of the last call of each
+     * parity (0: enqueued eagerly); tables owned by captured calls; the copy descriptor
+     * table of each rank for the call being captured. */
+    unsigned long long pending_capture;
+    unsigned long long call_capture[2];
+    struct tide_cuda_graph_mem *graph_mem;
+    const tide_cuda_copy_desc_t **graph_desc; /* [N] */
 } tide_cuda_family_t;
 
 /* The arenas of one registration, shared by the N rank views. */

@@ -141,31 +141,44 @@ void tide_cuda_direct_row(const tide_cuda_family_t *fam, int L, int r, const voi
            (size_t)np * sizeof(void *));
 }
 
+size_t tide_cuda_direct_land_entries(const tide_cuda_prepared_t *pp, int id, int t) {
+    if (!pp->direct || pp->land_src[id] == NULL || (pp->fused_land != NULL && pp->fused_land[id]))
+        return 0;
+    const int rank = t / TIDE_CUDA_Q;
+    const tide_op_t *op = tide_schedule_op(pp->checked[rank], &pp->sched, id, t);
+    const tide_table_t *tb = &pp->checked[rank]->ranks[rank].tables[op->table];
+    return (size_t)tb->num_segs * (size_t)tb->num_in;
+}
+
+void tide_cuda_direct_land_fill(const tide_cuda_prepared_t *pp, int id, int t, const float **host) {
+    const int rank = t / TIDE_CUDA_Q;
+    const tide_op_t *op = tide_schedule_op(pp->checked[rank], &pp->sched, id, t);
+    const tide_table_t *tb = &pp->checked[rank]->ranks[rank].tables[op->table];
+    const tide_land_args_t *la = &pp->bound[id].land;
+    for (int g = 0; g < tb->num_segs; ++g)
+        for (int k = 0; k < tb->num_in; ++k) {
+            const tide_direct_land_src_t *o = &pp->land_src[id][(size_t)g * tb->num_in + k];
+            const float **e = &host[(size_t)g * tb->num_in + k];
+            if (o->kind == TIDE_DIRECT_LAND_ZERO)
+                *e = NULL;
+            else if (o->kind == TIDE_DIRECT_LAND_ALIAS)
+                *e = (const float *)((const uint8_t *)pp->bound[o->copy].op.src + o->delta);
+            else
+                *e = la->in[k] + tb->land_segs[g].in_off;
+        }
+}
+
 tide_result_t tide_cuda_direct_lands(tide_cuda_shared_t *sh, tide_cuda_prepared_t *pp, int parity) {
     if (!pp->direct) return TIDE_SUCCESS;
     const tide_schedule_t *s = &pp->sched;
     for (int t = 0; t < s->num_threads; ++t) {
         const int rank = t / TIDE_CUDA_Q;
         for (int id = s->op_base[t]; id < s->op_base[t + 1]; ++id) {
-            if (pp->land_src[id] == NULL || (pp->fused_land != NULL && pp->fused_land[id]))
-                continue;
-            const tide_op_t *op = tide_schedule_op(pp->checked[rank], s, id, t);
-            const tide_table_t *tb = &pp->checked[rank]->ranks[rank].tables[op->table];
-            const tide_land_args_t *la = &pp->bound[id].land;
-            const size_t n = (size_t)tb->num_segs * (size_t)tb->num_in;
+            const size_t n = tide_cuda_direct_land_entries(pp, id, t);
+            if (n == 0) continue;
             const float **host = malloc(n * sizeof(*host));
             if (host == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda fabric: landing table");
-            for (int g = 0; g < tb->num_segs; ++g)
-                for (int k = 0; k < tb->num_in; ++k) {
-                    const tide_direct_land_src_t *o = &pp->land_src[id][(size_t)g * tb->num_in + k];
-                    const float **e = &host[(size_t)g * tb->num_in + k];
-                    if (o->kind == TIDE_DIRECT_LAND_ZERO)
-                        *e = NULL;
-                    else if (o->kind == TIDE_DIRECT_LAND_ALIAS)
-                        *e = (const float *)((const uint8_t *)pp->bound[o->copy].op.src + o->delta);
-                    else
-                        *e = la->in[k] + tb->land_segs[g].in_off;
-                }
+            tide_cuda_direct_land_fill(pp, id, t, host);
             const float **last = pp->land_last[parity][id];
             if (last != NULL && memcmp(last, host, n * sizeof(*host)) == 0) {
                 free(host);
@@ -197,6 +210,25 @@ tide_result_t tide_cuda_direct_lands(tide_cuda_shared_t *sh, tide_cuda_prepared_
     return TIDE_SUCCESS;
 }
 
+void tide_cuda_direct_fuse_fill(const tide_cuda_prepared_t *pp, const tide_cuda_fuse_t *f,
+                                tide_sum_fused_t *row) {
+    const tide_schedule_t *s = &pp->sched;
+    memset(row, 0, (size_t)f->num_segs * sizeof(*row));
+    for (int q = 0; q < f->num_segs; ++q) {
+        if (f->segs[q].land < 0) continue; /* an empty segment: nothing is stored */
+        const int lid = f->segs[q].land;
+        const int lt = tide_direct_thread_of(s, lid);
+        const tide_op_t *lop = tide_schedule_op(pp->checked[lt / TIDE_CUDA_Q], s, lid, lt);
+        const tide_table_t *tb =
+            &pp->checked[lt / TIDE_CUDA_Q]->ranks[lt / TIDE_CUDA_Q].tables[lop->table];
+        const tide_land_args_t *la = &pp->bound[lid].land;
+        row[q].dst = la->out + tb->land_segs[f->segs[q].seg].out_off;
+        row[q].alpha = la->alpha;
+        row[q].overwrite = la->init && !la->accumulate;
+        row[q].plus_zero = la->num_in > 1 || la->plus_zero;
+    }
+}
+
 tide_result_t tide_cuda_direct_fuse_upload(tide_cuda_shared_t *sh, tide_cuda_prepared_t *pp,
                                            int parity, int r, cudaStream_t stream,
                                            uint64_t *uploads) {
@@ -225,20 +257,7 @@ tide_result_t tide_cuda_direct_fuse_upload(tide_cuda_shared_t *sh, tide_cuda_pre
                                "cudaEventSynchronize(fused sum table)");
             f->inflight[parity] = false;
             tide_sum_fused_t *row = f->host[parity];
-            memset(row, 0, bytes);
-            for (int q = 0; q < f->num_segs; ++q) {
-                if (f->segs[q].land < 0) continue; /* an empty segment: nothing is stored */
-                const int lid = f->segs[q].land;
-                const int lt = tide_direct_thread_of(s, lid);
-                const tide_op_t *lop = tide_schedule_op(pp->checked[lt / TIDE_CUDA_Q], s, lid, lt);
-                const tide_table_t *tb =
-                    &pp->checked[lt / TIDE_CUDA_Q]->ranks[lt / TIDE_CUDA_Q].tables[lop->table];
-                const tide_land_args_t *la = &pp->bound[lid].land;
-                row[q].dst = la->out + tb->land_segs[f->segs[q].seg].out_off;
-                row[q].alpha = la->alpha;
-                row[q].overwrite = la->init && !la->accumulate;
-                row[q].plus_zero = la->num_in > 1 || la->plus_zero;
-            }
+            tide_cuda_direct_fuse_fill(pp, f, row);
             if (!f->valid[parity] || memcmp(f->last[parity], row, bytes) != 0) {
                 TIDE_CUDA_CALL(
                     cudaMemcpyAsync(f->dev[parity], row, bytes, cudaMemcpyHostToDevice, stream),

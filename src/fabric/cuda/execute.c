@@ -39,6 +39,7 @@
  */
 #include "core/checks.h"
 #include "fabric/cuda/cuda.h"
+#include "fabric/cuda/graph.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -54,6 +55,7 @@ typedef struct {
     tide_cuda_prepared_t *pp;
     int parity;
     int cur_dev;
+    bool graph; /* the call is being captured: its tables are the family's graph tables */
     tide_cuda_stats_t st;
 } issue_t;
 
@@ -190,8 +192,9 @@ static tide_result_t issue_batch(issue_t *is, int b, int t) {
     ++is->st.descriptors;
     ++is->st.batches;
     is->st.batched += (uint64_t)bt->count;
-    const tide_cuda_copy_desc_t *table =
-        pp->desc_dev[is->parity][bt->rank] + (bt->first - pp->slot_base[bt->rank]);
+    const tide_cuda_copy_desc_t *base = is->graph ? is->fam->graph_desc[bt->rank]
+                                                  : pp->desc_dev[is->parity][bt->rank];
+    const tide_cuda_copy_desc_t *table = base + (bt->first - pp->slot_base[bt->rank]);
     const cudaError_t e = tide_cuda_batch_copy(table, bt->count, bt->ctas, is->sh->stream[t]);
     if (e == cudaSuccess) return TIDE_SUCCESS;
     const int id = pp->slot_op[bt->first];
@@ -215,10 +218,10 @@ static tide_result_t issue_cmd(issue_t *is, const tide_sched_cmd_t *c) {
         return wait_on(is, s, is->pp->events[is->parity][c->arg]);
     case TIDE_SCHED_CMD_WAIT_PREV:
         return wait_on(is, s, is->pp->events[is->parity ^ 1][c->arg]);
-    case TIDE_SCHED_CMD_UPLOAD:
-        return issue_upload(is, t);
+    case TIDE_SCHED_CMD_UPLOAD: /* a captured call's table is uploaded already (graph.c) */
+        return is->graph ? TIDE_SUCCESS : issue_upload(is, t);
     case TIDE_SCHED_CMD_UPLOAD_WAIT:
-        return wait_on(is, s, is->fam->own_done[is->parity][r]);
+        return is->graph ? TIDE_SUCCESS : wait_on(is, s, is->fam->own_done[is->parity][r]);
     case TIDE_SCHED_CMD_JOIN:
         TIDE_CHECK(record_on(is, is->sh->end[t], s));
         return wait_on(is, caller_of(is, r), is->sh->end[t]);
@@ -263,8 +266,8 @@ static tide_result_t enqueue_commands(issue_t *is, int form, uint64_t epoch, int
         TIDE_CHECK(on_device_of(is, r));
         if (fence >= 0) TIDE_CHECK(wait_on(is, caller_of(is, r), fam->fence[fence % 2]));
         TIDE_CHECK(wait_siblings(is, r));
-        if (is->pp->batched) TIDE_CHECK(batch_upload(is, r));
-        if (is->pp->direct)
+        if (is->pp->batched && !is->graph) TIDE_CHECK(batch_upload(is, r));
+        if (is->pp->direct && !is->graph)
             TIDE_CHECK(tide_cuda_direct_fuse_upload(sh, is->pp, is->parity, r, caller_of(is, r),
                                                     &is->st.uploads));
         TIDE_CHECK(record_on(is, sh->start[r], caller_of(is, r)));
@@ -309,6 +312,9 @@ static tide_result_t enqueue_commands(issue_t *is, int form, uint64_t epoch, int
     for (int r = 0; r < n; ++r)
         TIDE_CHECK(wait_on(is, sh->agg, sh->done[r]));
     TIDE_CHECK(record_on(is, fam->fence[is->parity], sh->agg));
+    if (is->graph)
+        TIDE_CHECK(tide_cuda_graph_join(fam, is->pp, n, is->parity, caller_of(is, 0),
+                                        &is->st.waits));
     fam->fence_epoch[is->parity] = (int64_t)epoch;
     return TIDE_SUCCESS;
 }
@@ -317,11 +323,15 @@ tide_result_t tide_cuda_enqueue(tide_cuda_group_t *g, tide_cuda_family_t *fam) {
     const int pi = fam->pending_prep;
     const uint64_t e = fam->pending_epoch;
     const uint64_t t0 = tide_cuda_now_ns();
-    const bool steady = e >= 1 && fam->last_epoch == (int64_t)e - 1 && fam->last_prep == pi;
+    /* A call captured into a CUDA graph waits on nothing outside its capture, nor eager work
+     * on anything captured: the stream orders them (graph.c). */
+    const bool steady = e >= 1 && fam->last_epoch == (int64_t)e - 1 && fam->last_prep == pi &&
+                        tide_cuda_graph_same(fam, (int64_t)e - 1);
     const int form = steady ? TIDE_SCHED_STEADY : TIDE_SCHED_FRESH;
     /* STEADY waits reach back one call: the fence covers the one before.  FRESH waits reach
      * nothing of earlier calls: the fence covers all of them. */
-    const int64_t fence = steady ? (int64_t)e - 2 : (int64_t)e - 1;
+    int64_t fence = steady ? (int64_t)e - 2 : (int64_t)e - 1;
+    if (fence >= 0 && !tide_cuda_graph_same(fam, fence)) fence = -1;
     if (fence >= 0 && fam->fence_epoch[fence % 2] != fence)
         return TIDE_ERR(TIDE_ERR_INTERNAL,
                         "cuda fabric: call %llu: the fence of call %lld is "
@@ -342,17 +352,22 @@ tide_result_t tide_cuda_enqueue(tide_cuda_group_t *g, tide_cuda_family_t *fam) {
     is.pp = &fam->prep[pi];
     is.parity = (int)(e % 2);
     is.cur_dev = -1;
+    is.graph = fam->pending_capture != 0;
     is.st = tide_cuda_stats_begin(&fam->stats, form);
     /* The threshold's copies are plain OP commands of the lists; their count is the
      * program's (batch.c). */
     is.st.over_threshold = (uint64_t)is.pp->over_threshold[form];
-    tide_result_t res = tide_cuda_direct_lands(g->shared, is.pp, is.parity);
+    tide_result_t res =
+        is.graph ? TIDE_SUCCESS : tide_cuda_direct_lands(g->shared, is.pp, is.parity);
     if (res != TIDE_SUCCESS) return res;
     tide_cuda_direct_ag_sources(is.pp);
+    /* A captured call's tables, from the ops as rebound above (graph.c). */
+    if (is.graph) TIDE_CHECK(tide_cuda_graph_tables(g->shared, fam, is.pp, is.parity));
     res = enqueue_commands(&is, form, e, fence);
     if (res != TIDE_SUCCESS) return res;
     fam->last_epoch = (int64_t)e;
     fam->last_prep = pi;
+    tide_cuda_graph_enqueued(g->shared, fam, is.parity);
     tide_cuda_stats_end(&is.st, t0, &fam->stats);
     return TIDE_SUCCESS;
 }
@@ -436,6 +451,8 @@ static tide_result_t record_call(tide_cuda_group_t *g, tide_cuda_family_t *fam, 
     if (fam->broken != TIDE_SUCCESS)
         return TIDE_ERR(TIDE_ERR_FABRIC, "cuda fabric: rank %d: a call failed while waiting: %s", r,
                         fam->broken_msg);
+    /* Refused before anything is recorded: the family stays usable. */
+    TIDE_CHECK(tide_cuda_graph_arrive(g, fam, fam->prep[pi].ready, r, caller));
     if (fam->pending > 0 && (fam->present[r] || fam->pending_prep != pi))
         return family_break(
             sh, fam,

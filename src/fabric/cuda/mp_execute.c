@@ -8,6 +8,7 @@
  */
 #include "core/checks.h"
 #include "fabric/cuda/mp.h"
+#include "fabric/cuda/graph.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -568,6 +569,7 @@ tide_result_t tide_cuda_mp_execute(struct tide_fabric_arena *arena, const tide_p
     cudaStream_t caller = NULL;
     TIDE_CHECK(tide_cuda_call_check("cuda mp fabric", prog, binding, arena, w->base.ranks,
                                     w->device, stream, &caller));
+    TIDE_CHECK(tide_cuda_graph_refuse("cuda mp fabric", w->base.rank, caller));
     if (caller == NULL) caller = cudaStreamLegacy;
     /* A fence program (a view's, mp_view.c) runs in the third family; its two variants are
      * its two programs. */
