@@ -78,9 +78,11 @@ tide_result_t tide_cuda_mp_flags_began(tide_mp_arena_t *a, int f, uint64_t epoch
         (const uint8_t *)a->flags[0] - (tide_mp_ctl_flags(c, 0) - (uint8_t *)c->hdr);
     const uint8_t *host = (const uint8_t *)&c->began[f * c->ranks + c->rank];
     const CUdeviceptr addr = (CUdeviceptr)(uintptr_t)(dev + (host - (const uint8_t *)c->hdr));
-    /* Nothing to order before it: it only says the stream got here. */
+    /* A plain write: CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER would do (nothing needs ordering
+     * before it), but the v2 stream memory operations that cuStreamWriteValue64 resolves to
+     * since CUDA 12 refuse that flag with CUDA_ERROR_INVALID_VALUE. */
     const CUresult e =
-        cuStreamWriteValue64((CUstream)s, addr, epoch + 1, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER);
+        cuStreamWriteValue64((CUstream)s, addr, epoch + 1, CU_STREAM_WRITE_VALUE_DEFAULT);
     if (e == CUDA_SUCCESS) return TIDE_SUCCESS;
     const char *name = NULL;
     cuGetErrorName(e, &name);

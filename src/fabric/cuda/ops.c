@@ -227,7 +227,15 @@ tide_result_t tide_cuda_call_check(const char *fabric, const tide_program_t *pro
                         "%d",
                         fabric, prog->num_ranks, binding->rank, r, ranks);
     cudaStream_t caller = (cudaStream_t)stream;
-    if (caller != NULL) {
+    /* While a stream captures (graph.c), the runtime refuses cudaStreamGetDevice in the
+     * default (global) capture mode and invalidates the capture; cudaStreamIsCapturing is
+     * allowed.  A captured call's stream is then not checked for its device here. */
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (caller != NULL && cudaStreamIsCapturing(caller, &capturing) != cudaSuccess) {
+        (void)cudaGetLastError();
+        capturing = cudaStreamCaptureStatusNone; /* an invalid stream: reported below */
+    }
+    if (caller != NULL && capturing == cudaStreamCaptureStatusNone) {
         int dev = -1;
         const cudaError_t e = cudaStreamGetDevice(caller, &dev);
         if (e != cudaSuccess) {
