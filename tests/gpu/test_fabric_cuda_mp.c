@@ -15,8 +15,8 @@
  * Direct mode at M = 1 (mp_direct.c): with TIDE_CUDA_MP_DIRECT unset or 1, every rank's last
  * reduce-scatter of an M = 1, L > 1 configuration must have taken it (stats.direct >= 1, the
  * same on every rank) and some configuration must have fused its outputs (2); with 0, none.
- * TIDE_TEST_MP_MANAGED=grads0 / out0 puts rank 0's gradients / output in managed memory,
- * which cannot be exported: then every rank must take the pushed path / direct sums without
+ * TIDE_TEST_MP_MANAGED=grads0 / out0 puts rank 0's gradients / output in memory that cannot
+ * be exported (a stream-ordered pool allocation): then every rank must take the pushed path / direct sums without
  * fused outputs (1), never a mix.
  *
  * The parent never touches CUDA: it draws every configuration's inputs, runs the CPU fabric
@@ -263,10 +263,14 @@ static const char *managed_env(void) {
     return e != NULL ? e : "";
 }
 
-/* Rank r's operand: managed memory where TIDE_TEST_MP_MANAGED asks for it (not exportable). */
+/* Rank r's operand: where TIDE_TEST_MP_MANAGED asks for it, memory of the device's default
+ * stream-ordered pool, which cudaIpcGetMemHandle cannot export (as managed memory could not,
+ * without allocating managed memory); cudaFree releases it like the others. */
 static cudaError_t operand_alloc(void **p, size_t bytes, int r, const char *which) {
-    if (r == 0 && strcmp(managed_env(), which) == 0)
-        return cudaMallocManaged(p, bytes, cudaMemAttachGlobal);
+    if (r == 0 && strcmp(managed_env(), which) == 0) {
+        const cudaError_t e = cudaMallocAsync(p, bytes, 0);
+        return e != cudaSuccess ? e : cudaStreamSynchronize(0);
+    }
     return cudaMalloc(p, bytes);
 }
 
