@@ -230,7 +230,7 @@ tide_result_t tide_cuda_call_check(const char *fabric, const tide_program_t *pro
     /* While a stream captures (graph.c), the runtime refuses cudaStreamGetDevice in the
      * default (global) capture mode and invalidates the capture; cudaStreamIsCapturing is
      * allowed.  A captured call's stream is then not checked for its device here. */
-    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    enum cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
     if (caller != NULL && cudaStreamIsCapturing(caller, &capturing) != cudaSuccess) {
         (void)cudaGetLastError();
         capturing = cudaStreamCaptureStatusNone; /* an invalid stream: reported below */
