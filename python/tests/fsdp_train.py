@@ -155,3 +155,26 @@ def compare(rank, world, configs):
             stock_cache[key] = train(rank, world, **stock_kw)
         out.append((cfg, stock_cache[key], train(rank, world, **tide_kw)))
     return out
+
+
+def run_steps(model, rank, steps, rec=None):
+    """Trains an already sharded (and possibly TIDE-enabled) model for `steps` AdamW steps on
+    fsdp_model.batch data; returns {"losses", "params" (local shards after every step),
+    "stock_copies"} and, when `rec` (tide.fsdp.enable's record) is given, the groups TIDE
+    served, its fallbacks and each group's call counts."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1, foreach=False)
+    losses, params = [], []
+    with _CountStockCopies() as counter:
+        for step in range(steps):
+            x, y = fsdp_model.batch(step, rank)
+            loss = F.cross_entropy(model(x).reshape(-1, 37), y.reshape(-1))
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+            params.append([p.to_local().detach().clone() for p in model.parameters()])
+    out = {"losses": losses, "params": params, "stock_copies": counter.counts}
+    if rec is not None:
+        out.update(groups=rec.groups, fallbacks=rec.fallbacks,
+                   calls={st.spec.name: dict(st.calls) for st in rec.states})
+    return out

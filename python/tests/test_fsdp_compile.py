@@ -25,7 +25,6 @@ STEPS = 3
 
 
 def _train(rank, world, how, tide_mode=None):
-    import torch.nn.functional as F
     from torch.distributed.fsdp import fully_shard
 
     import fsdp_model
@@ -46,21 +45,8 @@ def _train(rank, world, how, tide_mode=None):
     elif how == "whole":
         model.compile()
     rec = tide.fsdp.enable(model, mode=tide_mode) if tide_mode else None
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1, foreach=False)
-    losses, params = [], []
-    with fsdp_train._CountStockCopies() as counter:
-        for step in range(STEPS):
-            x, y = fsdp_model.batch(step, rank)
-            loss = F.cross_entropy(model(x).reshape(-1, 37), y.reshape(-1))
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            losses.append(loss.item())
-            params.append([p.to_local().detach().clone() for p in model.parameters()])
-    out = {"losses": losses, "params": params, "stock_copies": counter.counts}
+    out = fsdp_train.run_steps(model, rank, STEPS, rec)
     if rec is not None:
-        out.update(groups=rec.groups, fallbacks=rec.fallbacks,
-                   calls={st.spec.name: dict(st.calls) for st in rec.states})
         tide.fsdp.disable(model)
     return out
 

@@ -18,31 +18,15 @@ GROUPS = ["<root>", "layers.0", "layers.0.experts", "layers.1", "layers.1.expert
 
 
 def _train(rank, world, tide_mode=None, tier=None, mp=None):
-    import torch.nn.functional as F
-
-    import fsdp_model
     import fsdp_moe_model
     import tide.fsdp
 
     mp_dtypes = None if mp is None else tuple(fsdp_train._DTYPES[d] for d in mp)
     model = fsdp_moe_model.build(rank, world, exact=True, mp=mp_dtypes)
     rec = tide.fsdp.enable(model, mode=tide_mode, tier=tier) if tide_mode else None
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1, foreach=False)
-    losses, params = [], []
-    with fsdp_train._CountStockCopies() as counter:
-        for step in range(STEPS):
-            x, y = fsdp_model.batch(step, rank)
-            loss = F.cross_entropy(model(x).reshape(-1, 37), y.reshape(-1))
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            losses.append(loss.item())
-            params.append([p.to_local().detach().clone() for p in model.parameters()])
-    out = {"losses": losses, "params": params, "stock_copies": counter.counts}
+    out = fsdp_train.run_steps(model, rank, STEPS, rec)
     if rec is not None:
-        out.update(groups=rec.groups, fallbacks=rec.fallbacks,
-                   calls={st.spec.name: dict(st.calls) for st in rec.states},
-                   comm_ranks=[comm.ranks for _pg, comm in rec.comms],
+        out.update(comm_ranks=[comm.ranks for _pg, comm in rec.comms],
                    group_ranks={st.spec.name: st.param_group.mesh_info.shard_mesh_size
                                 for st in rec.states})
         tide.fsdp.disable(model)

@@ -214,14 +214,9 @@ static tide_result_t resolve_entries(const struct tide_comm *comm, int n,
             "groups_register: entry %d is for M = %d, L = %d, the communicator has "
             "M = %d, L = %d",
             i, cfgs[i].nodes, cfgs[i].gpus_per_node, comm->topo.nodes, comm->topo.gpus_per_node);
-        /* The rail lane runs on the cpu fabric only so far (group.c). */
-        if (comm->ops->kind != TIDE_FABRIC_CPU) {
-            TIDE_ARG_CHECK(cfgs[i].lane != TIDE_LANE_RAIL,
-                           "groups_register: entry %d: lane = rail is served by the cpu fabric "
-                           "only",
-                           i);
-            cfgs[i].lane = TIDE_LANE_GENERIC;
-        }
+        char who[48];
+        snprintf(who, sizeof(who), "groups_register: entry %d", i);
+        TIDE_CHECK(tide_comm_resolve_lane(comm, who, &cfgs[i]));
         out[i] = entries[i];
         out[i].config = &cfgs[i];
     }

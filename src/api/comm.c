@@ -20,6 +20,17 @@ static tide_result_t fabric_of(tide_fabric_kind_t kind, const struct tide_fabric
     return TIDE_SUCCESS;
 }
 
+tide_result_t tide_comm_resolve_lane(const struct tide_comm *comm, const char *who,
+                                     tide_config_t *cfg) {
+    if (comm->ops->rail_lane) return TIDE_SUCCESS;
+    TIDE_ARG_CHECK(cfg->lane != TIDE_LANE_RAIL,
+                   "%s: lane = rail: the %s fabric does not run the rail lane (the cpu and the "
+                   "single-process cuda fabrics do)",
+                   who, comm->ops->name);
+    cfg->lane = TIDE_LANE_GENERIC;
+    return TIDE_SUCCESS;
+}
+
 static tide_result_t comm_new(const struct tide_fabric_ops *ops, const tide_topo_t *topo,
                               struct tide_fabric_world *world, struct tide_comm **comm_out) {
     struct tide_comm *c = calloc(1, sizeof(*c));

@@ -14,6 +14,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* Resolve cfg->lane for this communicator's fabric: AUTO becomes GENERIC where the fabric
+ * does not run the rail lane (struct tide_fabric_ops.rail_lane), RAIL is refused there.
+ * `who` prefixes the error ("group_register", "groups_register: entry 2"). */
+struct tide_comm;
+tide_result_t tide_comm_resolve_lane(const struct tide_comm *comm, const char *who,
+                                     tide_config_t *cfg);
+
 struct tide_comm {
     const struct tide_fabric_ops *ops;
     struct tide_fabric_world *world;

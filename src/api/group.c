@@ -87,14 +87,7 @@ tide_result_t tide_group_register(tide_comm_t comm, const tide_config_t *config,
         cfg.gpus_per_node = comm->topo.gpus_per_node;
     }
 
-    /* The rail lane's programs (docs/protocol.md) land bf16 inbox blocks and read landings of
-     * rail peers; only the cpu fabric runs them so far.  AUTO keeps the generic programs on
-     * the others, an explicit RAIL is refused there. */
-    if (comm->ops->kind != TIDE_FABRIC_CPU) {
-        TIDE_ARG_CHECK(cfg.lane != TIDE_LANE_RAIL,
-                       "group_register: lane = rail is served by the cpu fabric only");
-        cfg.lane = TIDE_LANE_GENERIC;
-    }
+    TIDE_CHECK(tide_comm_resolve_lane(comm, "group_register", &cfg));
 
     tide_result_t res;
     struct tide_group *g = calloc(1, sizeof(*g));

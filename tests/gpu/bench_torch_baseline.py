@@ -54,13 +54,10 @@ TIDE_RS_IN_PLACE = 0
 TIDE_CONFIG_MAGIC = 0x54494445
 
 
-class Config(ctypes.Structure):
-    _fields_ = [("size", ctypes.c_size_t), ("magic", ctypes.c_uint), ("version", ctypes.c_uint),
-                ("nodes", ctypes.c_int), ("gpus_per_node", ctypes.c_int),
-                ("wave_width", ctypes.c_int), ("round_width", ctypes.c_int),
-                ("passes", ctypes.c_int), ("staging_slots", ctypes.c_int),
-                ("mode", ctypes.c_int), ("sum_ctas", ctypes.c_int),
-                ("landing_ctas", ctypes.c_int), ("multicast", ctypes.c_int)]
+# tide_config_t as the package defines it (one definition, so a new field cannot leave a
+# stale copy here: a size mismatch makes tide_group_register refuse the config).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+from tide._lib import ConfigStruct as Config  # noqa: E402
 
 
 class Shape(ctypes.Structure):

@@ -24,7 +24,12 @@ with_mps() {
     (
         export CUDA_MPS_PIPE_DIRECTORY="$pipe" CUDA_MPS_LOG_DIRECTORY="$dir/log"
         nvidia-cuda-mps-control -d || { echo "with_mps: the MPS daemon did not start"; exit 97; }
-        stop() { echo quit | nvidia-cuda-mps-control; sleep 1; }
+        # The daemon's logs are kept as one flat file beside DIR (DIR.log): the MPS server
+        # names a client it refused or a fault that took the server down only there.
+        stop() {
+            echo quit | nvidia-cuda-mps-control; sleep 1
+            for f in "$dir"/log/*; do [ -f "$f" ] && { echo "== $f"; cat "$f"; }; done >"$dir.log" 2>&1
+        }
         trap stop EXIT
         echo "with_mps: daemon started (pipe $CUDA_MPS_PIPE_DIRECTORY, log $CUDA_MPS_LOG_DIRECTORY)"
         # In the background, so that a timeout's TERM ends the command and stops the daemon

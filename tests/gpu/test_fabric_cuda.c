@@ -370,6 +370,14 @@ static bool gpu_open(case_t *c, gpu_world_t *w, char *err, size_t err_size) {
             snprintf(err, err_size, "cuda register rank %d: %s", r, tide_get_last_error());
             return false;
         }
+        /* The comparison is only meaningful if both fabrics ran the same programs: at L = 1
+         * the rail lane (docs/protocol.md), which the CPU fabric runs. */
+        if (w->groups[r]->plan->rs.rail_lane != c->plan->rs.rail_lane) {
+            snprintf(err, err_size, "cuda register rank %d: the group's plan is %sthe rail lane, "
+                     "the cpu fabric's is %s", r, w->groups[r]->plan->rs.rail_lane ? "" : "not ",
+                     c->plan->rs.rail_lane ? "the lane" : "generic");
+            return false;
+        }
         w->device[r] = tide_cuda_world_device(w->comms[r]->world);
         CK(cudaSetDevice(w->device[r]));
         CK(cudaStreamCreateWithFlags(&w->stream[r], cudaStreamNonBlocking));
@@ -671,18 +679,6 @@ static int by_u64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* The plan the CUDA fabric runs for case c (an owned copy in *owned, or NULL): at L = 1 the
- * case's plan is the rail lane's, which the CPU fabric runs, while tide_group_register keeps
- * the generic programs on the CUDA fabric (docs/protocol.md, "The rail lane"). */
-static const struct tide_plan *cuda_plan_of(const case_t *c, tide_plan_t *owned) {
-    *owned = NULL;
-    if (!c->plan->rs.rail_lane) return c->plan;
-    tide_config_t g = c->cfg;
-    g.lane = TIDE_LANE_GENERIC;
-    if (tide_plan_create(&g, &c->desc, owned) != TIDE_SUCCESS) return c->plan;
-    return *owned;
-}
-
 /* The threshold mode's TIDE_CUDA_BATCH_MAX_BYTES for case c: the median of the distinct copy
  * sizes of its AG and RS programs, so that the smallest copies batch and the others go per
  * op (4096 when the programs cannot be compiled here or have one copy size only). */
@@ -691,8 +687,8 @@ static uint64_t case_threshold(const case_t *c) {
     uint64_t *v = xmalloc(CAP * sizeof(*v));
     int n = 0;
     tide_program_t prog;
-    tide_plan_t owned;
-    const struct tide_plan *plan = cuda_plan_of(c, &owned);
+    /* At L = 1 both fabrics run the rail lane's programs (docs/protocol.md). */
+    const struct tide_plan *plan = c->plan;
     if (tide_program_compile_ag(plan, &prog) == TIDE_SUCCESS) {
         sizes_of(&prog, v, &n, CAP);
         tide_program_free(&prog);
@@ -703,7 +699,6 @@ static uint64_t case_threshold(const case_t *c) {
             sizes_of(&prog, v, &n, CAP);
             tide_program_free(&prog);
         }
-    tide_plan_destroy(owned);
     qsort(v, (size_t)n, sizeof(*v), by_u64);
     int distinct = 0;
     for (int i = 0; i < n; ++i)
@@ -980,9 +975,7 @@ static void dataset_init(dataset_t *d, int m, int l, int p, int max_rows, int ma
  * the fabric's own tables (a generous allowance). */
 static uint64_t case_device_bytes(const case_t *c) {
     const int per_device = (c->n + mx.devices - 1) / mx.devices;
-    tide_plan_t owned;
-    const uint64_t arena = cuda_plan_of(c, &owned)->arena.total_bytes;
-    tide_plan_destroy(owned);
+    const uint64_t arena = c->plan->arena.total_bytes;
     return (uint64_t)per_device * (arena + pooled_bytes(c) + (1u << 20));
 }
 

@@ -314,6 +314,11 @@ int tide_cuda_world_device(const struct tide_fabric_world *world) {
 const struct tide_fabric_ops tide_fabric_cuda_ops = {
     .kind = TIDE_FABRIC_CUDA,
     .name = "cuda",
+    /* One process drives every rank: the lane's puts and bf16 landings are plain ops of the
+     * executor (land.cu's bf16-input kernel), checked against the cpu fabric by
+     * test_fabric_cuda's 3x1 and 1x2 topologies.  Direct mode leaves lane programs whole
+     * (src/program/direct.c). */
+    .rail_lane = true,
     .world_create_all = cuda_world_create_all,
     .world_create_rank = cuda_world_create_rank,
     .world_destroy = cuda_world_destroy,
