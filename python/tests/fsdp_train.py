@@ -104,7 +104,11 @@ def train(rank, world, steps=20, tide_mode=None, exact=False, mp=None, accum=1,
     out = {"losses": losses, "params": params, "addresses": addresses,
            "groups": rec.groups if rec else [], "fallbacks": rec.fallbacks if rec else [],
            "calls": {st.spec.name: dict(st.calls) for st in rec.states} if rec else {},
-           "stock_copies": counter.counts}
+           "stock_copies": counter.counts,
+           # Whether the Tier 1 groups shared one arena (tide_groups_register) or fell back
+           # to one arena each (a fabric that refuses sets); None without a ring (Tier 0).
+           "shared_arena": (None if rec is None or rec.ring is None
+                            else bool(rec.ring.shared))}
     if rec is not None:
         tide.fsdp.disable(model)
     return out

@@ -169,6 +169,7 @@ def run_world(world, steps, timeout, force_sum, device="cuda"):
                                                                if k != "device"},
                          "bit_exact_required": exact, "max_abs_diff": dev,
                          "loss_last": [stock["losses"][-1], tide_run["losses"][-1]],
+                         "shared_arena": tide_run.get("shared_arena"),
                          "problems": problems})
     seconds = max(rec["result"]["seconds"] for rec in records)
     return rows, "%.1f s per rank" % seconds
@@ -228,9 +229,11 @@ def main():
         for row in rows:
             key = json.dumps(row["config"], sort_keys=True)
             if row["rank"] == 0 or row["problems"]:
-                print("  rank %d %-70s %s max|diff| %.3g%s" % (
+                print("  rank %d %-70s %s max|diff| %.3g, %s%s" % (
                     row["rank"], key, "bit-exact" if row["bit_exact_required"] else "spread",
                     row["max_abs_diff"],
+                    {True: "shared arena", False: "one arena per group"}.get(
+                        row["shared_arena"], "no ring"),
                     ("  " + "; ".join(row["problems"])) if row["problems"] else ""),
                     flush=True)
             seen.add(key)

@@ -559,6 +559,7 @@ int main(int argc, char **argv) {
                              "1x2 slot_reuse: rank 1 killed mid-step; rank 0 fails stop, its "
                              "streams drain, every group of the set fails after");
     } else if (argc > 1 && strcmp(argv[1], "--nccl") == 0) {
+        alarm(240); /* in this process: nothing may hang */
         failed += run_nccl();
     } else if (argc > 1 && strcmp(argv[1], "--rails") == 0) {
         setenv("TIDE_CUDA_MP_RAILS", "1", 1);
