@@ -22,10 +22,10 @@ static tide_result_t fabric_of(tide_fabric_kind_t kind, const struct tide_fabric
 
 tide_result_t tide_comm_resolve_lane(const struct tide_comm *comm, const char *who,
                                      tide_config_t *cfg) {
-    if (comm->ops->rail_lane) return TIDE_SUCCESS;
+    if (comm->ops->rail_lane != NULL && comm->ops->rail_lane(comm->world)) return TIDE_SUCCESS;
     TIDE_ARG_CHECK(cfg->lane != TIDE_LANE_RAIL,
-                   "%s: lane = rail: the %s fabric does not run the rail lane (the cpu and the "
-                   "single-process cuda fabrics do)",
+                   "%s: lane = rail: this %s world does not run the rail lane (the cpu fabric "
+                   "and the cuda fabric without a rail transport do)",
                    who, comm->ops->name);
     cfg->lane = TIDE_LANE_GENERIC;
     return TIDE_SUCCESS;

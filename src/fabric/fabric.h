@@ -116,10 +116,11 @@ tide_result_t tide_bind_land(const tide_binding_t *b, const tide_program_t *prog
 struct tide_fabric_ops {
     tide_fabric_kind_t kind;
     const char *name;
-    /* Runs the rail lane's programs (L = 1, docs/protocol.md "The rail lane"): landings of
-     * bf16 inbox blocks, puts from landing to landing.  false: registration keeps the
-     * generic programs at L = 1 (tide_config_t.lane AUTO) and refuses lane = RAIL. */
-    bool rail_lane;
+    /* Optional (NULL: never).  Whether `world` runs the rail lane's programs (L = 1,
+     * docs/protocol.md "The rail lane"): landings of bf16 inbox blocks, puts from landing to
+     * landing.  false: registration keeps the generic programs at L = 1 (tide_config_t.lane
+     * AUTO) and refuses lane = RAIL. */
+    bool (*rail_lane)(const struct tide_fabric_world *world);
 
     /* One process drives all N ranks: worlds_out[r] is rank r's handle (N entries). */
     tide_result_t (*world_create_all)(int nodes, int gpus_per_node,

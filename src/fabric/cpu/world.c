@@ -152,10 +152,15 @@ static tide_result_t cpu_world_destroy(struct tide_fabric_world *world) {
     return TIDE_SUCCESS;
 }
 
+static bool cpu_rail_lane(const struct tide_fabric_world *world) {
+    (void)world;
+    return true;
+}
+
 const struct tide_fabric_ops tide_fabric_cpu_ops = {
     .kind = TIDE_FABRIC_CPU,
     .name = "cpu",
-    .rail_lane = true,
+    .rail_lane = cpu_rail_lane,
     .world_create_all = cpu_world_create_all,
     .world_create_rank = cpu_world_create_rank,
     .world_destroy = cpu_world_destroy,

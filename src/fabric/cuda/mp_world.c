@@ -497,6 +497,14 @@ bool tide_cuda_mp_uses_vmm(const struct tide_fabric_arena *arena, int rank) {
     return rank >= 0 && rank < arena->world->ranks && a->vmm != NULL && a->vmm[rank];
 }
 
+/* The lane's puts are copies into mapped peer segments and its landings the shared bf16-input
+ * kernel, as on the single-process fabric; with a rail transport (TIDE_CUDA_MP_RAILS=1) the
+ * cross-node puts become rail steps, whose mapping (src/program/rails.c) refuses lane
+ * programs, so such a world keeps the generic programs. */
+static bool mp_rail_lane(const struct tide_fabric_world *world) {
+    return ((const tide_mp_world_t *)world)->rails == NULL;
+}
+
 const struct tide_fabric_ops tide_fabric_cuda_mp_ops = {
     .kind = TIDE_FABRIC_CUDA,
     .name = "cuda (one process per rank)",
@@ -509,4 +517,5 @@ const struct tide_fabric_ops tide_fabric_cuda_mp_ops = {
     .arena_view_create = tide_cuda_mp_view_create,
     .execute = tide_cuda_mp_execute,
     .call_check = tide_cuda_mp_call_check,
+    .rail_lane = mp_rail_lane,
 };

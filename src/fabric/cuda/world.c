@@ -311,6 +311,11 @@ int tide_cuda_world_device(const struct tide_fabric_world *world) {
     return tide_cuda_device_of(w->shared, world->rank);
 }
 
+static bool cuda_rail_lane(const struct tide_fabric_world *world) {
+    (void)world;
+    return true;
+}
+
 const struct tide_fabric_ops tide_fabric_cuda_ops = {
     .kind = TIDE_FABRIC_CUDA,
     .name = "cuda",
@@ -318,7 +323,7 @@ const struct tide_fabric_ops tide_fabric_cuda_ops = {
      * executor (land.cu's bf16-input kernel), checked against the cpu fabric by
      * test_fabric_cuda's 3x1 and 1x2 topologies.  Direct mode leaves lane programs whole
      * (src/program/direct.c). */
-    .rail_lane = true,
+    .rail_lane = cuda_rail_lane,
     .world_create_all = cuda_world_create_all,
     .world_create_rank = cuda_world_create_rank,
     .world_destroy = cuda_world_destroy,
