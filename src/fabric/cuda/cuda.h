@@ -267,6 +267,17 @@ tide_result_t tide_cuda_direct_lands(tide_cuda_shared_t *sh, tide_cuda_prepared_
 tide_result_t tide_cuda_direct_fuse_upload(tide_cuda_shared_t *sh, tide_cuda_prepared_t *pp,
                                            int parity, int r, cudaStream_t stream,
                                            uint64_t *uploads);
+/* A fused sum's device table, written once for both executors: fuse_row hands out the
+ * pinned row of this parity cleared (allocating the table on first use, waiting for the
+ * upload of call e - 2 that read the row), fused_entry is segment `seg` of a landing as the
+ * fused sum stores it, fuse_commit uploads the row on `stream` when it differs from the
+ * last upload of this parity (*uploads counts), fuse_free releases it all. */
+tide_result_t tide_cuda_fuse_row(tide_cuda_fuse_t *f, int parity, tide_sum_fused_t **row_out);
+tide_sum_fused_t tide_cuda_fused_entry(const tide_land_args_t *la, const tide_table_t *tb,
+                                       int seg);
+tide_result_t tide_cuda_fuse_commit(tide_cuda_fuse_t *f, int parity, cudaStream_t stream,
+                                    uint64_t *uploads);
+void tide_cuda_fuse_free(tide_cuda_fuse_t *f);
 /* The per-call tables of direct mode, for a call captured into a CUDA graph (graph.c):
  * land_entries: the entries of LAND op `id` of thread t's table built per call (0: none);
  * land_fill: that table of the pending call; fuse_fill: the table of fused sum f. */

@@ -32,7 +32,7 @@ bool tide_cuda_direct_world(const tide_cuda_shared_t *sh, int gpus_per_node) {
     return true;
 }
 
-static void fuse_free(tide_cuda_fuse_t *f) {
+void tide_cuda_fuse_free(tide_cuda_fuse_t *f) {
     if (f == NULL) return;
     for (int p = 0; p < 2; ++p) {
         if (f->dev[p] != NULL) cudaFree(f->dev[p]);
@@ -46,7 +46,7 @@ static void fuse_free(tide_cuda_fuse_t *f) {
 void tide_cuda_direct_free(tide_cuda_prepared_t *pp) {
     if (pp->fuse != NULL)
         for (int id = 0; id < pp->sched.num_ops; ++id)
-            fuse_free(pp->fuse[id]);
+            tide_cuda_fuse_free(pp->fuse[id]);
     free(pp->fuse);
     pp->fuse = NULL;
     for (int p = 0; p < 2; ++p) {
@@ -210,6 +210,51 @@ tide_result_t tide_cuda_direct_lands(tide_cuda_shared_t *sh, tide_cuda_prepared_
     return TIDE_SUCCESS;
 }
 
+tide_sum_fused_t tide_cuda_fused_entry(const tide_land_args_t *la, const tide_table_t *tb,
+                                       int seg) {
+    return (tide_sum_fused_t){.dst = la->out + tb->land_segs[seg].out_off,
+                              .alpha = la->alpha,
+                              .overwrite = la->init && !la->accumulate,
+                              .plus_zero = la->num_in > 1 || la->plus_zero};
+}
+
+tide_result_t tide_cuda_fuse_row(tide_cuda_fuse_t *f, int parity, tide_sum_fused_t **row_out) {
+    const size_t bytes = (size_t)f->num_segs * sizeof(tide_sum_fused_t);
+    if (f->dev[parity] == NULL) {
+        TIDE_CUDA_CALL(cudaMalloc((void **)&f->dev[parity], bytes), "cudaMalloc(fused sum table)");
+        TIDE_CUDA_CALL(cudaMallocHost((void **)&f->host[parity], bytes),
+                       "cudaMallocHost(fused sum table)");
+        TIDE_CUDA_CALL(cudaEventCreateWithFlags(&f->done[parity], cudaEventDisableTiming),
+                       "cudaEventCreateWithFlags(fused sum table)");
+        f->last[parity] = calloc(1, bytes);
+        if (f->last[parity] == NULL)
+            return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda fabric: fused sum table");
+    }
+    /* The pinned row may still feed the upload of call e - 2. */
+    if (f->inflight[parity])
+        TIDE_CUDA_CALL(cudaEventSynchronize(f->done[parity]),
+                       "cudaEventSynchronize(fused sum table)");
+    f->inflight[parity] = false;
+    memset(f->host[parity], 0, bytes);
+    *row_out = f->host[parity];
+    return TIDE_SUCCESS;
+}
+
+tide_result_t tide_cuda_fuse_commit(tide_cuda_fuse_t *f, int parity, cudaStream_t stream,
+                                    uint64_t *uploads) {
+    const size_t bytes = (size_t)f->num_segs * sizeof(tide_sum_fused_t);
+    const tide_sum_fused_t *row = f->host[parity];
+    if (f->valid[parity] && memcmp(f->last[parity], row, bytes) == 0) return TIDE_SUCCESS;
+    TIDE_CUDA_CALL(cudaMemcpyAsync(f->dev[parity], row, bytes, cudaMemcpyHostToDevice, stream),
+                   "cudaMemcpyAsync(fused sum table)");
+    TIDE_CUDA_CALL(cudaEventRecord(f->done[parity], stream), "cudaEventRecord(fused sum table)");
+    f->inflight[parity] = true;
+    memcpy(f->last[parity], row, bytes);
+    f->valid[parity] = true;
+    ++*uploads;
+    return TIDE_SUCCESS;
+}
+
 void tide_cuda_direct_fuse_fill(const tide_cuda_prepared_t *pp, const tide_cuda_fuse_t *f,
                                 tide_sum_fused_t *row) {
     const tide_schedule_t *s = &pp->sched;
@@ -221,11 +266,7 @@ void tide_cuda_direct_fuse_fill(const tide_cuda_prepared_t *pp, const tide_cuda_
         const tide_op_t *lop = tide_schedule_op(pp->checked[lt / TIDE_CUDA_Q], s, lid, lt);
         const tide_table_t *tb =
             &pp->checked[lt / TIDE_CUDA_Q]->ranks[lt / TIDE_CUDA_Q].tables[lop->table];
-        const tide_land_args_t *la = &pp->bound[lid].land;
-        row[q].dst = la->out + tb->land_segs[f->segs[q].seg].out_off;
-        row[q].alpha = la->alpha;
-        row[q].overwrite = la->init && !la->accumulate;
-        row[q].plus_zero = la->num_in > 1 || la->plus_zero;
+        row[q] = tide_cuda_fused_entry(&pp->bound[lid].land, tb, f->segs[q].seg);
     }
 }
 
@@ -239,36 +280,10 @@ tide_result_t tide_cuda_direct_fuse_upload(tide_cuda_shared_t *sh, tide_cuda_pre
         for (int id = s->op_base[t]; id < s->op_base[t + 1]; ++id) {
             tide_cuda_fuse_t *f = pp->fuse[id];
             if (f == NULL || f->num_segs == 0) continue;
-            const size_t bytes = (size_t)f->num_segs * sizeof(tide_sum_fused_t);
-            if (f->dev[parity] == NULL) {
-                TIDE_CUDA_CALL(cudaMalloc((void **)&f->dev[parity], bytes),
-                               "cudaMalloc(fused sum table)");
-                TIDE_CUDA_CALL(cudaMallocHost((void **)&f->host[parity], bytes),
-                               "cudaMallocHost(fused sum table)");
-                TIDE_CUDA_CALL(cudaEventCreateWithFlags(&f->done[parity], cudaEventDisableTiming),
-                               "cudaEventCreateWithFlags(fused sum table)");
-                f->last[parity] = calloc(1, bytes);
-                if (f->last[parity] == NULL)
-                    return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda fabric: fused sum table");
-            }
-            /* The pinned row may still feed the upload of call e - 2. */
-            if (f->inflight[parity])
-                TIDE_CUDA_CALL(cudaEventSynchronize(f->done[parity]),
-                               "cudaEventSynchronize(fused sum table)");
-            f->inflight[parity] = false;
-            tide_sum_fused_t *row = f->host[parity];
+            tide_sum_fused_t *row;
+            TIDE_CHECK(tide_cuda_fuse_row(f, parity, &row));
             tide_cuda_direct_fuse_fill(pp, f, row);
-            if (!f->valid[parity] || memcmp(f->last[parity], row, bytes) != 0) {
-                TIDE_CUDA_CALL(
-                    cudaMemcpyAsync(f->dev[parity], row, bytes, cudaMemcpyHostToDevice, stream),
-                    "cudaMemcpyAsync(fused sum table)");
-                TIDE_CUDA_CALL(cudaEventRecord(f->done[parity], stream),
-                               "cudaEventRecord(fused sum table)");
-                f->inflight[parity] = true;
-                memcpy(f->last[parity], row, bytes);
-                f->valid[parity] = true;
-                ++*uploads;
-            }
+            TIDE_CHECK(tide_cuda_fuse_commit(f, parity, stream, uploads));
             pp->bound[id].sum.fused = f->dev[parity];
         }
     return TIDE_SUCCESS;

@@ -58,23 +58,12 @@ tide_result_t tide_cuda_mp_direct_env(bool *on_out) {
                     "cuda mp fabric: TIDE_CUDA_MP_DIRECT is \"%s\" (0 or 1)", e);
 }
 
-static void fuse_free(tide_cuda_fuse_t *f) {
-    if (f == NULL) return;
-    for (int p = 0; p < 2; ++p) {
-        if (f->dev[p] != NULL) cudaFree(f->dev[p]);
-        if (f->host[p] != NULL) cudaFreeHost(f->host[p]);
-        if (f->done[p] != NULL) cudaEventDestroy(f->done[p]);
-        free(f->last[p]);
-    }
-    free(f);
-}
-
 void tide_cuda_mp_direct_free(tide_mp_prepared_t *pp) {
     struct tide_mp_direct *d = pp->direct;
     if (d == NULL) return;
     if (d->fuse != NULL)
         for (int id = 0; id < d->dir.num_ops; ++id)
-            fuse_free(d->fuse[id]);
+            tide_cuda_fuse_free(d->fuse[id]);
     (void)cudaGetLastError();
     free(d->fuse);
     free(d->land);
@@ -230,46 +219,21 @@ static tide_result_t land_of(tide_mp_arena_t *a, tide_mp_prepared_t *pp, const t
 }
 
 /* Fused sum f's table of this parity: row q stores segment q as its landing would (the
- * kernel's tide_sum_fused_t), uploaded on the caller's stream when it changed. */
+ * kernel's tide_sum_fused_t), uploaded on the caller's stream when it changed.  The host
+ * waited for call e - 2 (enqueue), which read this parity's pinned row. */
 static tide_result_t fuse_upload(tide_mp_arena_t *a, tide_mp_prepared_t *pp,
                                  const tide_binding_t *b, tide_cuda_fuse_t *f, int parity,
                                  cudaStream_t caller, tide_cuda_stats_t *st) {
-    const size_t bytes = (size_t)f->num_segs * sizeof(tide_sum_fused_t);
-    if (f->dev[parity] == NULL) {
-        TIDE_CUDA_CALL(cudaMalloc((void **)&f->dev[parity], bytes), "cudaMalloc(fused sum table)");
-        TIDE_CUDA_CALL(cudaMallocHost((void **)&f->host[parity], bytes),
-                       "cudaMallocHost(fused sum table)");
-        TIDE_CUDA_CALL(cudaEventCreateWithFlags(&f->done[parity], cudaEventDisableTiming),
-                       "cudaEventCreateWithFlags(fused sum table)");
-        f->last[parity] = calloc(1, bytes);
-        if (f->last[parity] == NULL)
-            return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: fused sum table");
-    }
-    /* The host waited for call e - 2 (enqueue), which read this parity's pinned row. */
-    if (f->inflight[parity])
-        TIDE_CUDA_CALL(cudaEventSynchronize(f->done[parity]), "cudaEventSynchronize(fused)");
-    f->inflight[parity] = false;
-    tide_sum_fused_t *row = f->host[parity];
-    memset(row, 0, bytes);
+    tide_sum_fused_t *row;
+    TIDE_CHECK(tide_cuda_fuse_row(f, parity, &row));
     for (int q = 0; q < f->num_segs; ++q) {
         if (f->segs[q].land < 0) continue; /* an empty segment: nothing is stored */
         const tide_table_t *tb;
         const tide_land_args_t *la;
         TIDE_CHECK(land_of(a, pp, b, f->segs[q].land, &tb, &la));
-        row[q] = (tide_sum_fused_t){.dst = la->out + tb->land_segs[f->segs[q].seg].out_off,
-                                    .alpha = la->alpha,
-                                    .overwrite = la->init && !la->accumulate,
-                                    .plus_zero = la->num_in > 1 || la->plus_zero};
+        row[q] = tide_cuda_fused_entry(la, tb, f->segs[q].seg);
     }
-    if (f->valid[parity] && memcmp(f->last[parity], row, bytes) == 0) return TIDE_SUCCESS;
-    ++st->uploads;
-    TIDE_CUDA_CALL(cudaMemcpyAsync(f->dev[parity], row, bytes, cudaMemcpyHostToDevice, caller),
-                   "cudaMemcpyAsync(fused sum table)");
-    TIDE_CUDA_CALL(cudaEventRecord(f->done[parity], caller), "cudaEventRecord(fused sum table)");
-    f->inflight[parity] = true;
-    memcpy(f->last[parity], row, bytes);
-    f->valid[parity] = true;
-    return TIDE_SUCCESS;
+    return tide_cuda_fuse_commit(f, parity, caller, &st->uploads);
 }
 
 tide_result_t tide_cuda_mp_direct_before(tide_mp_arena_t *a, tide_mp_prepared_t *pp,
