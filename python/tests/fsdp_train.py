@@ -56,17 +56,19 @@ class _CountStockCopies:
 def train(rank, world, steps=20, tide_mode=None, exact=False, mp=None, accum=1,
           sync_each_micro=False, tier=None, topology=None, seed=0, lr=1e-2, perturb=False,
           divide_factor=None, force_sum=False, hook=False, reshard_after_forward=True,
-          prefetch=False, device=None, reduce_in_fp32=False, compile=None, probe=None):
+          prefetch=False, device=None, reduce_in_fp32=False, compile=None, probe=None,
+          dims=None):
     """One run; returns {"losses": [...], "params": [[local shards after step s]],
     "addresses": [...per step], "groups": [(fqn, tier)], "fallbacks": [...]}.
     probe(point, model, rec), when given, runs at "before_enable", "after_enable" and
-    "after_disable" (TIDE runs); what it returns is in out["probe"][point]."""
+    "after_disable" (TIDE runs); what it returns is in out["probe"][point].  dims:
+    TinyLlama's sizes other than the vocabulary (dim, heads, hidden, layers)."""
     import tide.fsdp
 
     mp_dtypes = None if mp is None else (_DTYPES[mp[0]], _DTYPES[mp[1]])
     model = fsdp_model.build(seed=seed, exact=exact, mp=mp_dtypes,
                              reshard_after_forward=reshard_after_forward, device=device,
-                             compile=compile)
+                             compile=compile, **(dims or {}))
     if prefetch:
         # Explicit prefetching: each layer unshards the next one (forward) / the previous
         # one (backward) ahead of time, through FSDPModule's public API.

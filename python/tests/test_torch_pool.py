@@ -98,3 +98,12 @@ def test_cpu_fabric_has_no_segment():
     finally:
         g.close()
         comm.close()
+
+
+def test_small_segment_is_not_counted():
+    # Under 10 MiB torch would ask the hook for a 20 MiB segment: refused before any CUDA call.
+    with pytest.raises(RuntimeError, match="not a multiple of 2 MiB of 10 MiB or more"):
+        _pool._count_one(FAKE, 4 * MIB, 0)
+    with pytest.raises(RuntimeError, match="not a multiple"):
+        _pool._count_one(FAKE, 12 * MIB + 4096, 0)
+    assert _pool.state(FAKE) == 0  # nothing was offered

@@ -3,8 +3,9 @@
 
 World 2 as two processes on the one visible GPU over a gloo process group holding CUDA
 tensors (the harness of fsdp_parity_gpu.py: TIDE's one-process-per-rank CUDA fabric moves
-FSDP2's bytes).  The tiny Llama of the CPU tests is trained 3 AdamW steps on stock FSDP2 and
-3 with tide.fsdp (Tier 1, In-Place), from the same bits.  Per rank it checks:
+FSDP2's bytes).  The Llama of the CPU tests, widened to two blocks of 3.2 M parameters (DIMS),
+is trained 3 AdamW steps on stock FSDP2 and 3 with tide.fsdp (Tier 1, In-Place), from the
+same bits.  Per rank it checks:
 
 - after enable(), memory_report says counted_by_torch, and one arena segment is counted: the
   segment tide_group_segment names for every group (one shared arena), at least the planned
@@ -42,6 +43,10 @@ import fsdp_parity_gpu  # noqa: E402
 SAFETY = fsdp_parity_gpu.SAFETY
 WORLD = 2
 STEPS = 3
+# Two blocks of 3.2 M parameters: an arena of tens of MiB, so that the segment is above the
+# 10 MiB under which torch's caching allocator would round the request to 20 MiB (not
+# counted, docs/memory.md); the tiny default model's arena is a few hundred KiB.
+DIMS = dict(dim=512, heads=8, hidden=1408, layers=2)
 
 
 def _probe(point, model, rec):
@@ -92,9 +97,9 @@ def _rank(rank, world, device):
         torch.backends.cuda.enable_cudnn_sdp(False)
         torch.use_deterministic_algorithms(True, warn_only=True)
     t0 = time.monotonic()
-    stock = fsdp_train.train(rank, world, steps=STEPS, device=device)
+    stock = fsdp_train.train(rank, world, steps=STEPS, device=device, dims=DIMS)
     tide_run = fsdp_train.train(rank, world, steps=STEPS, tide_mode="in_place", device=device,
-                                probe=_probe)
+                                probe=_probe, dims=DIMS)
     return {"stock": stock, "tide": tide_run, "seconds": time.monotonic() - t0}
 
 

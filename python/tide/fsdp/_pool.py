@@ -9,9 +9,10 @@ whose CUDAPluggableAllocator is libtide's tide_torch_pool_alloc / tide_torch_poo
 Those hooks never allocate: right before the tensor is allocated, count() offers the
 segment (tide_torch_pool_offer: "the next allocation of at most B bytes is this
 pointer"), the alloc hook hands it out, the free hook only forgets it.  The tensor is never
-read or written; it lives exactly as long as the arena: release() drops it (and the pool,
-whose destruction returns the segment through the free hook) before the groups are
-deregistered, and the fabric frees the memory there.
+read or written (not even by torch.empty's deterministic fill, turned off for it); it lives
+exactly as long as the arena: release() drops it (and the pool, whose destruction returns
+the segment through the free hook) before the groups are deregistered, and the fabric frees
+the memory there.
 
 Sizes.  The caching allocator rounds a request before it calls the hook: a request of more
 than 10 MiB becomes a multiple of 2 MiB, smaller ones a 2 MiB or 20 MiB segment.  The
@@ -25,6 +26,7 @@ segments, a torch without MemPool, a refusal) enable() goes on, one log line say
 memory_report's "counted_by_torch" is False.  TIDE_FSDP_TORCH_POOL=0 turns it off.
 """
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -74,6 +76,23 @@ def _new_pool():
         return torch.cuda.MemPool(_allocator().allocator())
 
 
+@contextlib.contextmanager
+def _no_fill():
+    """torch.empty writes a fill pattern into new memory under deterministic algorithms
+    (torch.utils.deterministic.fill_uninitialized_memory): here that memory is the live
+    arena, so the fill is off for this one allocation."""
+    det = getattr(torch.utils, "deterministic", None)
+    if det is None or not hasattr(det, "fill_uninitialized_memory"):
+        yield
+        return
+    saved = det.fill_uninitialized_memory
+    det.fill_uninitialized_memory = False
+    try:
+        yield
+    finally:
+        det.fill_uninitialized_memory = saved
+
+
 def _count_one(ptr, nbytes, device):
     if nbytes < _MIN_LARGE or nbytes % _ROUND_LARGE:
         raise RuntimeError("a segment of %d bytes is not a multiple of 2 MiB of 10 MiB or more, "
@@ -82,7 +101,7 @@ def _count_one(ptr, nbytes, device):
     _lib.call("tide_torch_pool_offer", ptr, nbytes, device)
     try:
         dev = torch.device("cuda", device)
-        with torch.cuda.use_mem_pool(c.pool, device=dev):
+        with torch.cuda.use_mem_pool(c.pool, device=dev), _no_fill():
             c.tensor = torch.empty(nbytes, dtype=torch.uint8, device=dev)
         if c.tensor.data_ptr() != ptr:
             raise RuntimeError("the pool's tensor is at 0x%x, not at the segment 0x%x"
