@@ -23,8 +23,8 @@ typedef struct {
     void *ptr;      /* NULL: free entry */
     uint64_t bytes; /* the offered segment */
     int device;
-    bool handed;    /* PyTorch holds it (alloc returned it, free not seen yet) */
-    uint64_t size;  /* the size PyTorch asked for */
+    bool handed;   /* PyTorch holds it (alloc returned it, free not seen yet) */
+    uint64_t size; /* the size PyTorch asked for */
 } pool_entry_t;
 
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -125,9 +125,9 @@ void *tide_torch_pool_alloc(ptrdiff_t size, int device, void *stream) {
                  "torch_pool_alloc: refused %td bytes on device %d (%s); the hooks hand out an "
                  "arena segment offered just before, they never allocate",
                  size, device,
-                 e == NULL      ? "no offer pending"
-                 : pending > 1  ? "more than one offer pending"
-                                : "larger than the offered segment");
+                 e == NULL     ? "no offer pending"
+                 : pending > 1 ? "more than one offer pending"
+                               : "size not in (0, the offered bytes]");
     return out;
 }
 
