@@ -15,8 +15,8 @@ same bits.  Per rank it checks:
 - training equals stock bit for bit (the local shards after each of the 3 steps), on TIDE's
   shared arena, with no gloo all-gather or reduce-scatter for FSDP2 (fsdp_parity_gpu's
   checks);
-- after disable(), torch gave the segment back through the free hook (the registry no
-  longer knows the pointer) and memory_reserved() fell by at least its bytes.
+- after disable(), torch gave the segment back through the free hook (the hooks' registry
+  no longer knows the pointer) and the snapshot has no segment at its address.
 
     python3 tests/gpu/fsdp_pool_gpu.py --lib build-cuda/libtide.so [--timeout 60] [--json F]
     python3 tests/gpu/fsdp_pool_gpu.py --device cpu     # the script's own run off the GPU:
@@ -47,6 +47,7 @@ STEPS = 3
 # 10 MiB under which torch's caching allocator would round the request to 20 MiB (not
 # counted, docs/memory.md); the tiny default model's arena is a few hundred KiB.
 DIMS = dict(dim=512, heads=8, hidden=1408, layers=2)
+_SEEN = []  # the counted segments seen after enable (in the rank process)
 
 
 def _probe(point, model, rec):
@@ -74,9 +75,13 @@ def _probe(point, model, rec):
         out["segments"] = sorted(segs, key=str)
         out["snapshot"] = ([(s["address"], s["total_size"])
                             for s in torch.cuda.memory_snapshot()] if cuda else [])
+        _SEEN[:] = out["counted"]
     elif point == "after_disable":
-        before = rec.ring.counted  # emptied by disable (released before deregistration)
-        out["left_counted"] = len(before)
+        out["left_counted"] = len(rec.ring.counted)  # emptied before deregistration
+        # The hooks' registry: 0 once torch returned the segment through the free hook.
+        out["registry"] = [_pool.state(ptr) for ptr, _n in _SEEN]
+        out["snapshot"] = ([(s["address"], s["total_size"])
+                            for s in torch.cuda.memory_snapshot()] if cuda else [])
     return out
 
 
@@ -105,8 +110,6 @@ def _rank(rank, world, device):
 
 def _check(res, device):
     """Failure messages of one rank (empty: passed)."""
-    from tide.fsdp import _pool
-
     cfg = dict(tide_mode="in_place", steps=STEPS)
     problems, _dev = fsdp_parity_gpu._check(cfg, True, res["stock"], res["tide"], WORLD)
     if not res["tide"]["shared_arena"]:
@@ -131,13 +134,13 @@ def _check(res, device):
     if (ptr, nbytes) not in after["snapshot"]:
         problems.append("no snapshot segment at 0x%x of %d bytes (segments: %s)"
                         % (ptr, nbytes, after["snapshot"][:8]))
-    fell = after["reserved"] - pr["after_disable"]["reserved"]
-    if fell < nbytes:
-        problems.append("memory_reserved() fell by %d across disable, < the segment's %d"
-                        % (fell, nbytes))
-    if pr["after_disable"]["left_counted"]:
-        problems.append("disable left the counted segment in place")
-    del _pool  # the registry lives in the rank processes (checked there through reserved)
+    gone = pr["after_disable"]
+    if gone["left_counted"] or gone["registry"] != [0]:
+        problems.append("disable did not give the segment back (counted left %d, registry "
+                        "state %s; 2: torch still holds it)" % (gone["left_counted"],
+                                                                 gone["registry"]))
+    if any(a == ptr for a, _n in gone["snapshot"]):
+        problems.append("the snapshot still has a segment at 0x%x after disable" % ptr)
     return problems
 
 
