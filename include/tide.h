@@ -646,6 +646,42 @@ TIDE_API tide_result_t tide_group_read_done_event(tide_group_t group, void **eve
 TIDE_API float tide_alpha_avg(int ranks);
 TIDE_API float tide_alpha_divide(float predivide, float postdivide);
 
+/*
+ * ---------------------------------------------------------------- PyTorch allocator hooks
+ *
+ * Not collectives: the memory accounting of tide.fsdp (docs/memory.md "Counted by
+ * PyTorch").  The one-process-per-rank CUDA and NCCL fabrics allocate each rank's arena
+ * segment themselves (exportable to the peers); tide.fsdp makes those bytes visible to
+ * torch.cuda.memory_reserved() and memory snapshots by allocating one tensor of the
+ * segment's size in a torch.cuda.MemPool whose CUDAPluggableAllocator is
+ * tide_torch_pool_alloc / tide_torch_pool_free.  The hooks never allocate nor free device
+ * memory: they hand out a segment offered just before (tide_torch_pool_offer) and forget it
+ * when PyTorch frees it; the fabric frees the memory at deregistration.
+ */
+
+/* This rank's arena segment holding `group`'s arena (the whole allocation, shared by every
+ * group of a set): its base, its allocation size in bytes and its device.
+ * TIDE_ERR_UNSUPPORTED on fabrics that do not allocate one device segment per rank (CPU,
+ * one process for all ranks). */
+TIDE_API tide_result_t tide_group_segment(tide_group_t group, void **ptr_out,
+                                          uint64_t *bytes_out, int *device_out);
+/* Offer: the next tide_torch_pool_alloc of at most `bytes` bytes on `device` returns `ptr`.
+ * One offer at a time per pointer; TIDE_ERR_INVALID_ARGUMENT for a pointer already offered
+ * or handed out, or when the registry is full. */
+TIDE_API tide_result_t tide_torch_pool_offer(void *ptr, uint64_t bytes, int device);
+/* Forget `ptr` whatever its state; *state_out (may be NULL) is what it was: 0 not
+ * registered (never offered, or PyTorch freed it), 1 offered and not taken, 2 held by
+ * PyTorch (its free was not seen). */
+TIDE_API tide_result_t tide_torch_pool_withdraw(void *ptr, int *state_out);
+/* What `ptr` is now, as tide_torch_pool_withdraw's *state_out, without forgetting it. */
+TIDE_API tide_result_t tide_torch_pool_state(void *ptr, int *state_out);
+/* The CUDAPluggableAllocator functions (PyTorch's signatures; ptrdiff_t is ssize_t).  alloc
+ * hands out the pending offer when `size` fits it and `device` matches, else returns NULL
+ * (logged: PyTorch reports an out-of-memory error).  free forgets a handed-out pointer;
+ * anything else is logged and ignored. */
+TIDE_API void *tide_torch_pool_alloc(ptrdiff_t size, int device, void *stream);
+TIDE_API void tide_torch_pool_free(void *ptr, ptrdiff_t size, int device, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

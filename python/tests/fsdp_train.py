@@ -56,15 +56,19 @@ class _CountStockCopies:
 def train(rank, world, steps=20, tide_mode=None, exact=False, mp=None, accum=1,
           sync_each_micro=False, tier=None, topology=None, seed=0, lr=1e-2, perturb=False,
           divide_factor=None, force_sum=False, hook=False, reshard_after_forward=True,
-          prefetch=False, device=None, reduce_in_fp32=False, compile=None):
+          prefetch=False, device=None, reduce_in_fp32=False, compile=None, probe=None,
+          dims=None):
     """One run; returns {"losses": [...], "params": [[local shards after step s]],
-    "addresses": [...per step], "groups": [(fqn, tier)], "fallbacks": [...]}."""
+    "addresses": [...per step], "groups": [(fqn, tier)], "fallbacks": [...]}.
+    probe(point, model, rec), when given, runs at "before_enable", "after_enable" and
+    "after_disable" (TIDE runs); what it returns is in out["probe"][point].  dims:
+    TinyLlama's sizes other than the vocabulary (dim, heads, hidden, layers)."""
     import tide.fsdp
 
     mp_dtypes = None if mp is None else (_DTYPES[mp[0]], _DTYPES[mp[1]])
     model = fsdp_model.build(seed=seed, exact=exact, mp=mp_dtypes,
                              reshard_after_forward=reshard_after_forward, device=device,
-                             compile=compile)
+                             compile=compile, **(dims or {}))
     if prefetch:
         # Explicit prefetching: each layer unshards the next one (forward) / the previous
         # one (backward) ahead of time, through FSDPModule's public API.
@@ -94,7 +98,10 @@ def train(rank, world, steps=20, tide_mode=None, exact=False, mp=None, accum=1,
             kw = dict(nodes=topology[0], gpus_per_node=topology[1])
         if reduce_in_fp32:
             kw["reduce_in_fp32"] = True
+        probed = {"before_enable": probe("before_enable", model, None)} if probe else {}
         rec = tide.fsdp.enable(model, mode=tide_mode, tier=tier, **kw)
+        if probe:
+            probed["after_enable"] = probe("after_enable", model, rec)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1, foreach=False)
     losses, params, addresses = [], [], []
     counter = _CountStockCopies()
@@ -111,6 +118,9 @@ def train(rank, world, steps=20, tide_mode=None, exact=False, mp=None, accum=1,
                             else bool(rec.ring.shared))}
     if rec is not None:
         tide.fsdp.disable(model)
+        if probe:
+            probed["after_disable"] = probe("after_disable", model, rec)
+            out["probe"] = probed
     return out
 
 

@@ -109,7 +109,10 @@ def test_one_arena_of_the_planned_size(world, tmp_path):
                 else:
                     assert all(b == 0 for b in sizes), (where, name, sizes)
                 assert all(b == 0 for b in res["after_step"][name]), (where, name)
+            # The CPU fabric's shared memory is not torch's to count (_pool.py).
+            assert res["report"]["counted_by_torch"] is False, where
             tide_rep = res["report"]["tide"]
+            assert tide_rep["counted_by_torch"] == 0, where
             arena = tide_rep["arena"]
             # The measured mapping: one shared-memory object (header page, N arenas each
             # padded to a page, the call records), of the planned size.

@@ -391,6 +391,12 @@ _PROTOTYPES = {
     "tide_group_slot_live": (_res, [_void_p, _p(ctypes.c_int)]),
     "tide_group_name": (_res, [_void_p, _p(ctypes.c_char_p)]),
     "tide_group_read_done_event": (_res, [_void_p, _p(_void_p)]),
+    "tide_group_segment": (_res, [_void_p, _p(_void_p), _p(ctypes.c_uint64), _p(ctypes.c_int)]),
+    "tide_torch_pool_offer": (_res, [_void_p, ctypes.c_uint64, ctypes.c_int]),
+    "tide_torch_pool_withdraw": (_res, [_void_p, _p(ctypes.c_int)]),
+    "tide_torch_pool_state": (_res, [_void_p, _p(ctypes.c_int)]),
+    "tide_torch_pool_alloc": (_void_p, [ctypes.c_ssize_t, ctypes.c_int, _void_p]),
+    "tide_torch_pool_free": (None, [_void_p, ctypes.c_ssize_t, ctypes.c_int, _void_p]),
     "tide_alpha_avg": (ctypes.c_float, [ctypes.c_int]),
     "tide_alpha_divide": (ctypes.c_float, [ctypes.c_float, ctypes.c_float]),
 }

@@ -183,6 +183,10 @@ tide_result_t tide_cuda_read_done_event(const struct tide_fabric_arena *arena, i
  * views: tide_cuda_mp_is). */
 bool tide_cuda_mp_is(const struct tide_fabric_arena *arena);
 tide_result_t tide_cuda_mp_read_done_event(const struct tide_fabric_arena *arena, void **event_out);
+/* This rank's segment of a one-process-per-rank or NCCL arena (or view): base, allocation
+ * size (the arena, the flag areas and the rounding to the allocation unit) and device. */
+void tide_cuda_mp_segment(const struct tide_fabric_arena *arena, void **ptr_out,
+                          uint64_t *bytes_out, int *device_out);
 #endif
 #ifdef TIDE_HAVE_NCCL
 /* Created by tide_comm_init_nccl / tide_comm_init_nccl_comm only (fabric/nccl/). */

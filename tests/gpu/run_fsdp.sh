@@ -7,7 +7,8 @@
 # and a failing step does not stop the next.
 #   TIDE_FSDP_BUDGET=S   overall seconds (default 560)
 #   TIDE_FSDP_STEPS="a b" only these steps after the build (parity-w2 parity-w4 bench memory
-#                        parity-w8; default all)
+#                        parity-w8 pool; default all but pool, the arena in torch's
+#                        accounting: tests/gpu/fsdp_pool_gpu.py, pool.log, pool.json)
 # Results: OUTDIR/summary.txt, build.log, parity.log, parity.json, bench.log, bench.json,
 # memory.log, fsdp_memory.json, fsdp_memory.txt.
 # Safety: NVLink multicast never runs; these are exported for every process started here.
@@ -58,6 +59,8 @@ want memory && step memory 240 "$out/memory.log" python3 "$root/tests/gpu/bench_
     --lib "$lib" --out "$out" --worlds 2,4 --steps 3 --timeout 70
 want parity-w8 && step parity-w8 100 "$out/parity.log" python3 "$par" --lib "$lib" --worlds 8 \
     --timeout 90 --json "$out/parity-w8.json"
+want pool && step pool 50 "$out/pool.log" python3 "$root/tests/gpu/fsdp_pool_gpu.py" \
+    --lib "$lib" --timeout 40 --json "$out/pool.json"
 grep -h "^world\|^N =\|^  AG\|^  RS\|^layer" "$out/parity.log" "$out/bench.log" >>"$summary" 2>/dev/null
 [ -f "$out/fsdp_memory.txt" ] && sed -n '1,8p' "$out/fsdp_memory.txt" >>"$summary"
 # The "arenas" column says whether each TIDE run had one shared arena per rank; a fallback

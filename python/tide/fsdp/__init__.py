@@ -37,7 +37,7 @@ import torch.distributed as dist
 
 from .. import _lib
 from ..torch_binding import Comm
-from . import _compile, _internals, _ring, _tier0, _tier1, _tuning
+from . import _compile, _internals, _pool, _ring, _tier0, _tier1, _tuning
 
 logger = logging.getLogger("tide.fsdp")
 
@@ -356,9 +356,18 @@ def _enable_on(module, pg0, specs, tier, mode, nodes, gpus_per_node, tuning, red
     return comm, states, ring
 
 
+def _release_counted(states):
+    """Drop the tensors that make the arenas visible to torch (_pool.py), before the
+    groups that own the arenas are deregistered."""
+    rings = {id(st.ring): st.ring for st in states if getattr(st, "ring", None) is not None}
+    for ring in rings.values():
+        _pool.release(ring.counted)
+
+
 def _abandon(comm, states):
     for st in states:
         st.release()
+    _release_counted(states)
     _tier1.uninstall_if_unused()
     for st in states:  # collective, like the registrations that succeeded everywhere
         try:
@@ -390,6 +399,8 @@ def _register_tier1(module, comm, kept, mode):
             st.release()
         _ring.close_quietly(groups)
         raise
+    # Accounting only: never fails enable (one log line when it cannot be set up).
+    ring.counted = _pool.count(comm, groups)
     return states, ring
 
 
@@ -438,6 +449,7 @@ def _close(module, handle):
                            "the arenas stay mapped until those tensors are dropped and "
                            "disable() is called again" % (live, int(flag.item())))
     module._tide_fsdp_closing = None
+    _release_counted(handle.states)
     for st in handle.states:
         st.close()
     for _pg, comm in comms:

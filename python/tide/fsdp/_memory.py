@@ -17,12 +17,16 @@ Stock's side is a model, not a measurement, from the same group signatures:
 Autograd's gradients and activations are the same on both sides and left out.
 
 The arena is allocated by the fabric, not by torch's caching allocator: on the CPU fabric it
-is POSIX shared memory, on the CUDA fabric cudaMalloc / IPC-exported memory that every rank
-maps.  torch.cuda.MemPool with a pluggable allocator could make it visible to
-torch.cuda.memory_reserved(), but the caching allocator hands out sub-blocks of segments
-(an IPC handle names a whole cudaMalloc allocation) and may grow them as expandable segments
-(not IPC-exportable), so that route is not taken in this release; memory_report names the
-arena bytes on their own line instead.
+is POSIX shared memory, on the one-process-per-rank CUDA fabric one cuMemCreate segment per
+rank (exported to the peers), on the NCCL fabric an ncclMemAlloc window.  A MemPool with
+torch's own allocator cannot replace that (the caching allocator sub-allocates its segments
+and may grow them as expandable segments, which are not exportable), so on the CUDA and NCCL
+fabrics tide.fsdp keeps the fabric's allocation and makes its bytes visible instead: one
+tensor of the segment's size in a MemPool whose pluggable allocator hands out that very
+segment (_pool.py, docs/memory.md "Counted by PyTorch").  The report's counted_by_torch says
+whether that happened (tide.counted_by_torch: the bytes); when it did, the torch_cuda figures
+include the arena segments (the whole allocations: arena, flag areas and rounding).  On the
+CPU fabric, or when the accounting could not be set up, the arena is on its own line only.
 """
 
 import os
@@ -85,7 +89,12 @@ def report(handle):
     """The figures of one Enabled record (Tier 1)."""
     states = [st for st in handle.states if st.tier == 1]
     ring = handle.ring
-    out = {"shared_arena": bool(ring is not None and ring.shared), "tide": {}, "stock": {}}
+    rings = {id(st.ring): st.ring for st in states if st.ring is not None}
+    counted = [c for r in rings.values() for c in r.counted]
+    # counted_by_torch: the arena segments are in torch.cuda.memory_reserved() and memory
+    # snapshots (_pool.py); False on the CPU fabric or when that could not be set up.
+    out = {"shared_arena": bool(ring is not None and ring.shared), "tide": {}, "stock": {},
+           "counted_by_torch": bool(counted)}
     if not states:
         return out
     if ring is not None and ring.shared:
@@ -100,6 +109,7 @@ def report(handle):
                                         for st in states if st.packed is not None),
             "fp32_companions": sum(st.wide.plan.summary["arena_bytes"]
                                    for st in states if st.wide is not None)}
+    tide["counted_by_torch"] = sum(c.bytes for c in counted)
     mapped = mapped_arena_bytes(handle.comm)
     if mapped is not None:
         tide["mapped"] = mapped
@@ -135,6 +145,11 @@ def format_report(rep):
     lines.append("  shards outside     %s" % mib(tide["shards_outside_arena"]))
     lines.append("  fp32 companions    %s" % mib(tide["fp32_companions"]))
     lines.append("  TIDE total         %s" % mib(tide["total"]))
+    if rep.get("counted_by_torch"):
+        lines.append("  arena segments counted by torch (memory_reserved, snapshots) %s"
+                     % mib(tide["counted_by_torch"]))
+    else:
+        lines.append("  the arena is not counted by torch.cuda.memory_reserved()")
     lines.append("stock FSDP2 (model):")
     for k in ("shards", "unsharded", "all_gather_copy_in", "reduce_scatter", "total"):
         lines.append("  %-18s %s" % (k, mib(stock[k])))

@@ -68,6 +68,7 @@ class Ring:
         self.entries = list(entries)  # what the set was registered with (memory_report)
         self.occupant = {}            # slot key -> Tier1Group last gathered there
         self.unchecked = {}           # slot key -> [Tier1Group] resharded, aliases unchecked
+        self.counted = []             # [_pool.Counted]: arena segments torch's accounting sees
 
     def retire(self, key, st):
         lst = self.unchecked.setdefault(key, [])

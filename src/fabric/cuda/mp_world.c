@@ -505,6 +505,15 @@ static bool mp_rail_lane(const struct tide_fabric_world *world) {
     return ((const tide_mp_world_t *)world)->rails == NULL;
 }
 
+void tide_cuda_mp_segment(const struct tide_fabric_arena *arena, void **ptr_out,
+                          uint64_t *bytes_out, int *device_out) {
+    /* A view borrows its parent's segments and size (mp_view.c). */
+    const tide_mp_arena_t *a = (const tide_mp_arena_t *)arena;
+    *ptr_out = a->base.bases[a->base.world->rank];
+    *bytes_out = a->alloc_bytes;
+    *device_out = a->w->device;
+}
+
 const struct tide_fabric_ops tide_fabric_cuda_mp_ops = {
     .kind = TIDE_FABRIC_CUDA,
     .name = "cuda (one process per rank)",
