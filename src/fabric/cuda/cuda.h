@@ -273,8 +273,8 @@ tide_result_t tide_cuda_direct_fuse_upload(tide_cuda_shared_t *sh, tide_cuda_pre
  * fused sum stores it, fuse_commit uploads the row on `stream` when it differs from the
  * last upload of this parity (*uploads counts), fuse_free releases it all. */
 tide_result_t tide_cuda_fuse_row(tide_cuda_fuse_t *f, int parity, tide_sum_fused_t **row_out);
-tide_sum_fused_t tide_cuda_fused_entry(const tide_land_args_t *la, const tide_table_t *tb,
-                                       int seg);
+void tide_cuda_fused_entry(const tide_land_args_t *la, const tide_table_t *tb, int seg,
+                           tide_sum_fused_t *entry);
 tide_result_t tide_cuda_fuse_commit(tide_cuda_fuse_t *f, int parity, cudaStream_t stream,
                                     uint64_t *uploads);
 void tide_cuda_fuse_free(tide_cuda_fuse_t *f);

@@ -210,12 +210,13 @@ tide_result_t tide_cuda_direct_lands(tide_cuda_shared_t *sh, tide_cuda_prepared_
     return TIDE_SUCCESS;
 }
 
-tide_sum_fused_t tide_cuda_fused_entry(const tide_land_args_t *la, const tide_table_t *tb,
-                                       int seg) {
-    return (tide_sum_fused_t){.dst = la->out + tb->land_segs[seg].out_off,
-                              .alpha = la->alpha,
-                              .overwrite = la->init && !la->accumulate,
-                              .plus_zero = la->num_in > 1 || la->plus_zero};
+void tide_cuda_fused_entry(const tide_land_args_t *la, const tide_table_t *tb, int seg,
+                           tide_sum_fused_t *entry) {
+    /* Field by field into the cleared row: its padding stays zero for fuse_commit's memcmp. */
+    entry->dst = la->out + tb->land_segs[seg].out_off;
+    entry->alpha = la->alpha;
+    entry->overwrite = la->init && !la->accumulate;
+    entry->plus_zero = la->num_in > 1 || la->plus_zero;
 }
 
 tide_result_t tide_cuda_fuse_row(tide_cuda_fuse_t *f, int parity, tide_sum_fused_t **row_out) {
@@ -266,7 +267,7 @@ void tide_cuda_direct_fuse_fill(const tide_cuda_prepared_t *pp, const tide_cuda_
         const tide_op_t *lop = tide_schedule_op(pp->checked[lt / TIDE_CUDA_Q], s, lid, lt);
         const tide_table_t *tb =
             &pp->checked[lt / TIDE_CUDA_Q]->ranks[lt / TIDE_CUDA_Q].tables[lop->table];
-        row[q] = tide_cuda_fused_entry(&pp->bound[lid].land, tb, f->segs[q].seg);
+        tide_cuda_fused_entry(&pp->bound[lid].land, tb, f->segs[q].seg, &row[q]);
     }
 }
 

@@ -231,7 +231,7 @@ static tide_result_t fuse_upload(tide_mp_arena_t *a, tide_mp_prepared_t *pp,
         const tide_table_t *tb;
         const tide_land_args_t *la;
         TIDE_CHECK(land_of(a, pp, b, f->segs[q].land, &tb, &la));
-        row[q] = tide_cuda_fused_entry(la, tb, f->segs[q].seg);
+        tide_cuda_fused_entry(la, tb, f->segs[q].seg, &row[q]);
     }
     return tide_cuda_fuse_commit(f, parity, caller, &st->uploads);
 }
