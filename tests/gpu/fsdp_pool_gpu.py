@@ -162,7 +162,7 @@ def main():
 
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("no CUDA device")
-    env = dict(SAFETY, CUBLAS_WORKSPACE_CONFIG=":4096:8",
+    env = dict(SAFETY, CUBLAS_WORKSPACE_CONFIG=":4096:8", TIDE_FSDP_TORCH_POOL="1",
                TIDE_TIMEOUT_MS=os.environ.get("TIDE_TIMEOUT_MS", "30000"))
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
