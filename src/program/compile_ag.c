@@ -35,16 +35,6 @@ typedef struct {
     int64_t landed_inc; /* signals to AG_LANDED per call: L own shards (+ L scatters if M > 1) */
 } ag_ctx_t;
 
-static tide_op_t op_copy(tide_ref_t dst, tide_ref_t src, uint64_t bytes, int sig_rank, int ctr) {
-    tide_op_t op = tide_op_new(TIDE_OP_COPY);
-    op.dst = dst;
-    op.src = src;
-    op.bytes = bytes;
-    op.sig_rank = sig_rank;
-    op.ctr = sig_rank >= 0 ? ctr : 0;
-    return op;
-}
-
 static tide_result_t push(ag_ctx_t *c, int rank, tide_queue_t q, tide_op_t op) {
     return tide_program_push(c->prog, rank, q, &op);
 }
@@ -76,7 +66,8 @@ static int round_puts(const ag_ctx_t *c, int d) {
 }
 
 static tide_result_t emit_ready(ag_ctx_t *c, int rank) {
-    TIDE_CHECK(push(c, rank, TIDE_Q_READY, tide_op_wait(rank, TIDE_CTR_AG_LANDED, c->landed_inc, 0)));
+    TIDE_CHECK(
+        push(c, rank, TIDE_Q_READY, tide_op_wait(rank, TIDE_CTR_AG_LANDED, c->landed_inc, 0)));
     for (int j = 0; j < c->l; ++j)
         TIDE_CHECK(
             push(c, rank, TIDE_Q_READY, tide_op_signal(local_rank(c, rank, j), TIDE_CTR_AG_READY)));
@@ -113,20 +104,20 @@ static tide_result_t emit_rounds(ag_ctx_t *c, int rank) {
             if (!tide_mul_u64((uint64_t)rd->count, c->s, &run_bytes))
                 return TIDE_ERR(TIDE_ERR_OVERFLOW, "AG: round %d put overflows", d);
             TIDE_CHECK(push(c, rank, TIDE_Q_CALLER,
-                            op_copy(dst, own_shard(c, rank, 0), run_bytes, target, ctr)));
+                            tide_op_copy(dst, own_shard(c, rank, 0), run_bytes, target, ctr)));
             continue;
         }
-        TIDE_CHECK(
-            push(c, rank, TIDE_Q_CALLER, op_copy(dst, own_shard(c, rank, 0), c->s, target, ctr)));
+        TIDE_CHECK(push(c, rank, TIDE_Q_CALLER,
+                        tide_op_copy(dst, own_shard(c, rank, 0), c->s, target, ctr)));
         if (rd->count == 1) continue;
         TIDE_CHECK(stage_offset(c, 1, &run_src));
         TIDE_CHECK(stage_offset(c, rd->first_slot + 1, &run_dst));
         if (!tide_mul_u64((uint64_t)(rd->count - 1), c->s, &run_bytes))
             return TIDE_ERR(TIDE_ERR_OVERFLOW, "AG: round %d put overflows", d);
         TIDE_CHECK(push(c, rank, TIDE_Q_CALLER,
-                        op_copy(tide_ref_arena(target, TIDE_REGION_RECV_STAGE, run_dst),
-                                tide_ref_arena(rank, TIDE_REGION_RECV_STAGE, run_src), run_bytes,
-                                target, ctr)));
+                        tide_op_copy(tide_ref_arena(target, TIDE_REGION_RECV_STAGE, run_dst),
+                                     tide_ref_arena(rank, TIDE_REGION_RECV_STAGE, run_src),
+                                     run_bytes, target, ctr)));
     }
     return TIDE_SUCCESS;
 }
@@ -147,9 +138,9 @@ static tide_result_t emit_caller(ag_ctx_t *c, int rank) {
             const tide_geom_param_t *gp = &g->params[p];
             bool last = p == c->p - 1;
             TIDE_CHECK(push(c, rank, TIDE_Q_CALLER,
-                            op_copy(tide_ref_landing(peer, tide_geom_landing(g, p, rank)),
-                                    own_shard(c, rank, gp->offset), gp->shard_bytes,
-                                    last ? peer : -1, TIDE_CTR_AG_LANDED)));
+                            tide_op_copy(tide_ref_landing(peer, tide_geom_landing(g, p, rank)),
+                                         own_shard(c, rank, gp->offset), gp->shard_bytes,
+                                         last ? peer : -1, TIDE_CTR_AG_LANDED)));
         }
     }
     TIDE_CHECK(emit_rounds(c, rank));
@@ -167,9 +158,9 @@ static tide_result_t emit_group(ag_ctx_t *c, int rank, int peer, const tide_ag_g
         for (int p = 0; p < c->p; ++p) {
             const tide_geom_param_t *gp = &g->params[p];
             tide_op_t op =
-                op_copy(tide_ref_landing(peer, tide_geom_landing(g, p, src_rank)),
-                        tide_ref_arena(rank, TIDE_REGION_RECV_STAGE, slot_off + gp->offset),
-                        gp->shard_bytes, -1, 0);
+                tide_op_copy(tide_ref_landing(peer, tide_geom_landing(g, p, src_rank)),
+                             tide_ref_arena(rank, TIDE_REGION_RECV_STAGE, slot_off + gp->offset),
+                             gp->shard_bytes, -1, 0);
             if (grp->strided) {
                 /* Consecutive slots are ranks L apart: rows S apart in the stage, L s_p apart
                  * in the landing (the group never wraps past node M - 1). */
@@ -193,15 +184,16 @@ static tide_result_t emit_ce(ag_ctx_t *c, int rank, const tide_ag_group_t *group
         if (grp->round != round) {
             round = grp->round;
             int64_t inc = round_puts(c, round);
-            TIDE_CHECK(
-                push(c, rank, TIDE_Q_CE, tide_op_wait(rank, TIDE_CTR_AG_ARRIVED + round, inc, inc)));
+            TIDE_CHECK(push(c, rank, TIDE_Q_CE,
+                            tide_op_wait(rank, TIDE_CTR_AG_ARRIVED + round, inc, inc)));
         }
         for (int j = 0; j < c->l; ++j)
             TIDE_CHECK(emit_group(c, rank, local_rank(c, rank, j), grp));
     }
     /* Queue order makes every scatter above visible before these signals. */
     for (int j = 0; j < c->l; ++j)
-        TIDE_CHECK(push(c, rank, TIDE_Q_CE, tide_op_signal(local_rank(c, rank, j), TIDE_CTR_AG_LANDED)));
+        TIDE_CHECK(
+            push(c, rank, TIDE_Q_CE, tide_op_signal(local_rank(c, rank, j), TIDE_CTR_AG_LANDED)));
     return push(c, rank, TIDE_Q_CE, tide_op_signal(rank, TIDE_CTR_AG_CE_DONE));
 }
 
@@ -209,13 +201,14 @@ static tide_result_t emit_done(ag_ctx_t *c, int rank) {
     const tide_ag_schedule_t *ag = &c->plan->ag;
     TIDE_CHECK(push(c, rank, TIDE_Q_DONE,
                     tide_op_wait(rank, TIDE_CTR_AG_LANDED, c->landed_inc, c->landed_inc)));
-    if (c->m > 1) TIDE_CHECK(push(c, rank, TIDE_Q_DONE, tide_op_wait(rank, TIDE_CTR_AG_CE_DONE, 1, 1)));
+    if (c->m > 1)
+        TIDE_CHECK(push(c, rank, TIDE_Q_DONE, tide_op_wait(rank, TIDE_CTR_AG_CE_DONE, 1, 1)));
     TIDE_CHECK(push(c, rank, TIDE_Q_DONE, tide_op_wait(rank, TIDE_CTR_AG_CALLER_DONE, 1, 1)));
     /* Both readers of the stage (scatters, forwards) are done: senders may refill it. */
     for (int d = 0; d < ag->num_rounds; ++d)
-        TIDE_CHECK(
-            push(c, rank, TIDE_Q_DONE,
-                 tide_op_signal(rail_rank(c, rank, ag->rounds[d].distance), TIDE_CTR_AG_CREDIT + d)));
+        TIDE_CHECK(push(
+            c, rank, TIDE_Q_DONE,
+            tide_op_signal(rail_rank(c, rank, ag->rounds[d].distance), TIDE_CTR_AG_CREDIT + d)));
     tide_op_t ev = tide_op_new(TIDE_OP_EVENT);
     ev.event = TIDE_EVENT_CALL_DONE;
     return push(c, rank, TIDE_Q_DONE, ev);

@@ -63,16 +63,6 @@ static int ring(int m, int x) {
     return (x % m + m) % m;
 }
 
-static tide_op_t op_copy(tide_ref_t dst, tide_ref_t src, uint64_t bytes, int sig_rank, int ctr) {
-    tide_op_t op = tide_op_new(TIDE_OP_COPY);
-    op.dst = dst;
-    op.src = src;
-    op.bytes = bytes;
-    op.sig_rank = sig_rank;
-    op.ctr = sig_rank >= 0 ? ctr : 0;
-    return op;
-}
-
 /* ------------------------------------------------------------------ all-gather */
 
 /* Runs of consecutive ranks [first, first + count) mod M: one, or two where it wraps. */
@@ -124,8 +114,8 @@ static tide_result_t ag_caller(lane_ctx_t *c, int r) {
             TIDE_CHECK(push(c->prog, r, TIDE_Q_CALLER, cast));
         } else {
             TIDE_CHECK(push(c->prog, r, TIDE_Q_CALLER,
-                            op_copy(dst, tide_ref_operand(TIDE_REF_SHARD, 0, gp->offset),
-                                    gp->shard_bytes, -1, 0)));
+                            tide_op_copy(dst, tide_ref_operand(TIDE_REF_SHARD, 0, gp->offset),
+                                         gp->shard_bytes, -1, 0)));
         }
     }
     /* Queue order makes the writes above visible before the signal. */
@@ -151,9 +141,10 @@ static tide_result_t ag_caller(lane_ctx_t *c, int r) {
             const tide_geom_param_t *gp = &g->params[p];
             for (int k = 0; k < nr; ++k) {
                 const uint64_t off = tide_geom_landing(g, p, runs[k][0]);
-                TIDE_CHECK(push(c->prog, r, TIDE_Q_CALLER,
-                                op_copy(tide_ref_landing(target, off), tide_ref_landing(r, off),
-                                        (uint64_t)runs[k][1] * gp->shard_bytes, target, ctr)));
+                TIDE_CHECK(
+                    push(c->prog, r, TIDE_Q_CALLER,
+                         tide_op_copy(tide_ref_landing(target, off), tide_ref_landing(r, off),
+                                      (uint64_t)runs[k][1] * gp->shard_bytes, target, ctr)));
             }
         }
     }
@@ -225,7 +216,7 @@ static tide_result_t rs_sends(lane_ctx_t *c, int r) {
             const uint64_t valid = valid_elems(gp, t, pc->begin, pc->len);
             if (valid == 0) continue;
             if (have) TIDE_CHECK(push(c->prog, r, TIDE_Q_READ, held));
-            held = op_copy(
+            held = tide_op_copy(
                 tide_ref_arena(t, TIDE_REGION_INBOX, (uint64_t)q * c->block + pc->col * c->item),
                 tide_ref_operand(TIDE_REF_GRAD, pc->param,
                                  ((uint64_t)t * gp->shard_elems + pc->begin) * c->item),

@@ -206,6 +206,18 @@ static inline tide_op_t tide_op_signal(int rank, int ctr) {
     op.ctr = ctr;
     return op;
 }
+/* A flat copy; with sig_rank >= 0 it signals counter `ctr` of that rank when it completes
+ * (a fused signal), else it signals nothing. */
+static inline tide_op_t tide_op_copy(tide_ref_t dst, tide_ref_t src, uint64_t bytes, int sig_rank,
+                                     int ctr) {
+    tide_op_t op = tide_op_new(TIDE_OP_COPY);
+    op.dst = dst;
+    op.src = src;
+    op.bytes = bytes;
+    op.sig_rank = sig_rank;
+    op.ctr = sig_rank >= 0 ? ctr : 0;
+    return op;
+}
 /* The counter's owner is the waiting rank itself; sig_rank records it for listings. */
 static inline tide_op_t tide_op_wait(int rank, int ctr, int64_t inc, int64_t thr) {
     tide_op_t op = tide_op_new(TIDE_OP_WAIT);
