@@ -128,7 +128,8 @@ typedef struct {
     int passes;           /* n_part in [1, TIDE_MAX_PASSES]; 0 = 1 */
     int staging_slots;    /* n_stg in [1, TIDE_MAX_STAGING_SLOTS]; 0 = 2 */
     tide_rs_mode_t mode;  /* TIDE_RS_IN_PLACE (default) or TIDE_RS_SLOT_REUSE: the group's mode */
-    int sum_ctas;         /* Level-1 sum CTA budget; 0 = solver/default (4) */
+    int sum_ctas;         /* Level-1 sum CTA budget; 0 = the planner's: 4, or at M = 1 sized
+                             for NVLink (tide_solve with bw_link_gbps = 450, bw_sum_gbps = 99) */
     int landing_ctas;     /* landing CTA budget; 0 = solver/default (4) */
     int multicast;        /* 1: plan for NCCL multicast (descriptor counts, tide-plan); 0: unicast.
                              No fabric built so far issues multicast: the cpu and cuda fabrics
@@ -290,6 +291,11 @@ typedef struct {
     double bw_cap_gbps;         /* landing fabric ceiling, GB/s */
     double t_round_ms;          /* calibrated per-round wait overhead */
     uint64_t fp32_shard_bytes;  /* S_fp32 of the group */
+    /* Per-GPU intra-node ingress (NVLink through NVSwitch), GB/s.  At M = 1 the Level-1 sum
+     * is the whole reduce-scatter and must keep pace with this link, not with a rail: C_sum
+     * is then sized by it (tide_solve).  0: not given (M = 1 then sizes C_sum by eq. 13 as
+     * at M > 1).  Ignored at M > 1. */
+    double bw_link_gbps;
 } tide_solver_input_t;
 
 typedef struct {

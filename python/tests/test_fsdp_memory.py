@@ -147,10 +147,19 @@ def test_ring_positions():
 
 
 def _tuning_job(rank, world):
-    from tide.plan import PAPER_CALIBRATION, solve
+    from tide.plan import LINK_RATE_GBPS, PAPER_CALIBRATION, solve
 
     out = {}
     model = fsdp_model.build(layers=2)
+    # One node of 4: no rail, the sum is sized for the NVLink ingress (bw_link_gbps).
+    rec = tide.fsdp.enable(model)
+    out["one_node"] = {}
+    for st in rec.states:
+        want = solve(1, world, fp32_shard_bytes=4 * sum(st.numels), grad_dtype="bf16"
+                     if st.spec.grad_dtype == torch.bfloat16 else "fp32",
+                     bw_link_gbps=LINK_RATE_GBPS, **PAPER_CALIBRATION)
+        out["one_node"][st.spec.name] = (st.group.config.sum_ctas, want["sum_ctas"])
+    tide.fsdp.disable(model)
     # 2 x 2 ranks: the solver has a rail to feed.
     rec = tide.fsdp.enable(model, nodes=2, gpus_per_node=2)
     out["solver"] = {}
@@ -183,6 +192,10 @@ def test_tuning_reaches_the_groups(tmp_path):
         res = rec["result"]
         for name, (got, want) in res["solver"].items():
             assert got == want, (name, got, want)
+        for name, (got, want) in res["one_node"].items():
+            # fp32 gradients at L = 4: 12 CTAs; bf16: 14 (docs/tide-plan.md), never the
+            # rail-fed default of 4.
+            assert got == want and want in (12, 14), (name, got, want)
         assert res["callable"]["<root>"] == (2, 3, 0)
         assert all(v == (0, 0, 3) for k, v in res["callable"].items() if k != "<root>")
         assert "bogus" in res["bad"] and res["after_bad"] is None

@@ -269,6 +269,26 @@ def test_solve_sum_ctas_eq13(gpus, dtype):
     assert out["sum_ctas"] == math.ceil(need / cal["bw_sum_gbps"] - 1e-12)
 
 
+@pytest.mark.parametrize("gpus,dtype", [(2, "bf16"), (4, "bf16"), (8, "bf16"), (8, "fp32"),
+                                        (1, "bf16")])
+def test_solve_one_node_link(gpus, dtype):
+    """M = 1 with bw_link_gbps: C_sum keeps pace with the link, 1.5 (L b / 4 + 1) BW_link /
+    (max(L - 1, 1) b / 4) of sum throughput; without it, eq. 13 as at M > 1."""
+    cal = dict(tide.PAPER_CALIBRATION)
+    out = tide.solve(1, gpus, fp32_shard_bytes=8 << 20, grad_dtype=dtype,
+                     bw_link_gbps=tide.LINK_RATE_GBPS, **cal)
+    b = 2 if dtype == "bf16" else 4
+    need = 1.5 * (gpus * b / 4 + 1) * tide.LINK_RATE_GBPS / (max(gpus - 1, 1) * b / 4)
+    assert out["sum_ctas"] == math.ceil(need / cal["bw_sum_gbps"] - 1e-12)
+    if (gpus, dtype) == (8, "bf16"):
+        assert out["sum_ctas"] == 10
+    rail = tide.solve(1, gpus, fp32_shard_bytes=8 << 20, grad_dtype=dtype, **cal)
+    assert rail["sum_ctas"] == math.ceil(1.5 * (gpus * b / 4 + 1) * cal["bw_nic_gbps"]
+                                         / cal["bw_sum_gbps"] - 1e-12)
+    with pytest.raises(tide.TideError):
+        tide.solve(1, gpus, fp32_shard_bytes=8 << 20, bw_link_gbps=-5.0, **cal)
+
+
 def test_solve_errors():
     with pytest.raises(tide.TideError) as err:
         tide.solve(8, 8, fp32_shard_bytes=1 << 20, **dict(tide.PAPER_CALIBRATION,

@@ -279,6 +279,7 @@ class SolverInputStruct(ctypes.Structure):
         ("bw_cap_gbps", ctypes.c_double),
         ("t_round_ms", ctypes.c_double),
         ("fp32_shard_bytes", ctypes.c_uint64),
+        ("bw_link_gbps", ctypes.c_double),
     ]
 
 

@@ -29,6 +29,10 @@ REGION_NAMES = ("landing0", "landing1", "recv_stage", "resident", "staging", "ou
 # CTA under a 90 GB/s ceiling, 1.3 ms per round.  Pass as solve(..., **PAPER_CALIBRATION).
 PAPER_CALIBRATION = dict(bw_nic_gbps=47.5, bw_sum_gbps=99.0, bw_land_gbps=21.0,
                          bw_cap_gbps=90.0, t_round_ms=1.3)
+# Per-GPU NVLink 4 ingress through NVSwitch (H100 / H200 SXM: 18 links x 25 GB/s per
+# direction): what the sum keeps pace with on one node (solve's bw_link_gbps; the planner's
+# default C_sum at M = 1 uses the same rate, src/plan/plan.h).
+LINK_RATE_GBPS = 450.0
 
 
 def _int(value, what, low=None, high=None):
@@ -321,14 +325,16 @@ def memory_bounds(nodes, gpus_per_node, round_width, inbox_generations):
 
 
 def solve(nodes, gpus_per_node, *, fp32_shard_bytes, bw_nic_gbps, bw_sum_gbps, bw_land_gbps,
-          bw_cap_gbps, t_round_ms, wave_width=0, passes=0, grad_dtype="bf16"):
+          bw_cap_gbps, t_round_ms, wave_width=0, passes=0, grad_dtype="bf16", bw_link_gbps=0.0):
     """The sizing solver (App. G, eqs. 13-14): dict of round_width (k), sum_ctas,
-    landing_ctas, t_nic_ms, rounds.  The paper's rates are in PAPER_CALIBRATION."""
+    landing_ctas, t_nic_ms, rounds.  The paper's rates are in PAPER_CALIBRATION.
+    bw_link_gbps (per-GPU NVLink ingress; 0: not given) sizes sum_ctas at nodes = 1, where
+    no rail paces the sum (LINK_RATE_GBPS is NVLink 4's)."""
     i32 = (-2**31, 2**31 - 1)
     floats = {}
     for name, v in (("bw_nic_gbps", bw_nic_gbps), ("bw_sum_gbps", bw_sum_gbps),
                     ("bw_land_gbps", bw_land_gbps), ("bw_cap_gbps", bw_cap_gbps),
-                    ("t_round_ms", t_round_ms)):
+                    ("t_round_ms", t_round_ms), ("bw_link_gbps", bw_link_gbps)):
         try:
             floats[name] = float(v)
         except (TypeError, ValueError):

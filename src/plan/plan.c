@@ -33,8 +33,9 @@ static tide_result_t check_header(const tide_config_t *config) {
 }
 
 /* Replace zeros by the planner's choices and range-check the rest.  The topology is already
- * valid, so M and L are in range here. */
-static tide_result_t resolve_tuning(const tide_topo_t *topo, tide_config_t *c) {
+ * valid, so M and L are in range here.  grad_item: the group's gradient item size (0 when its
+ * dtype is not one the geometry accepts). */
+static tide_result_t resolve_tuning(const tide_topo_t *topo, size_t grad_item, tide_config_t *c) {
     const int m = topo->nodes, l = topo->gpus_per_node;
     TIDE_ARG_CHECK(c->wave_width >= 0 && c->wave_width <= l,
                    "config: wave_width W_wave = %d outside [1, L = %d] (0 = L)", c->wave_width, l);
@@ -70,6 +71,11 @@ static tide_result_t resolve_tuning(const tide_topo_t *topo, tide_config_t *c) {
     if (c->round_width == 0) c->round_width = m - 1 < 1 ? 1 : (m - 1 < 2 ? m - 1 : 2);
     if (c->passes == 0) c->passes = PLAN_DEFAULT_PASSES;
     if (c->staging_slots == 0) c->staging_slots = PLAN_DEFAULT_STAGING_SLOTS;
+    /* At M = 1 the sum is the whole reduce-scatter: sized for the intra-node link (solver.c),
+     * not the rail-fed default.  An unknown gradient dtype is refused by the geometry. */
+    if (c->sum_ctas == 0 && m == 1 && (grad_item == 2 || grad_item == 4))
+        TIDE_CHECK(tide_solve_local_sum_ctas(l, grad_item, TIDE_PLAN_BW_LINK_GBPS,
+                                             TIDE_PLAN_BW_SUM_GBPS, &c->sum_ctas));
     if (c->sum_ctas == 0) c->sum_ctas = PLAN_DEFAULT_SUM_CTAS;
     if (c->landing_ctas == 0) c->landing_ctas = PLAN_DEFAULT_LANDING_CTAS;
     if (c->lane == TIDE_LANE_AUTO) c->lane = rail_ok ? TIDE_LANE_RAIL : TIDE_LANE_GENERIC;
@@ -116,8 +122,8 @@ tide_result_t tide_plan_create(const tide_config_t *config, const tide_group_des
     tide_config_t resolved = *config;
     tide_topo_t topo;
     TIDE_CHECK(tide_topo_init(config->nodes, config->gpus_per_node, &topo));
-    TIDE_CHECK(resolve_tuning(&topo, &resolved));
     TIDE_CHECK(check_group(group));
+    TIDE_CHECK(resolve_tuning(&topo, tide_dtype_size(group->grad_dtype), &resolved));
 
     tide_result_t res;
     struct tide_plan *plan = calloc(1, sizeof(*plan));

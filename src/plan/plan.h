@@ -231,6 +231,16 @@ tide_result_t tide_rs_schedule_build(const tide_topo_t *topo, const tide_geom_t 
                                      tide_rs_schedule_t *sched_out);
 void tide_rs_schedule_free(tide_rs_schedule_t *sched);
 
+/* C_sum at M = 1: the sum CTAs that keep pace with an intra-node link of bw_link_gbps
+ * (solver.c; the planner's default at M = 1 with the rates below). */
+tide_result_t tide_solve_local_sum_ctas(int gpus_per_node, size_t grad_item, double bw_link_gbps,
+                                        double bw_sum_gbps, int *out);
+/* The rates the planner sizes a default C_sum with at M = 1: NVLink 4's 450 GB/s per
+ * direction per GPU (H100 / H200 SXM through NVSwitch), and the paper's 99 GB/s per sum CTA
+ * (App. G calibration). */
+#define TIDE_PLAN_BW_LINK_GBPS 450.0
+#define TIDE_PLAN_BW_SUM_GBPS 99.0
+
 /* N_rounds(M - 1, k, W_wave): network rounds of one pass (used by the solver). */
 int tide_rs_count_rounds(int nodes, int wave_width, int round_width);
 

@@ -3,7 +3,8 @@
  *
  * A first-order model, run once before the first registration, that picks:
  *
- *   C_sum  Level-1 sum CTAs: enough local-sum throughput to feed the rail (eq. 13),
+ *   C_sum  Level-1 sum CTAs: enough local-sum throughput to feed the rail (eq. 13), or at
+ *          M = 1 to keep pace with the intra-node link (tide_solve_local_sum_ctas),
  *   C_mc   landing CTAs: bounded by the landing fabric ceiling and by the final-wave landing
  *          tail (eq. 14),
  *   k      round width: widened only while per-round waits are a visible share of the wire
@@ -71,6 +72,10 @@ static tide_result_t check_input(const tide_solver_input_t *in, int *wave_width,
     TIDE_ARG_CHECK(isfinite(in->t_round_ms) && in->t_round_ms >= 0.0,
                    "solver: t_round_ms = %g must be finite and >= 0", in->t_round_ms);
     TIDE_ARG_CHECK(in->fp32_shard_bytes > 0, "solver: fp32_shard_bytes must be > 0");
+    /* 0 is "not given"; anything else must be a rate (checked where M = 1 uses it). */
+    TIDE_ARG_CHECK(in->bw_link_gbps == 0.0 || is_rate(in->bw_link_gbps),
+                   "solver: bw_link_gbps = %g must be 0 (not given) or finite and > 0",
+                   in->bw_link_gbps);
 
     *wave_width = in->wave_width == 0 ? in->gpus_per_node : in->wave_width;
     *passes = in->passes == 0 ? 1 : in->passes;
@@ -89,6 +94,41 @@ static tide_result_t solve_sum_ctas(const tide_solver_input_t *in, size_t grad_i
                         "solver: bw_nic %g GB/s over bw_sum %g GB/s per CTA asks for %g sum CTAs "
                         "(more than %g)",
                         in->bw_nic_gbps, in->bw_sum_gbps, c, SOLVER_MAX_CTAS);
+    *out = c < 1.0 ? 1 : (int)c;
+    return TIDE_SUCCESS;
+}
+
+/*
+ * C_sum at M = 1, where Level 1 is the whole reduce-scatter and no rail paces it.  Per fp32
+ * output byte the sum reads L b_grad / 4 bytes and writes one (the load of eq. 13), and
+ * (L - 1) b_grad / 4 of those reads arrive over the intra-node link.  Keeping pace with a link
+ * of BW_link therefore takes a sum throughput of (L b_grad / 4 + 1) BW_link / ((L - 1) b_grad /
+ * 4); with the same skew allowance as eq. 13:
+ *
+ *   C_sum(M = 1) = ceil(gamma_skew (L b_grad / 4 + 1) BW_link / ((L - 1) b_grad / 4 BW_sum)).
+ *
+ * At bf16 and the default rates (BW_link 450, BW_sum 99) that is 28, 14 and 10 CTAs at L = 2,
+ * 4 and 8: fewer local peers put a larger share of every byte on the link per output byte
+ * that the sum must keep up with.  L = 1 has no link traffic; it is sized as L = 2.
+ */
+tide_result_t tide_solve_local_sum_ctas(int gpus_per_node, size_t grad_item, double bw_link_gbps,
+                                        double bw_sum_gbps, int *out) {
+    TIDE_ARG_CHECK(gpus_per_node >= 1, "solver: L = %d, need L >= 1", gpus_per_node);
+    TIDE_ARG_CHECK(grad_item == 2 || grad_item == 4, "solver: b_grad = %zu, need 2 or 4",
+                   grad_item);
+    TIDE_ARG_CHECK(is_rate(bw_link_gbps), "solver: bw_link_gbps = %g must be finite and > 0",
+                   bw_link_gbps);
+    TIDE_ARG_CHECK(is_rate(bw_sum_gbps), "solver: bw_sum_gbps = %g must be finite and > 0",
+                   bw_sum_gbps);
+    double l = (double)gpus_per_node;
+    double remote = (l > 1.0 ? l - 1.0 : 1.0) * (double)grad_item / 4.0;
+    double load = l * (double)grad_item / 4.0 + 1.0;
+    double c = ceil_tolerant(SOLVER_GAMMA_SKEW * load * bw_link_gbps / (remote * bw_sum_gbps));
+    if (!(c <= SOLVER_MAX_CTAS))
+        return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
+                        "solver: bw_link %g GB/s over bw_sum %g GB/s per CTA asks for %g sum "
+                        "CTAs (more than %g)",
+                        bw_link_gbps, bw_sum_gbps, c, SOLVER_MAX_CTAS);
     *out = c < 1.0 ? 1 : (int)c;
     return TIDE_SUCCESS;
 }
@@ -167,7 +207,11 @@ tide_result_t tide_solve(const tide_solver_input_t *input, tide_solver_output_t 
     double t_nic_s =
         (double)(input->nodes - 1) * (double)input->fp32_shard_bytes / (input->bw_nic_gbps * 1e9);
     out.t_nic_ms = t_nic_s * 1e3;
-    TIDE_CHECK(solve_sum_ctas(input, grad_item, &out.sum_ctas));
+    if (input->nodes == 1 && input->bw_link_gbps != 0.0)
+        TIDE_CHECK(tide_solve_local_sum_ctas(input->gpus_per_node, grad_item, input->bw_link_gbps,
+                                             input->bw_sum_gbps, &out.sum_ctas));
+    else
+        TIDE_CHECK(solve_sum_ctas(input, grad_item, &out.sum_ctas));
     TIDE_CHECK(solve_landing_ctas(input, passes, t_nic_s, &out.landing_ctas));
     if (input->nodes == 1) {
         /* No network phase: nothing to widen, nothing to wait for. */

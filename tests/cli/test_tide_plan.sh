@@ -156,6 +156,13 @@ assert d['fp32_shard_bytes'] == 32 * 2**20
 fi
 expect_rc 0 "$TP" solve --nodes 8 --gpus-per-node 8 --bw-nic 47.5 --bw-sum 99 --bw-land 21 \
   --bw-cap 90 --t-round 1.3 --bytes 33554432 && { grep -q "round width k *4" "$TMP/out" || fail "solve text"; }
+# One node: --bw-link sizes the sum (28 CTAs at L = 2, bf16); a bad rate is a library error.
+if expect_rc 0 "$TP" solve --nodes 1 --gpus-per-node 2 --bw-nic 47.5 --bw-sum 99 --bw-land 21 \
+  --bw-cap 90 --t-round 1.3 --bytes 32MiB --bw-link 450 --json; then
+  check_json "$TMP/out" "assert d['sum_ctas'] == 28 and d['bw_link_gbps'] == 450 and d['rounds'] == 0"
+fi
+expect_rc 1 "$TP" solve --nodes 1 --gpus-per-node 2 --bw-nic 47.5 --bw-sum 99 --bw-land 21 \
+  --bw-cap 90 --t-round 1.3 --bytes 32MiB --bw-link -3 || true
 
 # ---------------------------------------------------------------- validate (App. D)
 # The full M <= 1024 sweep takes seconds in a release build and about a minute under ASan,

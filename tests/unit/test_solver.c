@@ -1,6 +1,8 @@
 /* test_solver.c - the sizing solver (App. G, eqs. 13-14) against its definition. */
 #include "test_util.h"
 
+#include "plan/plan.h"
+
 #include <math.h>
 
 /* The paper's calibration (App. G): 8 nodes, 47.5 GB/s rails, 99 GB/s per sum CTA, 21 GB/s
@@ -364,12 +366,93 @@ static void test_invalid_inputs(void **state) {
     assert_string_equal(tide_get_last_error(), "");
 }
 
+/* M = 1 with BW_link: the fewest CTAs whose rate covers gamma (L b / 4 + 1) BW_link /
+ * (max(L - 1, 1) b / 4), by counting up (no ceil, no shared formula). */
+static int reference_local_sum_ctas(int l, double b, double bw_link, double bw_sum) {
+    double need = 1.5 * (l * b / 4.0 + 1.0) * bw_link / ((l > 1 ? l - 1 : 1) * b / 4.0);
+    int c = 1;
+    while (c * bw_sum < need * (1 - 1e-12)) ++c;
+    return c;
+}
+
+static void test_single_node_link(void **state) {
+    (void)state;
+    tide_solver_input_t in = calibration();
+    tide_solver_output_t out;
+    in.nodes = 1;
+    in.bw_link_gbps = 450.0;
+    /* The figures docs/tide-plan.md quotes. */
+    static const int l_of[] = {2, 4, 8}, bf16_ctas[] = {28, 14, 10};
+    for (int i = 0; i < 3; ++i) {
+        in.gpus_per_node = l_of[i];
+        assert_tide(TIDE_SUCCESS, tide_solve(&in, &out));
+        assert_int_equal(out.sum_ctas, bf16_ctas[i]);
+    }
+    for (int l = 1; l <= TIDE_MAX_GPUS_PER_NODE; ++l)
+        for (int fp32 = 0; fp32 < 2; ++fp32)
+            for (double link = 25.0; link <= 3200.0; link *= 2.0) {
+                in.gpus_per_node = l;
+                in.wave_width = 0;
+                in.grad_dtype = fp32 ? TIDE_DTYPE_FP32 : TIDE_DTYPE_BF16;
+                in.bw_link_gbps = link;
+                assert_tide(TIDE_SUCCESS, tide_solve(&in, &out));
+                assert_int_equal(out.sum_ctas,
+                                 reference_local_sum_ctas(l, fp32 ? 4.0 : 2.0, link, 99.0));
+                assert_int_equal(out.round_width, 1);
+                assert_int_equal(out.rounds, 0);
+            }
+    /* Ignored at M > 1: eq. 13 alone. */
+    tide_solver_input_t multi = calibration();
+    tide_solver_output_t without, with;
+    assert_tide(TIDE_SUCCESS, tide_solve(&multi, &without));
+    multi.bw_link_gbps = 450.0;
+    assert_tide(TIDE_SUCCESS, tide_solve(&multi, &with));
+    assert_int_equal(with.sum_ctas, without.sum_ctas);
+    /* Not a rate: refused at any M. */
+    const double bad[] = {-1.0, NAN, INFINITY};
+    for (int i = 0; i < 3; ++i) {
+        in = calibration();
+        in.bw_link_gbps = bad[i];
+        expect_invalid(in, TIDE_ERR_INVALID_ARGUMENT);
+        in.nodes = 1;
+        expect_invalid(in, TIDE_ERR_INVALID_ARGUMENT);
+    }
+}
+
+/* A config that leaves sum_ctas at 0 gets the M = 1 link sizing from the planner (at the
+ * rates plan.h names), 4 at M > 1, and a budget the caller set stays. */
+static void test_plan_default_sum_ctas(void **state) {
+    (void)state;
+    for (int m = 1; m <= 2; ++m)
+        for (int l = 1; l <= TIDE_MAX_GPUS_PER_NODE; ++l)
+            for (int fp32 = 0; fp32 < 2; ++fp32)
+                for (int given = 0; given <= 7; given += 7) {
+                    tide_config_t config = TIDE_CONFIG_INIT;
+                    config.nodes = m;
+                    config.gpus_per_node = l;
+                    config.sum_ctas = given;
+                    tide_param_shape_t shape = {(uint64_t)(2 * m * l), 64};
+                    tide_dtype_t grad = fp32 ? TIDE_DTYPE_FP32 : TIDE_DTYPE_BF16;
+                    tide_group_desc_t group = {1, &shape, TIDE_DTYPE_BF16, grad, TIDE_DTYPE_FP32};
+                    tide_plan_t plan = NULL;
+                    assert_tide(TIDE_SUCCESS, tide_plan_create(&config, &group, &plan));
+                    int want = given ? given
+                               : m == 1 ? reference_local_sum_ctas(l, fp32 ? 4.0 : 2.0,
+                                                                   TIDE_PLAN_BW_LINK_GBPS,
+                                                                   TIDE_PLAN_BW_SUM_GBPS)
+                                        : 4;
+                    assert_int_equal(plan->config.sum_ctas, want);
+                    tide_plan_destroy(plan);
+                }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paper_calibration), cmocka_unit_test(test_sum_ctas_eq13),
         cmocka_unit_test(test_landing_ctas_eq14), cmocka_unit_test(test_single_node),
         cmocka_unit_test(test_round_width_rules), cmocka_unit_test(test_against_reference_grid),
         cmocka_unit_test(test_monotonicity),      cmocka_unit_test(test_invalid_inputs),
+        cmocka_unit_test(test_single_node_link),  cmocka_unit_test(test_plan_default_sum_ctas),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

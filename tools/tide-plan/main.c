@@ -45,6 +45,7 @@ static const cli_command_t commands[] = {
     {"solve", cli_cmd_solve,
      "tide-plan solve --nodes M --gpus-per-node L --bw-nic GBps --bw-sum GBps --bw-land GBps\n"
      "                --bw-cap GBps --t-round ms --bytes B [--wave-width W] [--passes n]\n"
+     "                [--bw-link GBps]\n"
      "                [--dtype bf16|fp32] [--json]"},
     {"program", cli_cmd_program,
      "tide-plan program --nodes M --gpus-per-node L (--preset NAME | --shapes LIST)\n"

@@ -132,7 +132,8 @@ enum {
     SOL_SUM,
     SOL_LAND,
     SOL_CAP,
-    SOL_TROUND, /* doubles */
+    SOL_TROUND,
+    SOL_LINK, /* doubles */
     SOL_BYTES,
     SOL_DTYPE,
     SOL_JSON,
@@ -149,6 +150,7 @@ static const struct option solve_options[] = {
     {"bw-land", required_argument, NULL, SOL_LAND},
     {"bw-cap", required_argument, NULL, SOL_CAP},
     {"t-round", required_argument, NULL, SOL_TROUND},
+    {"bw-link", required_argument, NULL, SOL_LINK},
     {"bytes", required_argument, NULL, SOL_BYTES},
     {"dtype", required_argument, NULL, SOL_DTYPE},
     {"json", no_argument, NULL, SOL_JSON},
@@ -167,7 +169,7 @@ int cli_cmd_solve(int argc, char **argv) {
     in.grad_dtype = TIDE_DTYPE_BF16;
     int *ints[] = {&in.nodes, &in.gpus_per_node, &in.wave_width, &in.passes};
     double *dbls[] = {&in.bw_nic_gbps, &in.bw_sum_gbps, &in.bw_land_gbps, &in.bw_cap_gbps,
-                      &in.t_round_ms};
+                      &in.t_round_ms, &in.bw_link_gbps};
     bool seen[SOL_HELP - SOL_NODES + 1] = {false};
     bool json = false;
     opterr = 0;
@@ -178,7 +180,7 @@ int cli_cmd_solve(int argc, char **argv) {
         bool ok = true;
         if (c <= SOL_PASSES)
             ok = cli_parse_int(optarg, ints[c - SOL_NODES]);
-        else if (c <= SOL_TROUND)
+        else if (c <= SOL_LINK)
             ok = cli_parse_double(optarg, dbls[c - SOL_NIC]);
         else if (c == SOL_BYTES)
             ok = cli_parse_bytes(optarg, &in.fp32_shard_bytes);
@@ -214,6 +216,7 @@ int cli_cmd_solve(int argc, char **argv) {
         cli_json_int(root, "passes", in.passes == 0 ? 1 : in.passes);
         cli_json_string(root, "grad_dtype", cli_dtype_name(in.grad_dtype));
         cli_json_u64(root, "fp32_shard_bytes", in.fp32_shard_bytes);
+        cli_json_double(root, "bw_link_gbps", in.bw_link_gbps);
         cli_json_int(root, "round_width", out.round_width);
         cli_json_int(root, "sum_ctas", out.sum_ctas);
         cli_json_int(root, "landing_ctas", out.landing_ctas);
@@ -224,7 +227,10 @@ int cli_cmd_solve(int argc, char **argv) {
     printf("sizing solver (App. G): M = %d, L = %d, S_fp32 = %" PRIu64 " bytes, %s gradients\n",
            in.nodes, in.gpus_per_node, in.fp32_shard_bytes, cli_dtype_name(in.grad_dtype));
     printf("  t_NIC = (M - 1) S_fp32 / BW_NIC     %.3f ms\n", out.t_nic_ms);
-    printf("  sum CTAs C_sum (eq. 13)             %d\n", out.sum_ctas);
+    if (in.nodes == 1 && in.bw_link_gbps != 0.0)
+        printf("  sum CTAs C_sum (M = 1, BW_link)     %d\n", out.sum_ctas);
+    else
+        printf("  sum CTAs C_sum (eq. 13)             %d\n", out.sum_ctas);
     printf("  landing CTAs C_mc (eq. 14)          %d\n", out.landing_ctas);
     printf("  round width k                       %d\n", out.round_width);
     printf("  network rounds per pass             %d\n", out.rounds);

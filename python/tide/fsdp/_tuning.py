@@ -2,10 +2,11 @@
 
 - None or "solver" (the default): the sizing solver (paper App. G, tide_solve) for the
   group's own size -- its fp32 shard bytes S_fp32 -- on the topology, with the paper's
-  calibration (tide.plan.PAPER_CALIBRATION), or with the rates given as
-  {"solver": {rate: value, ...}}.  It picks the round width k and the Level-1 sum and
-  landing CTA budgets; a group the solver refuses keeps the planner's defaults (logged).
-  On one node (M = 1) there is no rail for the solver to feed: the planner's defaults.
+  calibration (tide.plan.PAPER_CALIBRATION) and NVLink 4's rate (tide.plan.LINK_RATE_GBPS),
+  or with the rates given as {"solver": {rate: value, ...}}.  It picks the round width k and
+  the Level-1 sum and landing CTA budgets; a group the solver refuses keeps the planner's
+  defaults (logged).  On one node (M = 1) no rail paces the sum: its CTAs are sized to keep
+  pace with the NVLink ingress (bw_link_gbps), 28 / 14 / 10 CTAs at 2 / 4 / 8 GPUs (bf16).
 - "default": the planner's defaults (every knob 0).
 - a dict of tide_config_t fields (wave_width, round_width, passes, staging_slots, sum_ctas,
   landing_ctas) for every group;
@@ -19,7 +20,7 @@ must pass the same tuning; enable() compares them with the group signatures.
 import logging
 
 from .. import _lib
-from ..plan import PAPER_CALIBRATION, Config, Plan, solve
+from ..plan import LINK_RATE_GBPS, PAPER_CALIBRATION, Config, Plan, solve
 from ..torch_binding import tide_dtype
 
 logger = logging.getLogger("tide.fsdp")
@@ -54,10 +55,10 @@ def _checked(knobs, what):
 
 
 def _solver_knobs(spec, nodes, gpus_per_node, rates):
-    if nodes == 1:
-        # One node: no rail to feed (t_NIC = 0), so eqs. 13-14 size nothing useful (they
-        # would lower the sum CTAs below the default): the planner's defaults.
-        return {}
+    rates = dict(rates)
+    # One node: no rail paces the sum; the solver sizes it for the NVLink ingress instead
+    # (tide.h, tide_solver_input_t.bw_link_gbps).  Ignored at nodes > 1.
+    rates.setdefault("bw_link_gbps", LINK_RATE_GBPS)
     try:
         out = solve(nodes, gpus_per_node, fp32_shard_bytes=fp32_shard_bytes(spec),
                     grad_dtype=tide_dtype(spec.grad_dtype), **rates)
