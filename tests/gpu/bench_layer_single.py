@@ -10,7 +10,7 @@ calls, the stream held on the GPU while the host enqueues: bench_torch_baseline.
 over --iters after two warm-up calls.  That is the time the GPU takes for every rank's part of
 the collective, as bench_fsdp_layers' TIDE figure is (the slowest of N concurrent processes).
 
-Bytes each design must move (the HBM roofline, 4.2 TB/s read + write, as bench_fsdp_layers):
+Bytes each design must move (against the device's HBM peak, read + write, as bench_fsdp_layers):
   AG  2 U per rank (every rank's landing written once, its sources read once): 2 N U
   RS  G + F per rank (every gradient read once, every fp32 shard written once): N (G + F)
 with U the unsharded group bytes, G one rank's gradient bytes, F = 4 x shard elements.
@@ -106,8 +106,14 @@ def mp_times(paths):
     """{world: {"ag_ms", "rs_ms", "label"}} from bench_fsdp_layers --json files."""
     found = {}
     for path in paths:
-        with open(path) as f:
-            rep = json.load(f)
+        try:
+            with open(path) as f:
+                rep = json.load(f)
+        except (OSError, ValueError) as exc:
+            # A multi-process run that failed leaves no (or a partial) file: say so, and
+            # still time the single-process side.
+            print("no multi-process figures from %s: %s" % (path, exc))
+            continue
         for row in rep.get("rows", []):
             t = row.get("tide", {})
             if "ag_ms" in t:
@@ -140,8 +146,10 @@ def main():
     shapes = layer_shapes(args.dim, args.hidden, args.heads)
     mp = mp_times(args.mp_json)
     rows, worst = [], 0.0
-    print("layer dim %d hidden %d (%d parameters), bf16, single-process CUDA fabric on %s"
-          % (args.dim, args.hidden, len(shapes), torch.cuda.get_device_name(0)))
+    bfl.ROOFLINE = bfl.hbm_peak() or bfl.ROOFLINE
+    print("layer dim %d hidden %d (%d parameters), bf16, single-process CUDA fabric on %s; HBM "
+          "roofline %.2f TB/s" % (args.dim, args.hidden, len(shapes),
+                                  torch.cuda.get_device_name(0), bfl.ROOFLINE / 1e12))
     for n in [int(w) for w in args.worlds.split(",") if w]:
         with torch.cuda.stream(stream):
             row = run(tide, n, shapes, args.iters, args.sum_ctas, args.landing_ctas, stream)

@@ -79,12 +79,19 @@ want mps-tests && step ctest-mps with_mps "$out/mps-tests" bash -c "cd '$b' && c
 if want fsdp-layers; then
     layer="python3 '$root/tests/gpu/bench_fsdp_layers.py' --lib '$b/libtide.so' --worlds 2,4,8 ${TIDE_GPU_LAYER_ARGS:-}"
     step fsdp-layers bash -c "set -o pipefail; $layer --json '$out/fsdp_layers.json' | tee '$out/fsdp_layers.txt'"
-    step fsdp-layers-mps with_mps "$out/mps-layers" bash -c "set -o pipefail; $layer --json '$out/fsdp_layers_mps.json' | tee '$out/fsdp_layers_mps.txt'"
+    # One MPS daemon per world size: in one daemon, every process started after the N = 2
+    # run failed to create its context ("out of memory", earlier "busy or unavailable";
+    # bench/results/h100-2026-12-06c and -06e), while a fresh daemon runs each N.
+    mps_json=""
+    for w in 2 4 8; do
+        step fsdp-layers-mps-w$w with_mps "$out/mps-layers-w$w" bash -c "set -o pipefail; $layer --worlds $w --json '$out/fsdp_layers_mps_w$w.json' | tee '$out/fsdp_layers_mps_w$w.txt'"
+        mps_json="$mps_json --mp-json '$out/fsdp_layers_mps_w$w.json'"
+    done
     # The same layer on the pushed path (direct mode off, docs/cuda-fabric.md "Direct mode
     # across processes"): the before / after of the one-process-per-rank reduce-scatter.
     [ "${TIDE_GPU_LAYER_PUSHED:-1}" = 1 ] &&
         step fsdp-layers-pushed env TIDE_CUDA_MP_DIRECT=0 bash -c "set -o pipefail; $layer --json '$out/fsdp_layers_pushed.json' | tee '$out/fsdp_layers_pushed.txt'"
-    step layer-single bash -c "set -o pipefail; python3 '$root/tests/gpu/bench_layer_single.py' --lib '$b/libtide.so' --worlds 2,4,8 ${TIDE_GPU_LAYER_ARGS:-} --json '$out/layer_single.json' --mp-json '$out/fsdp_layers.json' --mp-json '$out/fsdp_layers_mps.json' | tee '$out/layer_single.txt'"
+    step layer-single bash -c "set -o pipefail; python3 '$root/tests/gpu/bench_layer_single.py' --lib '$b/libtide.so' --worlds 2,4,8 ${TIDE_GPU_LAYER_ARGS:-} --json '$out/layer_single.json' --mp-json '$out/fsdp_layers.json' $mps_json | tee '$out/layer_single.txt'"
 fi
 if command -v compute-sanitizer >/dev/null; then
     want memcheck && step memcheck-fabric compute-sanitizer --tool memcheck --error-exitcode 3 \
