@@ -26,7 +26,10 @@ TIDE   N processes, all on the one GPU, a gloo process group for FSDP2's bookkee
        transport included, while the other N - 1 ranks' collectives run on the same GPU at
        the same time: the GPU does N ranks' data movement within that time.  Ranks start
        each iteration together (gloo barrier after a device synchronize); the figure is the
-       median over iterations of the slowest rank.
+       median over iterations of the slowest rank.  Each timed collective (stock's too)
+       starts behind a GPU sleep of --hold-ms (20) during which the host enqueues it, so
+       host enqueue time is not in the figure (bench_layer_single measures the same way);
+       the skew of the processes' barrier exits is.
 
 Peak memory: torch's allocator peak above the allocated bytes before the phase
 (max_memory_allocated), per rank; TIDE's arena (tide_plan_summary_t arena_bytes: landing
@@ -50,7 +53,7 @@ extrapolation, not a measurement; NVLink is not modelled).
 
     python3 tests/gpu/bench_fsdp_layers.py --lib build/libtide.so [--worlds 2,4,8]
         [--dim 4096 --hidden 11008] [--dtype bf16|fp32] [--mode in_place|slot_reuse]
-        [--iters 10] [--json FILE]
+        [--iters 10] [--hold-ms 20] [--json FILE]
 
 Every process runs with NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 NVSHMEM_DISABLE_NVLS=1 (checked; nothing here uses NVLink multicast).
@@ -124,11 +127,15 @@ class _Dev:
     """CUDA events and allocator statistics, or wall time and no memory figures (--device
     cpu, which only exercises the script off the GPU)."""
 
-    def __init__(self, device):
+    def __init__(self, device, hold_ms=0.0):
         import torch
 
         self.cuda = device == "cuda"
         self.torch = torch
+        self.hold_cycles = 0
+        if self.cuda and hold_ms > 0:
+            khz = torch.cuda.get_device_properties(torch.cuda.current_device()).clock_rate
+            self.hold_cycles = int(hold_ms * khz)
 
     def sync(self):
         if self.cuda:
@@ -143,6 +150,12 @@ class _Dev:
         if self.cuda:
             base = t.cuda.memory_allocated()
             t.cuda.reset_peak_memory_stats()
+            if self.hold_cycles:
+                # The stream sleeps on the GPU while the host enqueues the collective, so
+                # that host enqueue time (FSDP2's Python, the ctypes calls) stays out of the
+                # figure, as in bench_layer_single; what remains of the processes' skew
+                # (their barrier exits) is in it.
+                t.cuda._sleep(self.hold_cycles)
             a = t.cuda.Event(enable_timing=True)
             a.record()
             return base, a
@@ -239,7 +252,7 @@ def _stock_entry(world, cfg, path):
         import torch.distributed as dist
         from torch.testing._internal.distributed.fake_pg import FakeStore
 
-        dev = _Dev(cfg["device"])
+        dev = _Dev(cfg["device"], cfg.get("hold_ms", 0.0))
         if dev.cuda:
             torch.cuda.set_device(0)
         dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
@@ -283,7 +296,7 @@ def _tide_rank(rank, world, cfg):
 
     import tide.fsdp
 
-    dev = _Dev(cfg["device"])
+    dev = _Dev(cfg["device"], cfg.get("hold_ms", 0.0))
     if dev.cuda:
         torch.cuda.set_device(0)
     block, pg = _shard_layer(_layer(cfg["dim"], cfg["hidden"], cfg["heads"],
@@ -421,6 +434,9 @@ def main():
     ap.add_argument("--landing-ctas", type=int, default=None,
                     help="TIDE-RS landing CTA budget (default: the library's)")
     ap.add_argument("--timeout", type=int, default=120, help="seconds per side and world")
+    ap.add_argument("--hold-ms", type=float, default=20.0,
+                    help="GPU sleep before each timed collective while the host enqueues it "
+                         "(0: none; the figure then includes host enqueue time)")
     ap.add_argument("--json")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                     help="cpu: exercise the script on the CPU fabric (no meaningful figures)")
@@ -435,7 +451,7 @@ def main():
 
     cfg = dict(dim=args.dim, hidden=args.hidden, heads=args.heads, dtype=args.dtype,
                mode=args.mode, iters=args.iters, device=args.device, sum_ctas=args.sum_ctas,
-               landing_ctas=args.landing_ctas)
+               landing_ctas=args.landing_ctas, hold_ms=args.hold_ms)
     cuda = args.device == "cuda"
     global ROOFLINE
     peak = hbm_peak() if cuda else None
@@ -457,6 +473,14 @@ def main():
         stock = run_stock(world, cfg, args.timeout)
         tide_res = run_tide(world, cfg, args.timeout)
         row = _row(world, stock, tide_res)
+        for side in ("stock", "tide"):
+            for phase in ("ag_ms", "rs_ms"):
+                v = row[side].get(phase)
+                if args.hold_ms > 0 and v is not None and v >= 0.9 * args.hold_ms:
+                    # The host waited for the GPU inside the call: the hold is in the figure.
+                    print("NOTE: %s %s %.3f ms is near or above the %.0f ms hold: the host "
+                          "blocked inside the call, the figure includes the hold"
+                          % (side, phase, v, args.hold_ms))
         row["seconds"] = time.monotonic() - t0
         rows.append(row)
         _print(row)
