@@ -47,6 +47,10 @@ rank's unsharded gradient bytes, F: one rank's fp32 reduce output = 4 x shard el
   TIDE AG   2 U per rank (every rank's landing written once, its sources read once), times N
             ranks on the one GPU: 2 N U in the measured time
   TIDE RS   G + F per rank (every gradient read once, every fp32 shard written once), times N
+            (the "TIDE" RS row is FSDP2's foreach_reduce through tide.fsdp: with a bf16 master
+            dtype it also casts the fp32 output to bf16, F + F / 2 more bytes per rank, not
+            counted; the "TIDE-c" row is the collective alone, group.reduce_scatter, as
+            bench_layer_single times it)
 Share = bytes / (time x the HBM peak).  TIDE's "per-rank equivalent" time is its time / N: what
 one rank's share would take on a GPU of its own if the collective stays HBM-bound (an
 extrapolation, not a measurement; NVLink is not modelled).
@@ -192,9 +196,28 @@ def _reduce(pg, grads, dev):
         pg.all_reduce_grads, None, None, False)
 
 
-def _measure(pg, iters, barrier, dev):
-    """{"ag_ms": [...], "rs_ms": [...], "ag_peak": bytes, "rs_peak": bytes}."""
-    out = {"ag_ms": [], "rs_ms": [], "ag_peak": 0, "rs_peak": 0}
+def _collective_rs(st, world):
+    """TIDE-RS alone on the group of Tier-1 state `st` (In-Place): the gradients in the
+    group's parameter order into a fresh fp32 output, alpha 1/N, on the current stream --
+    what bench_layer_single times on the single-process fabric, without FSDP2's
+    post-processing (the cast of the fp32 output to a bf16 master dtype, the views)."""
+    import torch
+
+    def run(grads):
+        ordered = [None] * len(grads)
+        for fp, grad in zip(st.fsdp_params, grads):
+            ordered[st.index[id(fp)]] = grad
+        out = torch.empty(st.group.out_numel, dtype=torch.float32, device=grads[0].device)
+        st.group.reduce_scatter(ordered, out, alpha=1.0 / world, accumulate=False,
+                                stream=torch.cuda.current_stream() if out.is_cuda else None)
+        return out
+    return run
+
+
+def _measure(pg, iters, barrier, dev, collective_rs=None):
+    """{"ag_ms": [...], "rs_ms": [...], "ag_peak": bytes, "rs_peak": bytes}, and
+    "rs_collective_ms" when collective_rs (_collective_rs) is given."""
+    out = {"ag_ms": [], "rs_ms": [], "ag_peak": 0, "rs_peak": 0, "rs_collective_ms": []}
     for it in range(iters + 2):  # two warm-up iterations
         # AG
         barrier()
@@ -219,6 +242,16 @@ def _measure(pg, iters, barrier, dev):
             out["rs_peak"] = max(out["rs_peak"], peak)
         for fp in pg.fsdp_params:
             fp.sharded_param.grad = None
+        if collective_rs is not None:
+            grads = _grads(pg)
+            dev.sync()
+            barrier()
+            mark = dev.start()
+            result = collective_rs(grads)
+            ms, _ = dev.stop(mark)
+            del grads, result
+            if it >= 2:
+                out["rs_collective_ms"].append(ms)
     return out
 
 
@@ -311,7 +344,9 @@ def _tide_rank(rank, world, cfg):
         dev.sync()
         dist.barrier()
 
-    res = _measure(pg, cfg["iters"], barrier, dev)
+    in_place = cfg["mode"] == "in_place"
+    res = _measure(pg, cfg["iters"], barrier, dev,
+                   _collective_rs(st, world) if in_place else None)
     res["sizes"] = _sizes(pg, world)
     res["arena_bytes"] = st.group.plan.summary["arena_bytes"]
     res["calls"] = dict(st.calls)
@@ -339,6 +374,8 @@ def run_tide(world, cfg, timeout):
     return {"ok": True,
             "ag_ms": [max(x["ag_ms"][i] for x in res) for i in range(iters)],
             "rs_ms": [max(x["rs_ms"][i] for x in res) for i in range(iters)],
+            "rs_collective_ms": [max(x["rs_collective_ms"][i] for x in res)
+                                 for i in range(len(res[0]["rs_collective_ms"]))],
             "ag_peak": max(x["ag_peak"] for x in res), "rs_peak": max(x["rs_peak"] for x in res),
             "arena_bytes": res[0]["arena_bytes"], "sizes": res[0]["sizes"],
             "calls": res[0]["calls"]}
@@ -388,6 +425,11 @@ def _row(world, stock, tide_res):
             "ag_roofline": world * 2 * z["U"] / (ag / 1e3 * ROOFLINE),
             "rs_roofline": world * (z["G"] + z["F"]) / (rs / 1e3 * ROOFLINE),
             "calls": tide_res["calls"]}
+        if tide_res.get("rs_collective_ms"):
+            rc = statistics.median(tide_res["rs_collective_ms"])
+            out["tide"]["rs_collective_ms"] = rc
+            out["tide"]["rs_collective_roofline"] = world * (z["G"] + z["F"]) / (rc / 1e3 *
+                                                                                 ROOFLINE)
     else:
         out["tide"] = {"error": tide_res.get("error"), "traceback": tide_res.get("traceback")}
     return out
@@ -416,6 +458,11 @@ def _print(row):
                          % (row["world"], t["arena_mib"])))
         else:
             print("  %s TIDE: FAILED %s" % (phase.upper(), t["error"]))
+    if "rs_collective_ms" in t:
+        print(fmt % ("RS", "TIDE-c", "%.3f" % t["rs_collective_ms"],
+                     "%.1f%%" % (100 * t["rs_collective_roofline"]), "-", "-",
+                     "the collective alone (group.reduce_scatter, fp32 out): no FSDP2 "
+                     "post-processing"))
     sys.stdout.flush()
 
 

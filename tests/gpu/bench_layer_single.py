@@ -119,6 +119,11 @@ def mp_times(paths):
             if "ag_ms" in t:
                 found.setdefault(row["world"], []).append(
                     (os.path.basename(path), t["ag_ms"], t["rs_ms"]))
+            if "rs_collective_ms" in t:
+                # The same work as this benchmark's RS: the collective alone, fp32 output.
+                found.setdefault(row["world"], []).append(
+                    (os.path.basename(path) + " [AG; RS collective alone]", t["ag_ms"],
+                     t["rs_collective_ms"]))
     return found
 
 
