@@ -23,6 +23,12 @@ with_mps() {
     mkdir -p "$pipe"
     (
         export CUDA_MPS_PIPE_DIRECTORY="$pipe" CUDA_MPS_LOG_DIRECTORY="$dir/log"
+        # The MPS server shares a fixed pool of device connections (hardware work queues)
+        # among its clients: with run.sh's CUDA_DEVICE_MAX_CONNECTIONS=32 it refused the
+        # clients beyond the first few processes ("Failed to accept new client. Reached
+        # maximum number of device connections" in its log; the clients saw "out of memory"
+        # or "busy or unavailable"), so under MPS every client keeps the default of 8.
+        export CUDA_DEVICE_MAX_CONNECTIONS=${TIDE_MPS_MAX_CONNECTIONS:-8}
         nvidia-cuda-mps-control -d || { echo "with_mps: the MPS daemon did not start"; exit 97; }
         # The daemon's logs are kept as one flat file beside DIR (DIR.log): the MPS server
         # names a client it refused or a fault that took the server down only there.

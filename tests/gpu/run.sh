@@ -79,9 +79,9 @@ want mps-tests && step ctest-mps with_mps "$out/mps-tests" bash -c "cd '$b' && c
 if want fsdp-layers; then
     layer="python3 '$root/tests/gpu/bench_fsdp_layers.py' --lib '$b/libtide.so' --worlds 2,4,8 ${TIDE_GPU_LAYER_ARGS:-}"
     step fsdp-layers bash -c "set -o pipefail; $layer --json '$out/fsdp_layers.json' | tee '$out/fsdp_layers.txt'"
-    # One MPS daemon per world size: in one daemon, every process started after the N = 2
-    # run failed to create its context ("out of memory", earlier "busy or unavailable";
-    # bench/results/h100-2026-12-06c and -06e), while a fresh daemon runs each N.
+    # One MPS daemon per world size, so that a world's failure cannot leave the next one a
+    # server in a bad state (mps.sh also caps the clients' device connections, whose pool
+    # made every process after the N = 2 run fail: bench/results/h100-2026-12-06f).
     mps_json=""
     for w in 2 4 8; do
         step fsdp-layers-mps-w$w with_mps "$out/mps-layers-w$w" bash -c "set -o pipefail; $layer --worlds $w --json '$out/fsdp_layers_mps_w$w.json' | tee '$out/fsdp_layers_mps_w$w.txt'"
