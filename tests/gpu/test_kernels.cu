@@ -270,6 +270,25 @@ static void run_sum_case(const sum_case &c) {
     char msg[256] = "";
     int fails = 0, runs = 0;
     const std::vector<float> pz(out_n, f_from(poison));
+    /* One launch on the poisoned output, compared with the reference; the first difference
+     * (or the last error) is kept in msg.  False after an error other than a refusal of the
+     * arguments (cudaErrorInvalidValue): the configuration's other CTA counts are skipped. */
+    auto launch_check = [&](auto launch, const char *label) {
+        CUDA_OK(cudaMemcpy(d_out, pz.data(), out_n * 4, cudaMemcpyHostToDevice));
+        cudaError_t e = launch();
+        if (e == cudaSuccess) e = cudaDeviceSynchronize();
+        ++runs;
+        if (e != cudaSuccess) {
+            std::snprintf(msg, sizeof msg, "%s: %s", label, cudaGetErrorString(e));
+            ++fails;
+            return e == cudaErrorInvalidValue;
+        }
+        CUDA_OK(cudaMemcpy(got.data(), d_out, out_n * 4, cudaMemcpyDeviceToHost));
+        char m2[120];
+        if (!same(got.data(), want.data(), out_n * 4, 4, m2, sizeof m2) && fails++ == 0)
+            std::snprintf(msg, sizeof msg, "%s: %s", label, m2);
+        return true;
+    };
     for (tide_sum_launch_t f : cfgs) {
         if (g_racecheck && f.variant != TIDE_SUM_TMA && f.variant != TIDE_SUM_HYBRID &&
             f.variant != TIDE_SUM_ASYNC)
@@ -279,27 +298,13 @@ static void run_sum_case(const sum_case &c) {
             continue; /* HYBRID: two producers, U = 4, the small ring, the defaults */
         for (int nc : ctas) {
             f.ctas = nc;
-            CUDA_OK(cudaMemcpy(d_out, pz.data(), out_n * 4, cudaMemcpyHostToDevice));
-            cudaError_t e = tide_cuda_sum_launch(&da, &f, 0);
-            if (e == cudaSuccess) e = cudaDeviceSynchronize();
-            ++runs;
-            if (e != cudaSuccess) {
-                std::snprintf(msg, sizeof msg,
-                              "variant %d ctas %d threads %d groups %d bulk %d producers %d: %s",
-                              (int)f.variant, nc, f.threads, f.groups, f.bulk_sources, f.producers,
-                              cudaGetErrorString(e));
-                ++fails;
-                if (e != cudaErrorInvalidValue) break;
-                continue;
-            }
-            CUDA_OK(cudaMemcpy(got.data(), d_out, out_n * 4, cudaMemcpyDeviceToHost));
-            char m2[120];
-            if (!same(got.data(), want.data(), out_n * 4, 4, m2, sizeof m2) && fails++ == 0)
-                std::snprintf(msg, sizeof msg,
-                              "variant %d ctas %d threads %d smem %d stage %d producers %d "
-                              "groups %d bulk %d: %s",
-                              (int)f.variant, nc, f.threads, f.smem_bytes, f.stage_bytes,
-                              f.producers, f.groups, f.bulk_sources, m2);
+            char label[128];
+            std::snprintf(label, sizeof label,
+                          "variant %d ctas %d threads %d smem %d stage %d producers %d groups %d "
+                          "bulk %d",
+                          (int)f.variant, nc, f.threads, f.smem_bytes, f.stage_bytes, f.producers,
+                          f.groups, f.bulk_sources);
+            if (!launch_check([&] { return tide_cuda_sum_launch(&da, &f, 0); }, label)) break;
         }
     }
     /* The TMA sum's internal options past the public limits (tide_sum::tma_opts): more
@@ -319,24 +324,12 @@ static void run_sum_case(const sum_case &c) {
         if (o.threads > kTmaMaxThreads) continue;
         for (int nc : ctas) {
             o.ctas = nc;
-            CUDA_OK(cudaMemcpy(d_out, pz.data(), out_n * 4, cudaMemcpyHostToDevice));
-            cudaError_t e = launch_tma_opts(da, o, 0);
-            if (e == cudaSuccess) e = cudaDeviceSynchronize();
-            ++runs;
-            if (e != cudaSuccess) {
-                std::snprintf(msg, sizeof msg, "tma opts ctas %d threads %d producers %d: %s", nc,
-                              o.threads, o.producers, cudaGetErrorString(e));
-                ++fails;
-                if (e != cudaErrorInvalidValue) break;
-                continue;
-            }
-            CUDA_OK(cudaMemcpy(got.data(), d_out, out_n * 4, cudaMemcpyDeviceToHost));
-            char m2[120];
-            if (!same(got.data(), want.data(), out_n * 4, 4, m2, sizeof m2) && fails++ == 0)
-                std::snprintf(msg, sizeof msg,
-                              "tma opts ctas %d threads %d producers %d stage %d consume %d "
-                              "raw_nan %d: %s",
-                              nc, o.threads, o.producers, o.stage_bytes, o.consume, o.raw_nan, m2);
+            char label[128];
+            std::snprintf(label, sizeof label,
+                          "tma opts ctas %d threads %d producers %d stage %d consume %d "
+                          "raw_nan %d",
+                          nc, o.threads, o.producers, o.stage_bytes, o.consume, o.raw_nan);
+            if (!launch_check([&] { return launch_tma_opts(da, o, 0); }, label)) break;
         }
     }
     /* Sliced launches give the bits of one: K virtual-grid slices of the whole table
