@@ -176,34 +176,6 @@ static void hand_close(hand_t *h) {
     }
 }
 
-static tide_op_t op_of(tide_op_kind_t kind) {
-    tide_op_t op = {0};
-    op.kind = (uint8_t)kind;
-    op.sig_rank = -1;
-    return op;
-}
-static tide_op_t op_copy(tide_ref_t dst, tide_ref_t src, uint64_t bytes, int sig_rank, int ctr) {
-    tide_op_t op = op_of(TIDE_OP_COPY);
-    op.dst = dst;
-    op.src = src;
-    op.bytes = bytes;
-    op.sig_rank = sig_rank;
-    op.ctr = ctr;
-    return op;
-}
-static tide_op_t op_wait(int ctr, int64_t inc, int64_t thr) {
-    tide_op_t op = op_of(TIDE_OP_WAIT);
-    op.ctr = ctr;
-    op.inc = inc;
-    op.thr = thr;
-    return op;
-}
-static tide_op_t op_signal(int rank, int ctr) {
-    tide_op_t op = op_of(TIDE_OP_SIGNAL);
-    op.sig_rank = rank;
-    op.ctr = ctr;
-    return op;
-}
 static void push(tide_program_t *p, int rank, tide_queue_t q, tide_op_t op) {
     assert_tide(TIDE_SUCCESS, tide_program_push(p, rank, q, &op));
 }
@@ -233,19 +205,20 @@ static void test_interp_copy_signal_wait(void **state) {
     assert_true(bank >= s);
     prog.bank_bytes[TIDE_REGION_SPARE] = bank;
 
-    push(&prog, 0, TIDE_Q_READY, op_wait(10, 1, 1));
+    push(&prog, 0, TIDE_Q_READY, tide_op_wait(0, 10, 1, 1));
     push(&prog, 0, TIDE_Q_CE,
-         op_copy(tide_ref_landing(1, s), tide_ref_operand(TIDE_REF_SHARD, 0, 0), s, 1, 7));
-    push(&prog, 0, TIDE_Q_CE, op_wait(8, 1, 1));
+         tide_op_copy(tide_ref_landing(1, s), tide_ref_operand(TIDE_REF_SHARD, 0, 0), s, 1, 7));
+    push(&prog, 0, TIDE_Q_CE, tide_op_wait(0, 8, 1, 1));
     tide_op_t to_spare =
-        op_copy(tide_ref_arena(0, TIDE_REGION_SPARE, 0), tide_ref_landing(0, s), s, -1, 0);
+        tide_op_copy(tide_ref_arena(0, TIDE_REGION_SPARE, 0), tide_ref_landing(0, s), s, -1, 0);
     to_spare.bank_dep = 1;
     push(&prog, 0, TIDE_Q_CE, to_spare);
-    push(&prog, 0, TIDE_Q_CE, op_signal(1, 9));
-    push(&prog, 0, TIDE_Q_NET, op_signal(0, 10));
-    push(&prog, 1, TIDE_Q_CALLER, op_wait(7, 1, 1));
-    push(&prog, 1, TIDE_Q_CALLER, op_copy(tide_ref_landing(0, s), tide_ref_landing(1, s), s, 0, 8));
-    push(&prog, 1, TIDE_Q_DONE, op_wait(9, 1, 1));
+    push(&prog, 0, TIDE_Q_CE, tide_op_signal(1, 9));
+    push(&prog, 0, TIDE_Q_NET, tide_op_signal(0, 10));
+    push(&prog, 1, TIDE_Q_CALLER, tide_op_wait(1, 7, 1, 1));
+    push(&prog, 1, TIDE_Q_CALLER,
+         tide_op_copy(tide_ref_landing(0, s), tide_ref_landing(1, s), s, 0, 8));
+    push(&prog, 1, TIDE_Q_DONE, tide_op_wait(1, 9, 1, 1));
 
     hand_t h;
     hand_open(&h, plan, &prog);
@@ -292,9 +265,9 @@ static void test_interp_deadline(void **state) {
     tide_program_t prog;
     assert_tide(TIDE_SUCCESS,
                 tide_program_init(plan, TIDE_COLL_ALL_GATHER, TIDE_RS_IN_PLACE, &prog));
-    push(&prog, 0, TIDE_Q_CALLER, op_wait(3, 1, 2)); /* only one signal ever comes */
-    push(&prog, 0, TIDE_Q_CE, op_signal(0, 3));
-    push(&prog, 0, TIDE_Q_CE, op_wait(7, 1, 1)); /* never signalled */
+    push(&prog, 0, TIDE_Q_CALLER, tide_op_wait(0, 3, 1, 2)); /* only one signal ever comes */
+    push(&prog, 0, TIDE_Q_CE, tide_op_signal(0, 3));
+    push(&prog, 0, TIDE_Q_CE, tide_op_wait(0, 7, 1, 1)); /* never signalled */
 
     hand_t h;
     hand_open(&h, plan, &prog);
@@ -322,7 +295,8 @@ static void test_interp_bounds(void **state) {
     assert_tide(TIDE_SUCCESS,
                 tide_program_init(plan, TIDE_COLL_ALL_GATHER, TIDE_RS_IN_PLACE, &prog));
     push(&prog, 0, TIDE_Q_CE,
-         op_copy(tide_ref_landing(0, 8), tide_ref_arena(0, TIDE_REGION_LANDING1, 0), ns, -1, 0));
+         tide_op_copy(tide_ref_landing(0, 8), tide_ref_arena(0, TIDE_REGION_LANDING1, 0), ns, -1,
+                      0));
     hand_t h;
     hand_open(&h, plan, &prog);
     memset(arena_region(&h, 0, TIDE_REGION_LANDING1), 0xab, ns);
