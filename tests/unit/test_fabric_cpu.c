@@ -345,6 +345,32 @@ static void case_free(group_case_t *c) {
     tide_plan_destroy(c->plan);
 }
 
+/* A rank's group of the case, or NULL after noting why. */
+static tide_group_t case_register(const group_case_t *c, tide_comm_t comm, report_t *rep) {
+    tide_group_t grp = NULL;
+    if (tide_group_register(comm, &c->cfg, &c->desc, &grp) != TIDE_SUCCESS) {
+        note(rep, "register: %s", tide_get_last_error());
+        return NULL;
+    }
+    return grp;
+}
+
+static void case_deregister(tide_group_t grp, report_t *rep) {
+    if (tide_group_deregister(grp) != TIDE_SUCCESS)
+        note(rep, "deregister: %s", tide_get_last_error());
+}
+
+/* The case's world on the CPU fabric, fn(rank, job) on a thread per rank, then every rank's
+ * report asserted clean on this thread. */
+static void case_run(const group_case_t *c, tide_comm_t *comms, rank_fn_t fn, void *job,
+                     const report_t *reps) {
+    assert_tide(TIDE_SUCCESS, tide_comm_init_all(TIDE_FABRIC_CPU, c->m, c->l, comms));
+    run_threads(c->n, fn, job);
+    for (int r = 0; r < c->n; ++r)
+        assert_tide(TIDE_SUCCESS, tide_comm_destroy(comms[r]));
+    assert_reports(reps, c->n);
+}
+
 /* ------------------------------------------------------------------ TIDE-AG end to end */
 
 #define AG_CALLS 3
@@ -405,12 +431,8 @@ static void ag_rank(int rank, void *ctx) {
     ag_job_t *j = ctx;
     report_t *rep = &j->rep[rank];
     const tide_geom_t *g = &j->c->plan->geom;
-    tide_group_t grp;
-    tide_result_t res = tide_group_register(j->comms[rank], &j->c->cfg, &j->c->desc, &grp);
-    if (res != TIDE_SUCCESS) {
-        note(rep, "register: %s", tide_get_last_error());
-        return;
-    }
+    tide_group_t grp = case_register(j->c, j->comms[rank], rep);
+    if (grp == NULL) return;
     for (int call = 0; call < AG_CALLS; ++call) {
         const int slot = call % 2;
         void *land = NULL, *resident = NULL;
@@ -423,8 +445,7 @@ static void ag_rank(int rank, void *ctx) {
                 memcpy(resident, shard, g->shard_bytes);
             shard = NULL;
         }
-        res = tide_all_gather(grp, shard, slot, NULL);
-        if (res != TIDE_SUCCESS) {
+        if (tide_all_gather(grp, shard, slot, NULL) != TIDE_SUCCESS) {
             note(rep, "call %d: %s", call, tide_get_last_error());
             break;
         }
@@ -436,8 +457,7 @@ static void ag_rank(int rank, void *ctx) {
                  (unsigned long long)i, (unsigned long long)g->group_bytes);
         }
     }
-    if (tide_group_deregister(grp) != TIDE_SUCCESS)
-        note(rep, "deregister: %s", tide_get_last_error());
+    case_deregister(grp, rep);
 }
 
 static void ag_case(int m, int l, tide_dtype_t ag, tide_dtype_t shard, bool resident) {
@@ -448,11 +468,7 @@ static void ag_case(int m, int l, tide_dtype_t ag, tide_dtype_t shard, bool resi
     j.c = &c;
     j.resident = resident;
     ag_inputs(&j);
-    assert_tide(TIDE_SUCCESS, tide_comm_init_all(TIDE_FABRIC_CPU, m, l, j.comms));
-    run_threads(c.n, ag_rank, &j);
-    for (int r = 0; r < c.n; ++r)
-        assert_tide(TIDE_SUCCESS, tide_comm_destroy(j.comms[r]));
-    assert_reports(j.rep, c.n);
+    case_run(&c, j.comms, ag_rank, &j, j.rep);
     print_message("AG M=%d L=%d P=%d %s%s: ok\n", m, l, c.desc.num_params,
                   shard != ag ? "cast" : (ag == TIDE_DTYPE_BF16 ? "bf16" : "fp32"),
                   resident ? " resident" : "");
@@ -569,11 +585,8 @@ static void rs_rank(int rank, void *ctx) {
     rs_job_t *j = ctx;
     report_t *rep = &j->rep[rank];
     const tide_geom_t *g = &j->c->plan->geom;
-    tide_group_t grp;
-    if (tide_group_register(j->comms[rank], &j->c->cfg, &j->c->desc, &grp) != TIDE_SUCCESS) {
-        note(rep, "register: %s", tide_get_last_error());
-        return;
-    }
+    tide_group_t grp = case_register(j->c, j->comms[rank], rep);
+    if (grp == NULL) return;
     float *out = malloc(g->fp32_shard_bytes), *out2 = malloc(g->fp32_shard_bytes);
     const void *const *grads = (const void *const *)j->grads[rank];
     for (uint64_t e = 0; e < g->shard_elems; ++e)
@@ -595,8 +608,7 @@ static void rs_rank(int rank, void *ctx) {
     rs_check_padding(j, rep, rank, out);
     free(out);
     free(out2);
-    if (tide_group_deregister(grp) != TIDE_SUCCESS)
-        note(rep, "deregister: %s", tide_get_last_error());
+    case_deregister(grp, rep);
 }
 
 static void rs_case(int m, int l, tide_dtype_t grad, tide_rs_mode_t mode, bool integer) {
@@ -608,11 +620,7 @@ static void rs_case(int m, int l, tide_dtype_t grad, tide_rs_mode_t mode, bool i
     j.integer = integer;
     j.alpha = integer ? 1.0f : tide_alpha_avg(c.n);
     rs_inputs(&j);
-    assert_tide(TIDE_SUCCESS, tide_comm_init_all(TIDE_FABRIC_CPU, m, l, j.comms));
-    run_threads(c.n, rs_rank, &j);
-    for (int r = 0; r < c.n; ++r)
-        assert_tide(TIDE_SUCCESS, tide_comm_destroy(j.comms[r]));
-    assert_reports(j.rep, c.n);
+    case_run(&c, j.comms, rs_rank, &j, j.rep);
     print_message("RS M=%d L=%d P=%d %s %s%s: ok\n", m, l, c.desc.num_params,
                   grad == TIDE_DTYPE_BF16 ? "bf16" : "fp32",
                   mode == TIDE_RS_IN_PLACE ? "in-place" : "slot-reuse", integer ? " int" : "");
@@ -733,11 +741,8 @@ typedef struct {
 static void timeout_rank(int rank, void *ctx) {
     timeout_job_t *j = ctx;
     const tide_geom_t *g = &j->c->plan->geom;
-    tide_group_t grp;
-    if (tide_group_register(j->comms[rank], &j->c->cfg, &j->c->desc, &grp) != TIDE_SUCCESS) {
-        note(&j->rep[rank], "register: %s", tide_get_last_error());
-        return;
-    }
+    tide_group_t grp = case_register(j->c, j->comms[rank], &j->rep[rank]);
+    if (grp == NULL) return;
     /* The environment changes only while every thread waits here. */
     pthread_barrier_wait(&j->barrier);
     if (rank == 0) setenv("TIDE_TIMEOUT_MS", "300", 1);
@@ -754,8 +759,7 @@ static void timeout_rank(int rank, void *ctx) {
     if (rank == 0) unsetenv("TIDE_TIMEOUT_MS");
     pthread_barrier_wait(&j->barrier);
     free(shard);
-    if (tide_group_deregister(grp) != TIDE_SUCCESS)
-        note(&j->rep[rank], "deregister: %s", tide_get_last_error());
+    case_deregister(grp, &j->rep[rank]);
 }
 
 static void test_timeout(void **state) {
