@@ -106,24 +106,17 @@ class TinyLlama(nn.Module):
         return self.head(self.norm(x)).float()
 
 
-def build(seed=0, exact=False, mp=None, reshard_after_forward=True, device=None, compile=None,
-          **dims):
-    """The model, seeded, wrapped with fully_shard per layer and at the root.  device: None
-    (fully_shard's default mesh) or a device type ("cpu", "cuda") for a 1-D mesh over the
-    default process group; the parameters are initialised on the CPU either way, so every
-    device starts from the same bits.  compile: None, "before" (each block compiled, then
-    fully_shard, as torchtitan does), "after" (fully_shard, then each block compiled) or
-    "whole" (the whole model compiled after fully_shard)."""
+def shard(model, mp=None, mesh=None, reshard_after_forward=True, compile=None):
+    """The model wrapped with fully_shard per layer and at the root; returns it.  mp: None or
+    (param_dtype, reduce_dtype); mesh: None (fully_shard's default mesh) or a DeviceMesh.
+    compile: None, "before" (each block compiled, then fully_shard, as torchtitan does),
+    "after" (fully_shard, then each block compiled) or "whole" (the whole model compiled
+    after fully_shard)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    torch.manual_seed(seed)
-    model = TinyLlama(exact=exact, **dims)
     kw = {}
-    if device is not None:
-        import torch.distributed as dist
-        from torch.distributed.device_mesh import init_device_mesh
-
-        kw["mesh"] = init_device_mesh(torch.device(device).type, (dist.get_world_size(),))
+    if mesh is not None:
+        kw["mesh"] = mesh
     if mp is not None:
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=mp[0], reduce_dtype=mp[1])
     if compile not in (None, "before", "after", "whole"):
@@ -140,6 +133,23 @@ def build(seed=0, exact=False, mp=None, reshard_after_forward=True, device=None,
     elif compile == "whole":
         model.compile()
     return model
+
+
+def build(seed=0, exact=False, mp=None, reshard_after_forward=True, device=None, compile=None,
+          **dims):
+    """The model, seeded, wrapped by shard().  device: None (fully_shard's default mesh) or a
+    device type ("cpu", "cuda") for a 1-D mesh over the default process group; the
+    parameters are initialised on the CPU either way, so every device starts from the same
+    bits."""
+    torch.manual_seed(seed)
+    model = TinyLlama(exact=exact, **dims)
+    mesh = None
+    if device is not None:
+        import torch.distributed as dist
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh(torch.device(device).type, (dist.get_world_size(),))
+    return shard(model, mp, mesh, reshard_after_forward, compile)
 
 
 def batch(step, rank, micro=0, size=2, seq=8, vocab=37):

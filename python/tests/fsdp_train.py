@@ -10,6 +10,48 @@ import fsdp_model
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, None: None}
 
 
+def mp_dtypes(mp):
+    """(param_dtype, reduce_dtype) of a config's mp, a pair of names ("bf16", "fp32"), or None."""
+    return None if mp is None else (_DTYPES[mp[0]], _DTYPES[mp[1]])
+
+
+def served(rec):
+    """What tide.fsdp.enable's record says of a run: the groups TIDE served, its fallbacks and
+    each group's call counts (empty without TIDE)."""
+    return {"groups": rec.groups if rec else [], "fallbacks": rec.fallbacks if rec else [],
+            "calls": {st.spec.name: dict(st.calls) for st in rec.states} if rec else {}}
+
+
+def train_loop(model, opt, rank, steps, accum=1, before_micro=None, before_step=None,
+               after_step=None, device=None):
+    """`steps` optimizer steps of `accum` micro-batches each on fsdp_model.batch data, the loss
+    scaled by 1/accum.  before_micro(step, micro) runs ahead of each micro-batch,
+    before_step() after the last backward of a step (before opt.step), after_step() after
+    the step.  Returns (losses, params): each step's loss and the local parameter shards
+    after it, kept on the CPU (the records travel to the parent process through torch.save)."""
+    losses, params = [], []
+    for step in range(steps):
+        total = 0.0
+        for micro in range(accum):
+            if before_micro is not None:
+                before_micro(step, micro)
+            x, y = fsdp_model.batch(step, rank, micro)
+            if device is not None:
+                x, y = x.to(device), y.to(device)
+            loss = F.cross_entropy(model(x).reshape(-1, 37), y.reshape(-1)) / accum
+            loss.backward()
+            total += loss.item()
+        if before_step is not None:
+            before_step()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(total)
+        params.append([p.to_local().detach().cpu().clone() for p in model.parameters()])
+        if after_step is not None:
+            after_step()
+    return losses, params
+
+
 def _landing_addresses(model):
     """data_ptr of every unsharded parameter of every TIDE Tier 1 group at its last unshard
     (after the step they are resharded and hold no storage)."""
@@ -65,8 +107,7 @@ def train(rank, world, steps=20, tide_mode=None, exact=False, mp=None, accum=1,
     TinyLlama's sizes other than the vocabulary (dim, heads, hidden, layers)."""
     import tide.fsdp
 
-    mp_dtypes = None if mp is None else (_DTYPES[mp[0]], _DTYPES[mp[1]])
-    model = fsdp_model.build(seed=seed, exact=exact, mp=mp_dtypes,
+    model = fsdp_model.build(seed=seed, exact=exact, mp=mp_dtypes(mp),
                              reshard_after_forward=reshard_after_forward, device=device,
                              compile=compile, **(dims or {}))
     if prefetch:
@@ -103,14 +144,20 @@ def train(rank, world, steps=20, tide_mode=None, exact=False, mp=None, accum=1,
         if probe:
             probed["after_enable"] = probe("after_enable", model, rec)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1, foreach=False)
-    losses, params, addresses = [], [], []
-    counter = _CountStockCopies()
-    with counter:
-        _loop(model, opt, rank, steps, accum, sync_each_micro, rec, losses, params, addresses,
-              device)
-    out = {"losses": losses, "params": params, "addresses": addresses,
-           "groups": rec.groups if rec else [], "fallbacks": rec.fallbacks if rec else [],
-           "calls": {st.spec.name: dict(st.calls) for st in rec.states} if rec else {},
+    addresses = []
+
+    def before_micro(step, micro):
+        if accum > 1 and not sync_each_micro:
+            model.set_requires_gradient_sync(micro == accum - 1)
+
+    def after_step():
+        if rec is not None:
+            addresses.append(_landing_addresses(model))
+
+    with _CountStockCopies() as counter:
+        losses, params = train_loop(model, opt, rank, steps, accum, before_micro,
+                                    after_step=after_step, device=device)
+    out = {"losses": losses, "params": params, "addresses": addresses, **served(rec),
            "stock_copies": counter.counts,
            # Whether the Tier 1 groups shared one arena (tide_groups_register) or fell back
            # to one arena each (a fabric that refuses sets); None without a ring (Tier 0).
@@ -122,29 +169,6 @@ def train(rank, world, steps=20, tide_mode=None, exact=False, mp=None, accum=1,
             probed["after_disable"] = probe("after_disable", model, rec)
             out["probe"] = probed
     return out
-
-
-def _loop(model, opt, rank, steps, accum, sync_each_micro, rec, losses, params, addresses,
-          device=None):
-    for step in range(steps):
-        total = 0.0
-        for micro in range(accum):
-            last = micro == accum - 1
-            if accum > 1 and not sync_each_micro:
-                model.set_requires_gradient_sync(last)
-            x, y = fsdp_model.batch(step, rank, micro)
-            if device is not None:
-                x, y = x.to(device), y.to(device)
-            loss = F.cross_entropy(model(x).reshape(-1, 37), y.reshape(-1)) / accum
-            loss.backward()
-            total += loss.item()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(total)
-        # Kept on the CPU: the records travel back to the parent process through torch.save.
-        params.append([p.to_local().detach().cpu().clone() for p in model.parameters()])
-        if rec is not None:
-            addresses.append(_landing_addresses(model))
 
 
 def compare(rank, world, configs):
@@ -173,18 +197,9 @@ def run_steps(model, rank, steps, rec=None):
     "stock_copies"} and, when `rec` (tide.fsdp.enable's record) is given, the groups TIDE
     served, its fallbacks and each group's call counts."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1, foreach=False)
-    losses, params = [], []
     with _CountStockCopies() as counter:
-        for step in range(steps):
-            x, y = fsdp_model.batch(step, rank)
-            loss = F.cross_entropy(model(x).reshape(-1, 37), y.reshape(-1))
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            losses.append(loss.item())
-            params.append([p.to_local().detach().clone() for p in model.parameters()])
+        losses, params = train_loop(model, opt, rank, steps)
     out = {"losses": losses, "params": params, "stock_copies": counter.counts}
     if rec is not None:
-        out.update(groups=rec.groups, fallbacks=rec.fallbacks,
-                   calls={st.spec.name: dict(st.calls) for st in rec.states})
+        out.update(served(rec))
     return out

@@ -51,30 +51,18 @@ def _body(rank, world, configs):
 def _alternating(rank, world, steps, accum, mp, tide_mode=None):
     """Even steps accumulate without sync (fp32 companion), odd steps sync every micro-batch
     (the bf16 registration): the same group serves both kinds of reduction."""
-    import torch.nn.functional as F
-
     import fsdp_model
     import tide.fsdp
 
     model = fsdp_model.build(seed=0, mp=(torch.bfloat16, torch.float32))
     rec = tide.fsdp.enable(model, mode=tide_mode) if tide_mode else None
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1, foreach=False)
-    losses, params = [], []
-    for step in range(steps):
-        total = 0.0
-        for micro in range(accum):
-            model.set_requires_gradient_sync(step % 2 == 1 or micro == accum - 1)
-            x, y = fsdp_model.batch(step, rank, micro)
-            loss = F.cross_entropy(model(x).reshape(-1, 37), y.reshape(-1)) / accum
-            loss.backward()
-            total += loss.item()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(total)
-        params.append([p.to_local().detach().clone() for p in model.parameters()])
-    out = {"losses": losses, "params": params,
-           "calls": {st.spec.name: dict(st.calls) for st in rec.states} if rec else {},
-           "fallbacks": rec.fallbacks if rec else []}
+
+    def before_micro(step, micro):
+        model.set_requires_gradient_sync(step % 2 == 1 or micro == accum - 1)
+
+    losses, params = fsdp_train.train_loop(model, opt, rank, steps, accum, before_micro)
+    out = {"losses": losses, "params": params, **fsdp_train.served(rec)}
     if rec is not None:
         tide.fsdp.disable(model)
     return out

@@ -19,9 +19,7 @@ STEPS = 6
 
 def _train(rank, world, tide_mode=None, tier=None, mp=None, accum=1, hook=False,
            force_sum=False, divide_factor=None):
-    import torch.nn.functional as F
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     import fsdp_model
     import tide.fsdp
@@ -29,13 +27,7 @@ def _train(rank, world, tide_mode=None, tier=None, mp=None, accum=1, hook=False,
     torch.manual_seed(0)
     model = fsdp_model.TinyLlama(exact=False)
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))
-    kw = {"mesh": mesh}
-    if mp is not None:
-        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=fsdp_train._DTYPES[mp[0]],
-                                               reduce_dtype=fsdp_train._DTYPES[mp[1]])
-    for layer in model.layers:
-        fully_shard(layer, **kw)
-    fully_shard(model, **kw)
+    fsdp_model.shard(model, mp=fsdp_train.mp_dtypes(mp), mesh=mesh)
     if hook:
         for m in model.modules():
             if hasattr(m, "set_all_reduce_hook"):
@@ -46,25 +38,15 @@ def _train(rank, world, tide_mode=None, tier=None, mp=None, accum=1, hook=False,
         model.set_gradient_divide_factor(divide_factor)
     rec = tide.fsdp.enable(model, mode=tide_mode, tier=tier) if tide_mode else None
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1, foreach=False)
-    losses, params = [], []
+
+    def before_micro(step, micro):
+        # HSDP's own accumulation: reduce-scatter every micro-batch, all-reduce the partial
+        # output at the last one only.
+        model.set_requires_all_reduce(micro == accum - 1)
+
     with fsdp_train._CountStockCopies() as counter:
-        for step in range(STEPS):
-            total = 0.0
-            for micro in range(accum):
-                # HSDP's own accumulation: reduce-scatter every micro-batch, all-reduce the
-                # partial output at the last one only.
-                model.set_requires_all_reduce(micro == accum - 1)
-                x, y = fsdp_model.batch(step, rank, micro)
-                loss = F.cross_entropy(model(x).reshape(-1, 37), y.reshape(-1)) / accum
-                loss.backward()
-                total += loss.item()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            losses.append(total)
-            params.append([p.to_local().detach().clone() for p in model.parameters()])
-    out = {"losses": losses, "params": params, "groups": rec.groups if rec else [],
-           "fallbacks": rec.fallbacks if rec else [],
-           "calls": {st.spec.name: dict(st.calls) for st in rec.states} if rec else {},
+        losses, params = fsdp_train.train_loop(model, opt, rank, STEPS, accum, before_micro)
+    out = {"losses": losses, "params": params, **fsdp_train.served(rec),
            "stock_copies": counter.counts}
     if rec is not None:
         tide.fsdp.disable(model)

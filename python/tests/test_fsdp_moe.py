@@ -21,7 +21,7 @@ def _train(rank, world, tide_mode=None, tier=None, mp=None):
     import fsdp_moe_model
     import tide.fsdp
 
-    mp_dtypes = None if mp is None else tuple(fsdp_train._DTYPES[d] for d in mp)
+    mp_dtypes = fsdp_train.mp_dtypes(mp)
     model = fsdp_moe_model.build(rank, world, exact=True, mp=mp_dtypes)
     rec = tide.fsdp.enable(model, mode=tide_mode, tier=tier) if tide_mode else None
     out = fsdp_train.run_steps(model, rank, STEPS, rec)

@@ -18,9 +18,6 @@ STEPS = 4
 
 
 def _train(rank, world, frozen=False, clip=False, mp=None, tide_mode=None):
-    import torch.nn.functional as F
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
     import fsdp_model
     import tide.fsdp
 
@@ -30,37 +27,25 @@ def _train(rank, world, frozen=False, clip=False, mp=None, tide_mode=None):
         model.embed.requires_grad_(False)
         model.layers[0].wq.weight.requires_grad_(False)
         model.layers[1].mlp_norm.weight.requires_grad_(False)
-    kw = {}
-    if mp is not None:
-        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=fsdp_train._DTYPES[mp[0]],
-                                               reduce_dtype=fsdp_train._DTYPES[mp[1]])
-    for layer in model.layers:
-        fully_shard(layer, **kw)
-    fully_shard(model, **kw)
+    fsdp_model.shard(model, mp=fsdp_train.mp_dtypes(mp))
     rec = tide.fsdp.enable(model, mode=tide_mode) if tide_mode else None
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2,
                             weight_decay=0.1, foreach=False)
-    losses, params, norms = [], [], []
+    norms = []
+
+    def clip_grads():
+        if clip:
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)
+            norms.append(float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm))
+
     with fsdp_train._CountStockCopies() as counter:
-        for step in range(STEPS):
-            x, y = fsdp_model.batch(step, rank)
-            loss = F.cross_entropy(model(x).reshape(-1, 37), y.reshape(-1))
-            loss.backward()
-            if clip:
-                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)
-                norms.append(float(norm.full_tensor() if hasattr(norm, "full_tensor")
-                                   else norm))
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            losses.append(loss.item())
-            params.append([p.to_local().detach().clone() for p in model.parameters()])
+        losses, params = fsdp_train.train_loop(model, opt, rank, STEPS, before_step=clip_grads)
     out = {"losses": losses, "params": params, "norms": norms,
            "stock_copies": counter.counts,
            "frozen_grads": [p.grad is not None for p in model.parameters()
                             if not p.requires_grad]}
     if rec is not None:
-        out.update(groups=rec.groups, fallbacks=rec.fallbacks,
-                   calls={st.spec.name: dict(st.calls) for st in rec.states})
+        out.update(fsdp_train.served(rec))
         tide.fsdp.disable(model)
     return out
 

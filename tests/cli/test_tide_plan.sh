@@ -4,37 +4,11 @@
 set -euo pipefail
 
 TP=${1:?usage: test_tide_plan.sh path/to/tide-plan}
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-export TIDE_DEBUG=NONE
-
+# shellcheck source=tests/cli/cli_util.sh
+. "$(dirname "${BASH_SOURCE[0]}")/cli_util.sh"
+cli_init
 fails=0
-fail() {
-  echo "FAIL: $*" >&2
-  fails=$((fails + 1))
-}
-
-# expect_rc CODE CMD...: run CMD, check its exit status, keep stdout/stderr in $TMP.
-expect_rc() {
-  local want=$1
-  shift
-  local rc=0
-  "$@" >"$TMP/out" 2>"$TMP/err" || rc=$?
-  if [ "$rc" != "$want" ]; then
-    fail "exit $rc (want $want): $*"
-    sed 's/^/  | /' "$TMP/err" >&2
-    return 1
-  fi
-}
-
-# check_json FILE PYTHON: evaluate PYTHON (an assert block) with d = the parsed JSON.
-check_json() {
-  python3 - "$1" "$2" <<'EOF' || fail "JSON check failed: $2"
-import json, sys
-d = json.load(open(sys.argv[1]))
-exec(sys.argv[2])
-EOF
-}
+checks=0
 
 # ---------------------------------------------------------------- show, every preset
 for preset in llama3-70b-layer wan2.2-block qwen3-30b-a3b-layer; do
@@ -248,4 +222,4 @@ if [ "$fails" -ne 0 ]; then
   echo "$fails check(s) failed" >&2
   exit 1
 fi
-echo "tide-plan CLI: all checks passed"
+echo "tide-plan CLI: all $checks checks passed"

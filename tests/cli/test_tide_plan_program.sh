@@ -5,40 +5,11 @@
 set -euo pipefail
 
 TP=${1:?usage: test_tide_plan_program.sh path/to/tide-plan}
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-export TIDE_DEBUG=NONE
-
+# shellcheck source=tests/cli/cli_util.sh
+. "$(dirname "${BASH_SOURCE[0]}")/cli_util.sh"
+cli_init
 fails=0
 checks=0
-fail() {
-  echo "FAIL: $*" >&2
-  fails=$((fails + 1))
-}
-
-# expect_rc CODE CMD...: run CMD, check its exit status, keep stdout/stderr in $TMP.
-expect_rc() {
-  local want=$1
-  shift
-  local rc=0
-  checks=$((checks + 1))
-  "$@" >"$TMP/out" 2>"$TMP/err" || rc=$?
-  if [ "$rc" != "$want" ]; then
-    fail "exit $rc (want $want): $*"
-    sed 's/^/  | /' "$TMP/err" >&2
-    return 1
-  fi
-}
-
-# check_json FILE PYTHON: evaluate PYTHON (an assert block) with d = the parsed JSON.
-check_json() {
-  checks=$((checks + 1))
-  python3 - "$1" "$2" <<'EOF' || fail "JSON check failed: $2"
-import json, sys
-d = json.load(open(sys.argv[1]))
-exec(sys.argv[2])
-EOF
-}
 
 # has PATTERN WHAT: the last listing matches the extended regex PATTERN.
 has() {

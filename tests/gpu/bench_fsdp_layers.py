@@ -73,13 +73,9 @@ import tempfile
 import time
 import traceback
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "python", "tests"))
-sys.path.insert(0, os.path.join(ROOT, "python"))
+import fsdp_gpu
 
-SAFETY = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-          "NVSHMEM_DISABLE_NVLS": "1"}
+SAFETY = fsdp_gpu.SAFETY
 # Bytes read + written per second; main() replaces it by the device's HBM peak (hbm_peak).
 ROOFLINE = 4.2e12
 
@@ -270,9 +266,7 @@ def _sizes(pg, world):
 
 
 def _check_env():
-    for k, v in SAFETY.items():
-        if os.environ.get(k) != v:
-            raise RuntimeError("%s must be %s in every process" % (k, v))
+    fsdp_gpu.check_safety()
 
 
 # ---------------------------------------------------------------------------- stock side
@@ -492,8 +486,7 @@ def main():
         _check_env()
     except RuntimeError as exc:
         sys.exit(str(exc))
-    if args.lib:
-        os.environ["TIDE_LIBRARY"] = os.path.abspath(args.lib)
+    fsdp_gpu.use_lib(args.lib)
     import torch
 
     cfg = dict(dim=args.dim, hidden=args.hidden, heads=args.heads, dtype=args.dtype,
@@ -537,10 +530,7 @@ def main():
                 if row[side].get("traceback"):
                     print(row[side]["traceback"])
     report["rows"] = rows
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
-    sys.exit(status)
+    fsdp_gpu.finish(report, args.json, status)
 
 
 if __name__ == "__main__":

@@ -42,13 +42,9 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "python", "tests"))
-sys.path.insert(0, os.path.join(ROOT, "python"))
+import fsdp_gpu
 
-SAFETY = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-          "NVSHMEM_DISABLE_NVLS": "1"}
+SAFETY = fsdp_gpu.SAFETY
 VARIANTS = (None, "in_place", "slot_reuse")
 MIB = 2.0 ** 20
 
@@ -72,9 +68,7 @@ def _rank(rank, world, variant, dims, steps, seq, baseline, device):
     import fsdp_model
     import tide.fsdp
 
-    for k, v in SAFETY.items():
-        if os.environ.get(k) != v:
-            raise RuntimeError("%s must be %s in every process" % (k, v))
+    fsdp_gpu.check_safety()
     cuda = device == "cuda"
     if cuda:
         torch.cuda.set_device(0)
@@ -205,11 +199,8 @@ def main():
     ap.add_argument("--allow-fallback", action="store_true",
                     help="exit 0 even when a TIDE run fell back to one arena per group")
     args = ap.parse_args()
-    for k, v in SAFETY.items():
-        if os.environ.get(k) != v:
-            sys.exit("%s must be %s (NVLink multicast stays off)" % (k, v))
-    if args.lib:
-        os.environ["TIDE_LIBRARY"] = os.path.abspath(args.lib)
+    fsdp_gpu.check_safety_or_exit()
+    fsdp_gpu.use_lib(args.lib)
     os.makedirs(args.out, exist_ok=True)
     dims = dict(vocab=8192, dim=args.dim, heads=16, hidden=args.hidden, layers=args.layers)
     rows = []

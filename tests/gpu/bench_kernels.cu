@@ -31,6 +31,7 @@
  *   --profile C three launches of the default sum at C CTAs (1 Mi-element segments), untimed
  *               and unchecked, then exit: a target for Nsight Compute (docs/kernels.md)
  */
+#include "cuda_ok.h"
 #include "gpu_hash.cuh"
 
 #include <cuda_runtime.h>
@@ -45,16 +46,6 @@
 #include "kernels/kernels.h"
 #include "kernels/launch.h"
 #include "kernels/sum_tma.cuh"
-
-#define CUDA_OK(call)                                                                              \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            std::fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #call,                   \
-                         cudaGetErrorString(e_));                                                  \
-            std::exit(2);                                                                          \
-        }                                                                                          \
-    } while (0)
 
 __global__ void fill_bf16(uint16_t *p, uint64_t n, uint32_t seed) {
     for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;

@@ -44,13 +44,9 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "python", "tests"))
-sys.path.insert(0, os.path.join(ROOT, "python"))
+import fsdp_gpu
 
-SAFETY = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-          "NVSHMEM_DISABLE_NVLS": "1"}
+SAFETY = fsdp_gpu.SAFETY
 
 
 def _configs(world, steps, device="cuda"):
@@ -82,19 +78,10 @@ def _rank(rank, world, configs, force_sum):
 
     import fsdp_train
 
-    for k, v in SAFETY.items():
-        if os.environ.get(k) != v:
-            raise RuntimeError("%s must be %s in every process" % (k, v))
+    fsdp_gpu.check_safety()
     if configs[0]["device"] == "cpu":  # --device cpu: the script's own check off the GPU
         return {"results": fsdp_train.compare(rank, world, configs), "seconds": 0.0}
-    torch.cuda.set_device(0)
-    # The two runs of a process must compute the same gradients from the same parameters.
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.enable_flash_sdp(False)
-    torch.backends.cuda.enable_mem_efficient_sdp(False)
-    torch.backends.cuda.enable_cudnn_sdp(False)
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    fsdp_gpu.deterministic_cuda()
     cfgs = [dict(c, force_sum=True) if force_sum else c for c in configs]
     t0 = time.monotonic()
     out = fsdp_train.compare(rank, world, cfgs)
@@ -185,11 +172,8 @@ def main():
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                     help="cpu: run the same checks on the CPU fabric (checks the script)")
     args = ap.parse_args()
-    for k, v in SAFETY.items():
-        if os.environ.get(k) != v:
-            sys.exit("%s must be %s (NVLink multicast stays off)" % (k, v))
-    if args.lib:
-        os.environ["TIDE_LIBRARY"] = os.path.abspath(args.lib)
+    fsdp_gpu.check_safety_or_exit()
+    fsdp_gpu.use_lib(args.lib)
     if args.steps < 20:
         sys.exit("--steps: at least 20 optimizer steps")
     import torch
@@ -238,10 +222,7 @@ def main():
                     flush=True)
             seen.add(key)
         report["worlds"][str(world)] = {"ok": ok, "force_sum": force_sum, "rows": rows}
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
-    sys.exit(status)
+    fsdp_gpu.finish(report, args.json, status)
 
 
 if __name__ == "__main__":

@@ -26,21 +26,15 @@ Exit status 0 when every check passed.  Every process runs with NCCL_NVLS_ENABLE
 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 (checked).
 """
 import argparse
-import json
 import os
 import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(ROOT, "python", "tests"))
-sys.path.insert(0, os.path.join(ROOT, "python"))
+import fsdp_gpu
+import fsdp_parity_gpu
 
-import fsdp_parity_gpu  # noqa: E402
-
-SAFETY = fsdp_parity_gpu.SAFETY
+SAFETY = fsdp_gpu.SAFETY
 WORLD = 2
 STEPS = 3
 # Two blocks of 3.2 M parameters: an arena of tens of MiB, so that the segment is above the
@@ -90,17 +84,9 @@ def _rank(rank, world, device):
 
     import fsdp_train
 
-    for k, v in SAFETY.items():
-        if os.environ.get(k) != v:
-            raise RuntimeError("%s must be %s in every process" % (k, v))
+    fsdp_gpu.check_safety()
     if device == "cuda":
-        torch.cuda.set_device(0)
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        torch.backends.cuda.enable_flash_sdp(False)
-        torch.backends.cuda.enable_mem_efficient_sdp(False)
-        torch.backends.cuda.enable_cudnn_sdp(False)
-        torch.use_deterministic_algorithms(True, warn_only=True)
+        fsdp_gpu.deterministic_cuda()
     t0 = time.monotonic()
     stock = fsdp_train.train(rank, world, steps=STEPS, device=device, dims=DIMS)
     tide_run = fsdp_train.train(rank, world, steps=STEPS, tide_mode="in_place", device=device,
@@ -151,11 +137,8 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     args = ap.parse_args()
-    for k, v in SAFETY.items():
-        if os.environ.get(k) != v:
-            sys.exit("%s must be %s (NVLink multicast stays off)" % (k, v))
-    if args.lib:
-        os.environ["TIDE_LIBRARY"] = os.path.abspath(args.lib)
+    fsdp_gpu.check_safety_or_exit()
+    fsdp_gpu.use_lib(args.lib)
     import torch
 
     import fsdp_harness
@@ -190,10 +173,7 @@ def main():
         report["ranks"].append({"ok": not problems, "problems": problems,
                                 "probe": res["tide"]["probe"]})
     print("%s in %.1f s" % ("PASS" if status == 0 else "FAIL", time.monotonic() - t0))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1, default=str)
-    sys.exit(status)
+    fsdp_gpu.finish(report, args.json, status)
 
 
 if __name__ == "__main__":

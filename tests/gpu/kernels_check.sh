@@ -30,16 +30,11 @@ summary="$out/summary.txt"
 status=0
 t_start=$SECONDS
 
+. "$root/tests/gpu/steps.sh"
 step() { # step NAME CMD... : output to OUTDIR/NAME.txt, PASS/FAIL line to the summary
     local name=$1; shift
-    echo "== $name: $*" >"$out/$name.txt"
-    local t0=$SECONDS
-    "$@" >>"$out/$name.txt" 2>&1
-    local rc=$?
-    printf '%-28s %s (%ds)\n' "$name" "$([ $rc -eq 0 ] && echo PASS || echo "FAIL rc=$rc")" \
-        $((SECONDS - t0)) | tee -a "$summary"
-    [ $rc -eq 0 ] || status=1
-    return $rc
+    : >"$out/$name.txt"
+    run_step "$name" "$out/$name.txt" 0 "$@"
 }
 
 cs0=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}

@@ -29,6 +29,7 @@
  *
  * Usage: racecheck_min MODE [ctas [chunks_per_cta [launches]]]   (defaults 4 12 3)
  */
+#include "cuda_ok.h"
 #include "kernels/mbarrier.cuh"
 
 #include <cuda_runtime.h>
@@ -38,16 +39,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <vector>
-
-#define CUDA_OK(call)                                                                              \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            std::fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #call,                   \
-                         cudaGetErrorString(e_));                                                  \
-            std::exit(2);                                                                          \
-        }                                                                                          \
-    } while (0)
 
 namespace {
 

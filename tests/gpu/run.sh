@@ -50,16 +50,11 @@ summary="$out/summary.txt"
 : >"$log"
 : >"$summary"
 status=0
+. "$root/tests/gpu/steps.sh"
+step_echo=1
 step() { # step NAME CMD... : run, append output to the log, record PASS/FAIL in the summary
     local name=$1; shift
-    echo "== $name: $*" | tee -a "$log"
-    local t0=$SECONDS
-    "$@" >>"$log" 2>&1
-    local rc=$?
-    printf '%-28s %s (%ds)\n' "$name" "$([ $rc -eq 0 ] && echo PASS || echo "FAIL rc=$rc")" \
-        $((SECONDS - t0)) | tee -a "$summary"
-    [ $rc -eq 0 ] || status=1
-    return $rc
+    run_step "$name" "$log" 0 "$@"
 }
 { nvidia-smi; nvcc --version; } >"$out/machine.txt" 2>&1
 step configure cmake -S "$root" -B "$b" -DTIDE_WITH_CUDA=ON -DTIDE_BUILD_TESTS=OFF \

@@ -23,16 +23,11 @@ mkdir -p "$out" "$work"
 log="$out/arena-mp.log"; summary="$out/arena-mp-summary.txt"
 : >"$log"; : >"$summary"
 status=0
+. "$root/tests/gpu/steps.sh"
+step_width=18 step_echo=1
 step() { # step NAME TIMEOUT CMD...
     local name=$1 limit=$2; shift 2
-    echo "== $name: $*" | tee -a "$log"
-    local t0=$SECONDS
-    timeout "$limit" "$@" >>"$log" 2>&1
-    local rc=$?
-    printf '%-18s %s (%ds)\n' "$name" "$([ $rc -eq 0 ] && echo PASS || echo "FAIL rc=$rc")" \
-        $((SECONDS - t0)) | tee -a "$summary"
-    [ $rc -eq 0 ] || status=1
-    return $rc
+    run_step "$name" "$log" "$limit" "$@"
 }
 b="$work/build"
 step configure 120 cmake -S "$root" -B "$b" -DTIDE_WITH_CUDA=ON -DTIDE_BUILD_TESTS=OFF \

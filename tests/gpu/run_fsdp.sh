@@ -24,21 +24,11 @@ want() { [[ " $steps " == *" $1 "* ]]; }
 mkdir -p "$out" "$work"
 summary="$out/summary.txt"; : >"$summary"
 status=0
+. "$root/tests/gpu/steps.sh"
+step_width=16 step_kill=5 step_budget=$budget
 step() { # step NAME LIMIT LOG CMD...: runs CMD under min(LIMIT, what is left of the budget)
     local name=$1 limit=$2 log=$3; shift 3
-    local left=$((budget - SECONDS - 3))
-    [ "$left" -lt "$limit" ] && limit=$left
-    if [ "$limit" -lt 10 ]; then
-        printf '%-16s SKIPPED (budget spent)\n' "$name" | tee -a "$summary"; status=1; return 1
-    fi
-    echo "== $name (limit ${limit}s): $*" >>"$log"
-    local t0=$SECONDS
-    timeout -k 5 "$limit" "$@" >>"$log" 2>&1
-    local rc=$?
-    printf '%-16s %s (%ds)\n' "$name" "$([ $rc -eq 0 ] && echo PASS || echo "FAIL rc=$rc")" \
-        $((SECONDS - t0)) | tee -a "$summary"
-    [ $rc -eq 0 ] || status=1
-    return $rc
+    run_step "$name" "$log" "$limit" "$@"
 }
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'

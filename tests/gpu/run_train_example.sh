@@ -24,23 +24,16 @@ mkdir -p "$out" "$work"
 out=$(cd "$out" && pwd)
 summary="$out/summary.txt"; : >"$summary"
 status=0
+. "$root/tests/gpu/steps.sh"
+step_width=16 step_kill=5 step_budget=$budget
 step() { # step NAME LIMIT CMD...: runs CMD under min(LIMIT, what is left of the budget)
-    local name=$1 limit=$2; shift 2
-    local left=$((budget - SECONDS - 3)) log="$out/$name.log"
-    [ "$left" -lt "$limit" ] && limit=$left
-    if [ "$limit" -lt 10 ]; then
-        printf '%-16s SKIPPED (budget spent)\n' "$name" | tee -a "$summary"; status=1; return 1
-    fi
-    echo "== $name (limit ${limit}s): $*" >>"$log"
-    local t0=$SECONDS
-    timeout -k 5 "$limit" "$@" >>"$log" 2>&1
-    local rc=$?
-    printf '%-16s %s (%ds)\n' "$name" "$([ $rc -eq 0 ] && echo PASS || echo "FAIL rc=$rc")" \
-        $((SECONDS - t0)) | tee -a "$summary"
-    # The run's table, served groups and the loss verdict, into the summary.
-    grep -h "^run \|^stock \|^tide \|^losses\|^note\|serves\|stock FSDP2 for" "$log" \
-        | sed 's/^/    /' >>"$summary"
-    [ $rc -eq 0 ] || status=1
+    local name=$1 limit=$2 log="$out/$1.log"; shift 2
+    local rc=0
+    run_step "$name" "$log" "$limit" "$@" || rc=$?
+    # The run's table, served groups and the loss verdict, into the summary (none when the
+    # step was skipped).
+    [ -f "$log" ] && grep -h "^run \|^stock \|^tide \|^losses\|^note\|serves\|stock FSDP2 for" \
+        "$log" | sed 's/^/    /' >>"$summary"
     return $rc
 }
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader

@@ -16,6 +16,7 @@
  * Exit status: 0 passed, 1 a rank saw something else (printed), 2 a setup failure.
  */
 #include "api/comm.h"
+#include "call_checks.h"
 #include "plan/plan.h"
 #include "tide.h"
 
@@ -35,18 +36,12 @@ static void expect(bool good, int r, const char *what) {
     ok = ok && good;
 }
 
-static bool refused(tide_result_t res, const char *what) {
-    return res == TIDE_ERR_INVALID_ARGUMENT && strstr(tide_get_last_error(), what) != NULL &&
-           strstr(tide_get_last_error(), "disagree") != NULL;
-}
-
 int main(void) {
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 1) return 2;
     tide_comm_t comm[RANKS];
     if (tide_comm_init_all(TIDE_FABRIC_CUDA, 2, 2, comm) != TIDE_SUCCESS) return 2;
-    tide_param_shape_t shapes[2] = {{64, 32}, {7, 5}};
-    tide_group_desc_t desc = {2, shapes, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16};
+    const tide_group_desc_t desc = checks_desc();
     tide_config_t cfg = TIDE_CONFIG_INIT;
     cfg.nodes = 2;
     cfg.gpus_per_node = 2;
@@ -55,21 +50,17 @@ int main(void) {
         if (tide_group_register(comm[r], &cfg, &desc, &ag[r]) != TIDE_SUCCESS) return 2;
     for (int r = 0; r < RANKS; ++r)
         if (tide_group_register(comm[r], &cfg, &desc, &rs[r]) != TIDE_SUCCESS) return 2;
-    const tide_geom_t *g = &rs[0]->plan->geom;
     const size_t shard_bytes = ag[0]->plan->geom.shard_bytes;
     const size_t group_bytes = ag[0]->plan->geom.group_bytes;
-    void *shard[RANKS], *out[RANKS], *grads[RANKS][2];
+    checks_bufs_t bufs[RANKS];
+    void *shard[RANKS], *out[RANKS], *const *grads[RANKS];
     for (int r = 0; r < RANKS; ++r) {
-        if (cudaSetDevice(r % devices) != cudaSuccess) return 2;
-        if (cudaMalloc(&shard[r], shard_bytes) != cudaSuccess ||
-            cudaMalloc(&out[r], g->fp32_shard_bytes) != cudaSuccess)
+        if (cudaSetDevice(r % devices) != cudaSuccess ||
+            !checks_alloc(&bufs[r], ag[r], rs[r], 0x10 + r))
             return 2;
-        cudaMemset(shard[r], 0x10 + r, shard_bytes);
-        for (int p = 0; p < 2; ++p) {
-            const size_t b = g->params[p].dim0 * g->params[p].inner * g->grad_item;
-            if (cudaMalloc(&grads[r][p], b) != cudaSuccess) return 2;
-            cudaMemset(grads[r][p], 0, b);
-        }
+        shard[r] = bufs[r].shard;
+        out[r] = bufs[r].out;
+        grads[r] = bufs[r].grads;
     }
     for (int d = 0; d < devices; ++d)
         if (cudaSetDevice(d) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) return 2;
@@ -99,12 +90,12 @@ int main(void) {
     /* Call 2: rank 1 disagrees. */
     expect(tide_all_gather(ag[0], shard[0], 0, NULL) == TIDE_SUCCESS, 0,
            "all-gather call 2 recorded before the disagreement");
-    expect(refused(tide_all_gather(ag[1], shard[1], 1, NULL), "slot"), 1,
+    expect(checks_refused(tide_all_gather(ag[1], shard[1], 1, NULL), "slot"), 1,
            "all-gather call 2 refused (slot)");
     for (int r = 2; r < RANKS; ++r)
-        expect(refused(tide_all_gather(ag[r], shard[r], 0, NULL), "slot"), r,
+        expect(checks_refused(tide_all_gather(ag[r], shard[r], 0, NULL), "slot"), r,
                "all-gather call 2 refused after the disagreement (slot)");
-    expect(refused(tide_all_gather(ag[0], shard[0], 1, NULL), "slot 1"), 0,
+    expect(checks_refused(tide_all_gather(ag[0], shard[0], 1, NULL), "slot 1"), 0,
            "next all-gather refused, naming both values");
     for (int r = 1; r < RANKS; ++r)
         expect(tide_all_gather(ag[r], shard[r], 1, NULL) != TIDE_SUCCESS, r,
@@ -130,12 +121,12 @@ int main(void) {
         if (r < 3)
             expect(res == TIDE_SUCCESS, r, "reduce-scatter call 1 recorded before rank 3");
         else
-            expect(refused(res, "alpha"), r, "reduce-scatter call 1 refused (alpha)");
+            expect(checks_refused(res, "alpha"), r, "reduce-scatter call 1 refused (alpha)");
     }
     for (int r = 0; r < 3; ++r)
-        expect(refused(tide_reduce_scatter(rs[r], (const void *const *)grads[r], out[r], 1.0f, 0,
-                                           TIDE_RS_IN_PLACE, NULL),
-                       "alpha 0.5"),
+        expect(checks_refused(tide_reduce_scatter(rs[r], (const void *const *)grads[r], out[r],
+                                                  1.0f, 0, TIDE_RS_IN_PLACE, NULL),
+                              "alpha 0.5"),
                r, "next reduce-scatter refused, naming alpha 0.5");
     for (int d = 0; d < devices; ++d)
         if (cudaSetDevice(d) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
@@ -149,10 +140,7 @@ int main(void) {
     }
     for (int r = 0; r < RANKS; ++r) {
         cudaSetDevice(r % devices);
-        cudaFree(shard[r]);
-        cudaFree(out[r]);
-        for (int p = 0; p < 2; ++p)
-            cudaFree(grads[r][p]);
+        checks_free(&bufs[r]);
         tide_comm_destroy(comm[r]);
     }
     free(before);

@@ -995,17 +995,7 @@ static void matrix_one(const dataset_t *d, const matrix_knobs_t *k, int wave, bo
     c->alpha = d->alpha;
     c->resident = ag_resident;
     memcpy(c->shapes, d->shapes, sizeof(d->shapes));
-    tide_config_t cfg = TIDE_CONFIG_INIT;
-    cfg.nodes = d->m;
-    cfg.gpus_per_node = d->l;
-    cfg.wave_width = wave;
-    cfg.staging_slots = k->staging_slots;
-    cfg.passes = k->passes;
-    cfg.sum_ctas = k->sum_ctas;
-    cfg.landing_ctas = k->landing_ctas;
-    cfg.round_width = k->round_width;
-    cfg.mode = k->mode;
-    c->cfg = cfg;
+    c->cfg = matrix_config(d->m, d->l, wave, k);
     /* Overwrite, accumulate in the other mode, accumulate again in the registered mode. */
     c->modes[0] = c->modes[2] = k->mode;
     c->modes[1] = matrix_other_mode(k->mode);

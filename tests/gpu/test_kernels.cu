@@ -21,21 +21,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <initializer_list>
 #include <vector>
 
 #include "kernels/kernels.h"
 #include "kernels/launch.h"
 #include "kernels/sum_tma.cuh"
 
-#define CUDA_OK(call)                                                                              \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            std::fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #call,                   \
-                         cudaGetErrorString(e_));                                                  \
-            std::exit(2);                                                                          \
-        }                                                                                          \
-    } while (0)
+#include "cuda_ok.h"
 
 static uint64_t g_rng;
 static uint64_t rnd() {
@@ -277,6 +270,25 @@ static void run_sum_case(const sum_case &c) {
     char msg[256] = "";
     int fails = 0, runs = 0;
     const std::vector<float> pz(out_n, f_from(poison));
+    /* One launch on the poisoned output, compared with the reference; the first difference
+     * (or the last error) is kept in msg.  False after an error other than a refusal of the
+     * arguments (cudaErrorInvalidValue): the configuration's other CTA counts are skipped. */
+    auto launch_check = [&](auto launch, const char *label) {
+        CUDA_OK(cudaMemcpy(d_out, pz.data(), out_n * 4, cudaMemcpyHostToDevice));
+        cudaError_t e = launch();
+        if (e == cudaSuccess) e = cudaDeviceSynchronize();
+        ++runs;
+        if (e != cudaSuccess) {
+            std::snprintf(msg, sizeof msg, "%s: %s", label, cudaGetErrorString(e));
+            ++fails;
+            return e == cudaErrorInvalidValue;
+        }
+        CUDA_OK(cudaMemcpy(got.data(), d_out, out_n * 4, cudaMemcpyDeviceToHost));
+        char m2[120];
+        if (!same(got.data(), want.data(), out_n * 4, 4, m2, sizeof m2) && fails++ == 0)
+            std::snprintf(msg, sizeof msg, "%s: %s", label, m2);
+        return true;
+    };
     for (tide_sum_launch_t f : cfgs) {
         if (g_racecheck && f.variant != TIDE_SUM_TMA && f.variant != TIDE_SUM_HYBRID &&
             f.variant != TIDE_SUM_ASYNC)
@@ -286,27 +298,13 @@ static void run_sum_case(const sum_case &c) {
             continue; /* HYBRID: two producers, U = 4, the small ring, the defaults */
         for (int nc : ctas) {
             f.ctas = nc;
-            CUDA_OK(cudaMemcpy(d_out, pz.data(), out_n * 4, cudaMemcpyHostToDevice));
-            cudaError_t e = tide_cuda_sum_launch(&da, &f, 0);
-            if (e == cudaSuccess) e = cudaDeviceSynchronize();
-            ++runs;
-            if (e != cudaSuccess) {
-                std::snprintf(msg, sizeof msg,
-                              "variant %d ctas %d threads %d groups %d bulk %d producers %d: %s",
-                              (int)f.variant, nc, f.threads, f.groups, f.bulk_sources, f.producers,
-                              cudaGetErrorString(e));
-                ++fails;
-                if (e != cudaErrorInvalidValue) break;
-                continue;
-            }
-            CUDA_OK(cudaMemcpy(got.data(), d_out, out_n * 4, cudaMemcpyDeviceToHost));
-            char m2[120];
-            if (!same(got.data(), want.data(), out_n * 4, 4, m2, sizeof m2) && fails++ == 0)
-                std::snprintf(msg, sizeof msg,
-                              "variant %d ctas %d threads %d smem %d stage %d producers %d "
-                              "groups %d bulk %d: %s",
-                              (int)f.variant, nc, f.threads, f.smem_bytes, f.stage_bytes,
-                              f.producers, f.groups, f.bulk_sources, m2);
+            char label[128];
+            std::snprintf(label, sizeof label,
+                          "variant %d ctas %d threads %d smem %d stage %d producers %d groups %d "
+                          "bulk %d",
+                          (int)f.variant, nc, f.threads, f.smem_bytes, f.stage_bytes, f.producers,
+                          f.groups, f.bulk_sources);
+            if (!launch_check([&] { return tide_cuda_sum_launch(&da, &f, 0); }, label)) break;
         }
     }
     /* The TMA sum's internal options past the public limits (tide_sum::tma_opts): more
@@ -326,24 +324,12 @@ static void run_sum_case(const sum_case &c) {
         if (o.threads > kTmaMaxThreads) continue;
         for (int nc : ctas) {
             o.ctas = nc;
-            CUDA_OK(cudaMemcpy(d_out, pz.data(), out_n * 4, cudaMemcpyHostToDevice));
-            cudaError_t e = launch_tma_opts(da, o, 0);
-            if (e == cudaSuccess) e = cudaDeviceSynchronize();
-            ++runs;
-            if (e != cudaSuccess) {
-                std::snprintf(msg, sizeof msg, "tma opts ctas %d threads %d producers %d: %s", nc,
-                              o.threads, o.producers, cudaGetErrorString(e));
-                ++fails;
-                if (e != cudaErrorInvalidValue) break;
-                continue;
-            }
-            CUDA_OK(cudaMemcpy(got.data(), d_out, out_n * 4, cudaMemcpyDeviceToHost));
-            char m2[120];
-            if (!same(got.data(), want.data(), out_n * 4, 4, m2, sizeof m2) && fails++ == 0)
-                std::snprintf(msg, sizeof msg,
-                              "tma opts ctas %d threads %d producers %d stage %d consume %d "
-                              "raw_nan %d: %s",
-                              nc, o.threads, o.producers, o.stage_bytes, o.consume, o.raw_nan, m2);
+            char label[128];
+            std::snprintf(label, sizeof label,
+                          "tma opts ctas %d threads %d producers %d stage %d consume %d "
+                          "raw_nan %d",
+                          nc, o.threads, o.producers, o.stage_bytes, o.consume, o.raw_nan);
+            if (!launch_check([&] { return launch_tma_opts(da, o, 0); }, label)) break;
         }
     }
     /* Sliced launches give the bits of one: K virtual-grid slices of the whole table
@@ -407,19 +393,87 @@ static void run_sum_case(const sum_case &c) {
 
 /* ------------------------------------------------------------------ landing */
 
+/* nsegs landing segments with gaps of 0-4 elements, output offsets rounded up to q elements,
+ * input offsets multiples of q; out_n ends after the last, in_need past the furthest input. */
+static std::vector<tide_land_seg_t> draw_land_segs(int nsegs, uint64_t q, uint64_t *out_n,
+                                                   uint64_t *in_need) {
+    std::vector<tide_land_seg_t> segs(nsegs);
+    uint64_t out = 0, need = 0;
+    for (int s = 0; s < nsegs; ++s) {
+        const uint32_t len = (uint32_t)(rnd_below(4) == 0 ? rnd_below(30) : rnd_below(30000));
+        out = (out + rnd_below(5) + q - 1) / q * q;
+        segs[s] = {out, rnd_below(5000) * q, len, 0};
+        out += len;
+        if (segs[s].in_off + len > need) need = segs[s].in_off + len;
+    }
+    *out_n = out;
+    *in_need = need;
+    return segs;
+}
+
+/* 1, 1/8 or a normal draw: the alphas a landing case scales by. */
+static float draw_alpha() {
+    const float alphas[] = {1.0f, 0.125f, draw(V_NORMAL)};
+    return alphas[rnd_below(3)];
+}
+
+/* A device copy of `bytes` host bytes. */
+static void *upload(const void *host, size_t bytes) {
+    void *d = nullptr;
+    CUDA_OK(cudaMalloc(&d, bytes));
+    CUDA_OK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+
+/* A landing case's launches: each resets the fp32 output to `old`, runs, and must give the
+ * reference's `want` bit for bit; the first difference is kept in msg. */
+struct land_runs {
+    float *d_out;
+    const std::vector<float> &old, &want;
+    std::vector<float> got;
+    int fails = 0, runs = 0;
+    char msg[256] = "";
+
+    land_runs(float *d, const std::vector<float> &o, const std::vector<float> &w)
+        : d_out(d), old(o), want(w), got(w.size()) {}
+
+    template <class F> void check(F launch, int nc, const char *knob, int v) {
+        const size_t bytes = want.size() * 4;
+        CUDA_OK(cudaMemcpy(d_out, old.data(), bytes, cudaMemcpyHostToDevice));
+        CUDA_OK(launch());
+        CUDA_OK(cudaDeviceSynchronize());
+        CUDA_OK(cudaMemcpy(got.data(), d_out, bytes, cudaMemcpyDeviceToHost));
+        ++runs;
+        char m2[120];
+        if (!same(got.data(), want.data(), bytes, 4, m2, sizeof m2) && fails++ == 0)
+            std::snprintf(msg, sizeof msg, "ctas %d %s %d: %s", nc, knob, v, m2);
+    }
+
+    /* One launch per CTA count and thread count, then sliced launches at 1/K of the logical
+     * bytes a slice (for each of slice_ctas and ks, 256 threads): the bits of one launch. */
+    void sweep(const tide_land_args_t &da, const tide_land_seg_t *h_segs,
+               std::initializer_list<int> ctas, std::initializer_list<int> threads,
+               std::initializer_list<int> slice_ctas, std::initializer_list<int> ks) {
+        for (int nc : ctas)
+            for (int nt : threads)
+                check([&] { return tide_cuda_land(&da, nc, nt, 0); }, nc, "threads", nt);
+        const uint64_t land_bytes = tide_cuda_land_bytes(&da, h_segs);
+        for (int nc : slice_ctas)
+            for (int k : ks)
+                check(
+                    [&] {
+                        return tide_cuda_land_sliced(&da, h_segs, nc, 256, land_bytes / k + 1, 0,
+                                                     nullptr);
+                    },
+                    nc, "slices 1 /", k);
+    }
+};
+
 /* plus_zero: the M = 1 one-input landing (kernels.h), v + 0.0f before alpha. */
 static void run_land_case(int L, int mode, value_mode vm, bool aligned, bool plus_zero = false) {
     const int nsegs = 1 + (int)rnd_below(60);
-    std::vector<tide_land_seg_t> segs(nsegs);
     uint64_t out_n = 0, in_need = 0;
-    for (int s = 0; s < nsegs; ++s) {
-        const uint64_t q = aligned ? 4 : 1;
-        const uint32_t len = (uint32_t)(rnd_below(4) == 0 ? rnd_below(30) : rnd_below(30000));
-        out_n = (out_n + rnd_below(5) + q - 1) / q * q;
-        segs[s] = {out_n, rnd_below(5000) * q, len, 0};
-        out_n += len;
-        if (segs[s].in_off + len > in_need) in_need = segs[s].in_off + len;
-    }
+    std::vector<tide_land_seg_t> segs = draw_land_segs(nsegs, aligned ? 4 : 1, &out_n, &in_need);
     out_n += 3;
     const uint64_t in_n = in_need + 8;
     std::vector<std::vector<float>> h_in(L, std::vector<float>(in_n));
@@ -429,26 +483,21 @@ static void run_land_case(int L, int mode, value_mode vm, bool aligned, bool plu
     std::vector<float> old(out_n);
     for (auto &v : old)
         v = draw(vm);
-    const float alphas[] = {1.0f, 0.125f, draw(V_NORMAL)};
-    const float alpha = alphas[rnd_below(3)];
+    const float alpha = draw_alpha();
 
     tide_land_args_t ha = {}, da = {};
     float *d_in[TIDE_MAX_GPUS_PER_NODE];
     for (int k = 0; k < L; ++k) {
         const uint64_t sh = aligned ? 0 : rnd_below(4);
-        CUDA_OK(cudaMalloc(&d_in[k], in_n * 4));
-        CUDA_OK(cudaMemcpy(d_in[k], h_in[k].data(), in_n * 4, cudaMemcpyHostToDevice));
+        d_in[k] = (float *)upload(h_in[k].data(), in_n * 4);
         ha.in[k] = h_in[k].data() + sh;
         da.in[k] = d_in[k] + sh;
     }
-    void *d_segs;
+    void *d_segs = upload(segs.data(), nsegs * sizeof(tide_land_seg_t));
     float *d_out;
-    CUDA_OK(cudaMalloc(&d_segs, nsegs * sizeof(tide_land_seg_t)));
-    CUDA_OK(
-        cudaMemcpy(d_segs, segs.data(), nsegs * sizeof(tide_land_seg_t), cudaMemcpyHostToDevice));
     CUDA_OK(cudaMalloc(&d_out, out_n * 4));
     const bool init = mode & 1, acc = mode & 2;
-    std::vector<float> want(old), got(out_n);
+    std::vector<float> want(old);
     ha.segs = segs.data();
     da.segs = (const tide_land_seg_t *)d_segs;
     ha.num_segs = da.num_segs = nsegs;
@@ -461,40 +510,15 @@ static void run_land_case(int L, int mode, value_mode vm, bool aligned, bool plu
     ha.plus_zero = da.plus_zero = plus_zero;
     tide_ref_land(&ha);
 
-    const int ctas[] = {1, 3, 8, 132}, threads[] = {64, 256, 1024};
-    int fails = 0, runs = 0;
-    char msg[256] = "";
-    /* One run: the output reset, launch() enqueued, the result compared with the reference. */
-    auto check = [&](auto launch, int nc, const char *knob, int v) {
-        CUDA_OK(cudaMemcpy(d_out, old.data(), out_n * 4, cudaMemcpyHostToDevice));
-        CUDA_OK(launch());
-        CUDA_OK(cudaDeviceSynchronize());
-        CUDA_OK(cudaMemcpy(got.data(), d_out, out_n * 4, cudaMemcpyDeviceToHost));
-        ++runs;
-        char m2[120];
-        if (!same(got.data(), want.data(), out_n * 4, 4, m2, sizeof m2) && fails++ == 0)
-            std::snprintf(msg, sizeof msg, "ctas %d %s %d: %s", nc, knob, v, m2);
-    };
-    for (int nc : ctas)
-        for (int nt : threads)
-            check([&] { return tide_cuda_land(&da, nc, nt, 0); }, nc, "threads", nt);
-    /* Sliced launches at 1/K of the logical bytes a slice: the bits of one launch. */
-    const uint64_t land_bytes = tide_cuda_land_bytes(&da, segs.data());
-    for (int nc : {1, 3})
-        for (int k : {2, 7, 40})
-            check(
-                [&] {
-                    return tide_cuda_land_sliced(&da, segs.data(), nc, 256, land_bytes / k + 1,
-                                                 0, nullptr);
-                },
-                nc, "slices 1 /", k);
-    g_runs += runs;
-    g_failures += fails;
+    land_runs lr(d_out, old, want);
+    lr.sweep(da, segs.data(), {1, 3, 8, 132}, {64, 256, 1024}, {1, 3}, {2, 7, 40});
+    g_runs += lr.runs;
+    g_failures += lr.fails;
     std::printf(
         "%s land L=%d init=%d accumulate=%d plus_zero=%d alpha=%g values=%-7s aligned=%d segs=%d "
         "runs=%d %s\n",
-        fails ? "FAIL" : "PASS", L, init, acc, plus_zero, alpha, mode_name[vm], aligned, nsegs, runs,
-        msg);
+        lr.fails ? "FAIL" : "PASS", L, init, acc, plus_zero, alpha, mode_name[vm], aligned, nsegs,
+        lr.runs, lr.msg);
     for (int k = 0; k < L; ++k)
         cudaFree(d_in[k]);
     cudaFree(d_segs);
@@ -505,15 +529,8 @@ static void run_land_case(int L, int mode, value_mode vm, bool aligned, bool plu
  * CTA count, thread count or slicing gives the C reference's bits. */
 static void run_land_bf16_case(int mode, value_mode vm) {
     const int nsegs = 1 + (int)rnd_below(40);
-    std::vector<tide_land_seg_t> segs(nsegs);
     uint64_t out_n = 0, in_need = 0;
-    for (int s = 0; s < nsegs; ++s) {
-        const uint32_t len = (uint32_t)(rnd_below(4) == 0 ? rnd_below(30) : rnd_below(30000));
-        out_n += rnd_below(5);
-        segs[s] = {out_n, rnd_below(5000), len, 0};
-        out_n += len;
-        if (segs[s].in_off + len > in_need) in_need = segs[s].in_off + len;
-    }
+    std::vector<tide_land_seg_t> segs = draw_land_segs(nsegs, 1, &out_n, &in_need);
     const uint64_t in_n = in_need + 8;
     std::vector<uint16_t> h_in(in_n);
     for (auto &v : h_in)
@@ -521,16 +538,10 @@ static void run_land_bf16_case(int mode, value_mode vm) {
     std::vector<float> old(out_n);
     for (auto &v : old)
         v = draw(vm);
-    const float alphas[] = {1.0f, 0.125f, draw(V_NORMAL)};
-    const float alpha = alphas[rnd_below(3)];
-    uint16_t *d_in;
-    void *d_segs;
+    const float alpha = draw_alpha();
+    uint16_t *d_in = (uint16_t *)upload(h_in.data(), in_n * 2);
+    void *d_segs = upload(segs.data(), nsegs * sizeof(tide_land_seg_t));
     float *d_out;
-    CUDA_OK(cudaMalloc(&d_in, in_n * 2));
-    CUDA_OK(cudaMemcpy(d_in, h_in.data(), in_n * 2, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMalloc(&d_segs, nsegs * sizeof(tide_land_seg_t)));
-    CUDA_OK(
-        cudaMemcpy(d_segs, segs.data(), nsegs * sizeof(tide_land_seg_t), cudaMemcpyHostToDevice));
     CUDA_OK(cudaMalloc(&d_out, (out_n + 1) * 4));
     tide_land_args_t ha = {}, da = {};
     ha.in[0] = (const float *)(const void *)h_in.data();
@@ -543,40 +554,22 @@ static void run_land_bf16_case(int mode, value_mode vm) {
     ha.init = da.init = mode & 1;
     ha.accumulate = da.accumulate = mode & 2;
     ha.in_bf16 = da.in_bf16 = true;
-    std::vector<float> want(old), got(out_n);
+    std::vector<float> want(old);
     ha.out = want.data();
     da.out = d_out;
     tide_ref_land(&ha);
-    int fails = 0, runs = 0;
-    char msg[256] = "";
-    auto check = [&](auto launch, int nc, const char *knob, int v) {
-        CUDA_OK(cudaMemcpy(d_out, old.data(), out_n * 4, cudaMemcpyHostToDevice));
-        CUDA_OK(launch());
-        CUDA_OK(cudaDeviceSynchronize());
-        CUDA_OK(cudaMemcpy(got.data(), d_out, out_n * 4, cudaMemcpyDeviceToHost));
-        ++runs;
-        char m2[120];
-        if (!same(got.data(), want.data(), out_n * 4, 4, m2, sizeof m2) && fails++ == 0)
-            std::snprintf(msg, sizeof msg, "ctas %d %s %d: %s", nc, knob, v, m2);
-    };
-    for (int nc : {1, 3, 132})
-        for (int nt : {64, 1024})
-            check([&] { return tide_cuda_land(&da, nc, nt, 0); }, nc, "threads", nt);
-    const uint64_t land_bytes = tide_cuda_land_bytes(&da, segs.data());
-    for (int k : {2, 7})
-        check([&] { return tide_cuda_land_sliced(&da, segs.data(), 3, 256, land_bytes / k + 1, 0,
-                                                 nullptr); },
-              3, "slices 1 /", k);
+    land_runs lr(d_out, old, want);
+    lr.sweep(da, segs.data(), {1, 3, 132}, {64, 1024}, {3}, {2, 7});
     /* More than one input, or a peer table, is refused. */
     tide_land_args_t bad = da;
     bad.num_in = 2;
     bad.in[1] = da.in[0];
-    fails += tide_cuda_land(&bad, 1, 0, 0) != cudaErrorInvalidValue;
-    g_runs += runs;
-    g_failures += fails;
+    lr.fails += tide_cuda_land(&bad, 1, 0, 0) != cudaErrorInvalidValue;
+    g_runs += lr.runs;
+    g_failures += lr.fails;
     std::printf("%s land bf16 init=%d accumulate=%d alpha=%g values=%-7s segs=%d runs=%d %s\n",
-                fails ? "FAIL" : "PASS", mode & 1, (mode & 2) != 0, alpha, mode_name[vm], nsegs,
-                runs, msg);
+                lr.fails ? "FAIL" : "PASS", mode & 1, (mode & 2) != 0, alpha, mode_name[vm], nsegs,
+                lr.runs, lr.msg);
     cudaFree(d_in);
     cudaFree(d_segs);
     cudaFree(d_out);

@@ -13,8 +13,7 @@
  *
  * Exit status: 0 passed, 1 a rank saw something else (printed), 2 a setup failure, 77 skipped.
  */
-#include "api/comm.h"
-#include "plan/plan.h"
+#include "call_checks.h"
 #include "tide.h"
 
 #include <cuda_runtime_api.h>
@@ -29,90 +28,62 @@
 
 #define RANKS 2
 
+/* Rank 0's NCCL id for rank 1, in memory both share. */
 typedef struct {
     _Atomic int id_ready;
     uint8_t id[TIDE_NCCL_UNIQUE_ID_BYTES];
-    int step[RANKS];
-    char msg[RANKS][400];
-} shared_t;
+} shared_id_t;
 
-static int failed(shared_t *sh, int r, int step) {
-    sh->step[r] = step;
-    snprintf(sh->msg[r], sizeof(sh->msg[r]), "%s", tide_get_last_error());
-    return step;
-}
-
-static bool refused(tide_result_t res, const char *what) {
-    return res == TIDE_ERR_INVALID_ARGUMENT && strstr(tide_get_last_error(), what) != NULL &&
-           strstr(tide_get_last_error(), "disagree") != NULL;
-}
-
-static int child(int r, shared_t *sh) {
-    if (cudaSetDevice(r) != cudaSuccess) return failed(sh, r, 2);
+static int child(int r, shared_id_t *sh, checks_report_t *rep) {
+    if (cudaSetDevice(r) != cudaSuccess) return checks_failed(rep, r, 2);
     if (r == 0) {
-        if (tide_nccl_get_unique_id(sh->id) != TIDE_SUCCESS) return failed(sh, r, 3);
+        if (tide_nccl_get_unique_id(sh->id) != TIDE_SUCCESS) return checks_failed(rep, r, 3);
         atomic_store(&sh->id_ready, 1);
     } else {
         while (atomic_load(&sh->id_ready) == 0)
             usleep(1000);
     }
     tide_comm_t comm;
-    if (tide_comm_init_nccl(1, RANKS, r, sh->id, &comm) != TIDE_SUCCESS) return failed(sh, r, 4);
-    tide_param_shape_t shapes[2] = {{64, 32}, {7, 5}};
-    tide_group_desc_t desc = {2, shapes, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16};
+    if (tide_comm_init_nccl(1, RANKS, r, sh->id, &comm) != TIDE_SUCCESS)
+        return checks_failed(rep, r, 4);
+    const tide_group_desc_t desc = checks_desc();
     tide_config_t cfg = TIDE_CONFIG_INIT;
     cfg.nodes = 1;
     cfg.gpus_per_node = RANKS;
     tide_group_t ag, rs, third;
-    if (tide_group_register(comm, &cfg, &desc, &ag) != TIDE_SUCCESS) return failed(sh, r, 5);
-    if (tide_group_register(comm, &cfg, &desc, &rs) != TIDE_SUCCESS) return failed(sh, r, 6);
-    if (tide_group_register(comm, &cfg, &desc, &third) != TIDE_SUCCESS) return failed(sh, r, 7);
-    const tide_geom_t *g = &rs->plan->geom;
-    void *shard = NULL, *out = NULL, *grads[2] = {NULL, NULL};
-    if (cudaMalloc(&shard, ag->plan->geom.shard_bytes) != cudaSuccess ||
-        cudaMalloc(&out, g->fp32_shard_bytes) != cudaSuccess)
-        return failed(sh, r, 8);
-    cudaMemset(shard, r, ag->plan->geom.shard_bytes);
-    for (int p = 0; p < 2; ++p) {
-        const size_t b = g->params[p].dim0 * g->params[p].inner * g->grad_item;
-        if (cudaMalloc(&grads[p], b) != cudaSuccess) return failed(sh, r, 9);
-        cudaMemset(grads[p], 0, b);
-    }
+    if (tide_group_register(comm, &cfg, &desc, &ag) != TIDE_SUCCESS)
+        return checks_failed(rep, r, 5);
+    if (tide_group_register(comm, &cfg, &desc, &rs) != TIDE_SUCCESS)
+        return checks_failed(rep, r, 6);
+    if (tide_group_register(comm, &cfg, &desc, &third) != TIDE_SUCCESS)
+        return checks_failed(rep, r, 7);
+    checks_bufs_t b;
+    if (!checks_alloc(&b, ag, rs, r)) return checks_failed(rep, r, 8);
     cudaDeviceSynchronize();
 
-    for (int e = 0; e < 2; ++e)
-        if (tide_all_gather(ag, shard, e % 2, NULL) != TIDE_SUCCESS) return failed(sh, r, 10);
-    if (!refused(tide_all_gather(ag, shard, r == 1 ? 1 : 0, NULL), "slot"))
-        return failed(sh, r, 11);
-    if (tide_reduce_scatter(rs, (const void *const *)grads, out, 1.0f, 0, TIDE_RS_IN_PLACE, NULL) !=
-        TIDE_SUCCESS)
-        return failed(sh, r, 20);
-    if (!refused(tide_reduce_scatter(rs, (const void *const *)grads, out, r == 1 ? 0.5f : 1.0f, 0,
-                                     TIDE_RS_IN_PLACE, NULL),
-                 "alpha"))
-        return failed(sh, r, 21);
-    const tide_result_t res = r == 0 ? tide_all_gather(third, shard, 0, NULL)
-                                     : tide_reduce_scatter(third, (const void *const *)grads, out,
-                                                           1.0f, 0, TIDE_RS_IN_PLACE, NULL);
-    if (!refused(res, "which call")) return failed(sh, r, 30);
-    if (cudaDeviceSynchronize() != cudaSuccess) return failed(sh, r, 31);
+    int step = checks_slot(ag, &b, r, 1);
+    if (step == 0) step = checks_alpha(rs, &b, r, 1);
+    if (step != 0) return checks_failed(rep, r, step);
+    const tide_result_t res = r == 0 ? tide_all_gather(third, b.shard, 0, NULL)
+                                     : tide_reduce_scatter(third, (const void *const *)b.grads,
+                                                           b.out, 1.0f, 0, TIDE_RS_IN_PLACE, NULL);
+    if (!checks_refused(res, "which call")) return checks_failed(rep, r, 30);
+    if (cudaDeviceSynchronize() != cudaSuccess) return checks_failed(rep, r, 31);
 
     tide_group_deregister(ag);
     tide_group_deregister(rs);
     tide_group_deregister(third);
-    for (int p = 0; p < 2; ++p)
-        cudaFree(grads[p]);
-    cudaFree(shard);
-    cudaFree(out);
+    checks_free(&b);
     tide_comm_destroy(comm);
     return 0;
 }
 
 int main(void) {
     setenv("TIDE_TIMEOUT_MS", "10000", 1);
-    shared_t *sh =
+    checks_report_t *rep = checks_report_new();
+    shared_id_t *sh =
         mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (sh == MAP_FAILED) return 2;
+    if (rep == NULL || sh == MAP_FAILED) return 2;
     memset(sh, 0, sizeof(*sh));
     /* The parent touches no CUDA: ask a child how many GPUs there are. */
     pid_t probe = fork();
@@ -132,21 +103,11 @@ int main(void) {
         if (pids[r] < 0) return 2;
         if (pids[r] == 0) {
             alarm(90); /* a hang is a failure, not a stuck job */
-            _exit(child(r, sh));
+            _exit(child(r, sh, rep));
         }
     }
-    bool ok = true;
-    for (int r = 0; r < RANKS; ++r) {
-        waitpid(pids[r], &st, 0);
-        const bool good = WIFEXITED(st) && WEXITSTATUS(st) == 0 && sh->step[r] == 0;
-        if (good)
-            printf("ok   rank %d: slot, alpha and call-order disagreements refused\n", r);
-        else if (WIFSIGNALED(st))
-            printf("FAIL rank %d: killed by signal %d (SIGALRM: it hung)\n", r, WTERMSIG(st));
-        else
-            printf("FAIL rank %d: step %d: %s\n", r, sh->step[r], sh->msg[r]);
-        ok = ok && good;
-    }
+    const bool ok =
+        checks_wait(pids, RANKS, rep, "slot, alpha and call-order disagreements refused");
     printf("%s: argument checks of the NCCL fabric\n", ok ? "PASS" : "FAIL");
     return ok ? 0 : 1;
 }

@@ -52,6 +52,21 @@ typedef struct {
     bool in_largest; /* also run on the topologies of 64 and 72 ranks */
 } matrix_knobs_t;
 
+/* One run's config: an M x L world, the wave width and k's knobs. */
+static inline tide_config_t matrix_config(int m, int l, int wave_width, const matrix_knobs_t *k) {
+    tide_config_t cfg = TIDE_CONFIG_INIT;
+    cfg.nodes = m;
+    cfg.gpus_per_node = l;
+    cfg.wave_width = wave_width;
+    cfg.staging_slots = k->staging_slots;
+    cfg.passes = k->passes;
+    cfg.sum_ctas = k->sum_ctas;
+    cfg.landing_ctas = k->landing_ctas;
+    cfg.round_width = k->round_width;
+    cfg.mode = k->mode;
+    return cfg;
+}
+
 static const matrix_knobs_t MATRIX_BASE = {"base", 0, 0, 0, 0, 0, TIDE_RS_IN_PLACE, true};
 static const matrix_knobs_t MATRIX_VARIANTS[] = {
     {"slot-reuse", 0, 0, 0, 0, 0, TIDE_RS_SLOT_REUSE, true},

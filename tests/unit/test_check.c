@@ -186,40 +186,13 @@ static bool counting(int variant) {
     return variant == AG_COUNT_ALL || variant == AG_COUNT_ONE || variant == AG_COUNT_NO_CREDIT;
 }
 
-static tide_op_t op_of(tide_op_kind_t kind) {
-    tide_op_t op;
-    memset(&op, 0, sizeof(op));
-    op.kind = (uint8_t)kind;
-    op.sig_rank = -1;
-    return op;
-}
-
 static void push(tide_program_t *prog, int rank, tide_queue_t q, tide_op_t op) {
     assert_tide(TIDE_SUCCESS, tide_program_push(prog, rank, q, &op));
 }
 
-static tide_op_t wait_op(int rank, int ctr, int64_t inc, int64_t thr) {
-    tide_op_t op = op_of(TIDE_OP_WAIT);
-    op.sig_rank = rank;
-    op.ctr = ctr;
-    op.inc = inc;
-    op.thr = thr;
-    return op;
-}
-
-static tide_op_t signal_op(int rank, int ctr) {
-    tide_op_t op = op_of(TIDE_OP_SIGNAL);
-    op.sig_rank = rank;
-    op.ctr = ctr;
-    return op;
-}
-
+/* A copy that signals nothing. */
 static tide_op_t copy_op(tide_ref_t dst, tide_ref_t src, uint64_t bytes) {
-    tide_op_t op = op_of(TIDE_OP_COPY);
-    op.dst = dst;
-    op.src = src;
-    op.bytes = bytes;
-    return op;
+    return tide_op_copy(dst, src, bytes, -1, 0);
 }
 
 /* Ranks 0 and 1 gather into rank 2's staging (the counting variants). */
@@ -227,22 +200,22 @@ static void build_gather(int variant, int r, tide_program_t *prog) {
     const tide_ref_t staging = tide_ref_arena(2, TIDE_REGION_STAGING, 0);
     if (r < 2) {
         if (variant != AG_COUNT_NO_CREDIT)
-            push(prog, r, TIDE_Q_CE, wait_op(r, TIDE_CTR_AG_CREDIT, 1, 0));
+            push(prog, r, TIDE_Q_CE, tide_op_wait(r, TIDE_CTR_AG_CREDIT, 1, 0));
         tide_ref_t dst = staging;
         dst.offset = 16 * (uint64_t)r;
         tide_op_t cp = copy_op(dst, tide_ref_operand(TIDE_REF_SHARD, 0, 0), 16);
         cp.sig_rank = 2;
         cp.ctr = TIDE_CTR_AG_ARRIVED;
         push(prog, r, TIDE_Q_CE, cp);
-        push(prog, r, TIDE_Q_CE, signal_op(r, TIDE_CTR_AG_CE_DONE));
-        push(prog, r, TIDE_Q_DONE, wait_op(r, TIDE_CTR_AG_CE_DONE, 1, 1));
+        push(prog, r, TIDE_Q_CE, tide_op_signal(r, TIDE_CTR_AG_CE_DONE));
+        push(prog, r, TIDE_Q_DONE, tide_op_wait(r, TIDE_CTR_AG_CE_DONE, 1, 1));
         return;
     }
     push(prog, r, TIDE_Q_CALLER,
-         wait_op(r, TIDE_CTR_AG_ARRIVED, 2, variant == AG_COUNT_ONE ? 1 : 2));
+         tide_op_wait(r, TIDE_CTR_AG_ARRIVED, 2, variant == AG_COUNT_ONE ? 1 : 2));
     push(prog, r, TIDE_Q_CALLER, copy_op(tide_ref_arena(2, TIDE_REGION_RESIDENT, 0), staging, 32));
     for (int j = 0; j < 2; ++j)
-        push(prog, r, TIDE_Q_CALLER, signal_op(j, TIDE_CTR_AG_CREDIT));
+        push(prog, r, TIDE_Q_CALLER, tide_op_signal(j, TIDE_CTR_AG_CREDIT));
 }
 
 static void build_ag(const struct tide_plan *plan, int variant, tide_program_t *prog) {
@@ -252,11 +225,11 @@ static void build_ag(const struct tide_plan *plan, int variant, tide_program_t *
     assert_tide(TIDE_SUCCESS,
                 tide_program_init(plan, TIDE_COLL_ALL_GATHER, TIDE_RS_IN_PLACE, prog));
     for (int r = 0; r < n; ++r) {
-        push(prog, r, TIDE_Q_READY, wait_op(r, TIDE_CTR_AG_LANDED, n, 0));
+        push(prog, r, TIDE_Q_READY, tide_op_wait(r, TIDE_CTR_AG_LANDED, n, 0));
         for (int j = 0; j < n; ++j)
-            push(prog, r, TIDE_Q_READY, signal_op(j, TIDE_CTR_AG_READY));
+            push(prog, r, TIDE_Q_READY, tide_op_signal(j, TIDE_CTR_AG_READY));
 
-        const tide_op_t ready = wait_op(r, TIDE_CTR_AG_READY, n, n);
+        const tide_op_t ready = tide_op_wait(r, TIDE_CTR_AG_READY, n, n);
         if (!(variant == AG_EARLY_WRITE && r == 0)) push(prog, r, TIDE_Q_CALLER, ready);
         if (counting(variant) && r < 2) build_gather(variant, r, prog);
         for (int j = 0; j < n; ++j)
@@ -277,17 +250,17 @@ static void build_ag(const struct tide_plan *plan, int variant, tide_program_t *
             }
         if (variant == AG_EARLY_WRITE && r == 0) push(prog, r, TIDE_Q_CALLER, ready);
         if (counting(variant) && r == 2) build_gather(variant, r, prog);
-        push(prog, r, TIDE_Q_CALLER, signal_op(r, TIDE_CTR_AG_CALLER_DONE));
+        push(prog, r, TIDE_Q_CALLER, tide_op_signal(r, TIDE_CTR_AG_CALLER_DONE));
 
         push(prog, r, TIDE_Q_DONE,
-             wait_op(r, TIDE_CTR_AG_LANDED, variant == AG_INC ? n + 1 : n, n));
-        push(prog, r, TIDE_Q_DONE, wait_op(r, TIDE_CTR_AG_CALLER_DONE, 1, 1));
+             tide_op_wait(r, TIDE_CTR_AG_LANDED, variant == AG_INC ? n + 1 : n, n));
+        push(prog, r, TIDE_Q_DONE, tide_op_wait(r, TIDE_CTR_AG_CALLER_DONE, 1, 1));
         if (variant == AG_DEADLOCK) {
             /* A cycle: each DONE waits for the other's DONE. */
-            push(prog, r, TIDE_Q_DONE, wait_op(r, TIDE_CTR_AG_CE_DONE, 1, 1));
-            push(prog, r, TIDE_Q_DONE, signal_op(1 - r, TIDE_CTR_AG_CE_DONE));
+            push(prog, r, TIDE_Q_DONE, tide_op_wait(r, TIDE_CTR_AG_CE_DONE, 1, 1));
+            push(prog, r, TIDE_Q_DONE, tide_op_signal(1 - r, TIDE_CTR_AG_CE_DONE));
         }
-        tide_op_t ev = op_of(TIDE_OP_EVENT);
+        tide_op_t ev = tide_op_new(TIDE_OP_EVENT);
         ev.event = TIDE_EVENT_CALL_DONE;
         push(prog, r, TIDE_Q_DONE, ev);
     }
@@ -306,7 +279,7 @@ static void build_ag(const struct tide_plan *plan, int variant, tide_program_t *
         push(prog, 0, TIDE_Q_CE, copy_op(tide_ref_arena(0, TIDE_REGION_RESIDENT, 0), shard, 16));
         break;
     case AG_BAD_RANK:
-        push(prog, 1, TIDE_Q_CE, signal_op(5, TIDE_CTR_AG_CE_DONE));
+        push(prog, 1, TIDE_Q_CE, tide_op_signal(5, TIDE_CTR_AG_CE_DONE));
         break;
     default:
         break;

@@ -176,34 +176,6 @@ static void hand_close(hand_t *h) {
     }
 }
 
-static tide_op_t op_of(tide_op_kind_t kind) {
-    tide_op_t op = {0};
-    op.kind = (uint8_t)kind;
-    op.sig_rank = -1;
-    return op;
-}
-static tide_op_t op_copy(tide_ref_t dst, tide_ref_t src, uint64_t bytes, int sig_rank, int ctr) {
-    tide_op_t op = op_of(TIDE_OP_COPY);
-    op.dst = dst;
-    op.src = src;
-    op.bytes = bytes;
-    op.sig_rank = sig_rank;
-    op.ctr = ctr;
-    return op;
-}
-static tide_op_t op_wait(int ctr, int64_t inc, int64_t thr) {
-    tide_op_t op = op_of(TIDE_OP_WAIT);
-    op.ctr = ctr;
-    op.inc = inc;
-    op.thr = thr;
-    return op;
-}
-static tide_op_t op_signal(int rank, int ctr) {
-    tide_op_t op = op_of(TIDE_OP_SIGNAL);
-    op.sig_rank = rank;
-    op.ctr = ctr;
-    return op;
-}
 static void push(tide_program_t *p, int rank, tide_queue_t q, tide_op_t op) {
     assert_tide(TIDE_SUCCESS, tide_program_push(p, rank, q, &op));
 }
@@ -233,19 +205,20 @@ static void test_interp_copy_signal_wait(void **state) {
     assert_true(bank >= s);
     prog.bank_bytes[TIDE_REGION_SPARE] = bank;
 
-    push(&prog, 0, TIDE_Q_READY, op_wait(10, 1, 1));
+    push(&prog, 0, TIDE_Q_READY, tide_op_wait(0, 10, 1, 1));
     push(&prog, 0, TIDE_Q_CE,
-         op_copy(tide_ref_landing(1, s), tide_ref_operand(TIDE_REF_SHARD, 0, 0), s, 1, 7));
-    push(&prog, 0, TIDE_Q_CE, op_wait(8, 1, 1));
+         tide_op_copy(tide_ref_landing(1, s), tide_ref_operand(TIDE_REF_SHARD, 0, 0), s, 1, 7));
+    push(&prog, 0, TIDE_Q_CE, tide_op_wait(0, 8, 1, 1));
     tide_op_t to_spare =
-        op_copy(tide_ref_arena(0, TIDE_REGION_SPARE, 0), tide_ref_landing(0, s), s, -1, 0);
+        tide_op_copy(tide_ref_arena(0, TIDE_REGION_SPARE, 0), tide_ref_landing(0, s), s, -1, 0);
     to_spare.bank_dep = 1;
     push(&prog, 0, TIDE_Q_CE, to_spare);
-    push(&prog, 0, TIDE_Q_CE, op_signal(1, 9));
-    push(&prog, 0, TIDE_Q_NET, op_signal(0, 10));
-    push(&prog, 1, TIDE_Q_CALLER, op_wait(7, 1, 1));
-    push(&prog, 1, TIDE_Q_CALLER, op_copy(tide_ref_landing(0, s), tide_ref_landing(1, s), s, 0, 8));
-    push(&prog, 1, TIDE_Q_DONE, op_wait(9, 1, 1));
+    push(&prog, 0, TIDE_Q_CE, tide_op_signal(1, 9));
+    push(&prog, 0, TIDE_Q_NET, tide_op_signal(0, 10));
+    push(&prog, 1, TIDE_Q_CALLER, tide_op_wait(1, 7, 1, 1));
+    push(&prog, 1, TIDE_Q_CALLER,
+         tide_op_copy(tide_ref_landing(0, s), tide_ref_landing(1, s), s, 0, 8));
+    push(&prog, 1, TIDE_Q_DONE, tide_op_wait(1, 9, 1, 1));
 
     hand_t h;
     hand_open(&h, plan, &prog);
@@ -292,9 +265,9 @@ static void test_interp_deadline(void **state) {
     tide_program_t prog;
     assert_tide(TIDE_SUCCESS,
                 tide_program_init(plan, TIDE_COLL_ALL_GATHER, TIDE_RS_IN_PLACE, &prog));
-    push(&prog, 0, TIDE_Q_CALLER, op_wait(3, 1, 2)); /* only one signal ever comes */
-    push(&prog, 0, TIDE_Q_CE, op_signal(0, 3));
-    push(&prog, 0, TIDE_Q_CE, op_wait(7, 1, 1)); /* never signalled */
+    push(&prog, 0, TIDE_Q_CALLER, tide_op_wait(0, 3, 1, 2)); /* only one signal ever comes */
+    push(&prog, 0, TIDE_Q_CE, tide_op_signal(0, 3));
+    push(&prog, 0, TIDE_Q_CE, tide_op_wait(0, 7, 1, 1)); /* never signalled */
 
     hand_t h;
     hand_open(&h, plan, &prog);
@@ -322,7 +295,8 @@ static void test_interp_bounds(void **state) {
     assert_tide(TIDE_SUCCESS,
                 tide_program_init(plan, TIDE_COLL_ALL_GATHER, TIDE_RS_IN_PLACE, &prog));
     push(&prog, 0, TIDE_Q_CE,
-         op_copy(tide_ref_landing(0, 8), tide_ref_arena(0, TIDE_REGION_LANDING1, 0), ns, -1, 0));
+         tide_op_copy(tide_ref_landing(0, 8), tide_ref_arena(0, TIDE_REGION_LANDING1, 0), ns, -1,
+                      0));
     hand_t h;
     hand_open(&h, plan, &prog);
     memset(arena_region(&h, 0, TIDE_REGION_LANDING1), 0xab, ns);
@@ -369,6 +343,32 @@ static void case_init(group_case_t *c, int m, int l, tide_dtype_t ag, tide_dtype
 
 static void case_free(group_case_t *c) {
     tide_plan_destroy(c->plan);
+}
+
+/* A rank's group of the case, or NULL after noting why. */
+static tide_group_t case_register(const group_case_t *c, tide_comm_t comm, report_t *rep) {
+    tide_group_t grp = NULL;
+    if (tide_group_register(comm, &c->cfg, &c->desc, &grp) != TIDE_SUCCESS) {
+        note(rep, "register: %s", tide_get_last_error());
+        return NULL;
+    }
+    return grp;
+}
+
+static void case_deregister(tide_group_t grp, report_t *rep) {
+    if (tide_group_deregister(grp) != TIDE_SUCCESS)
+        note(rep, "deregister: %s", tide_get_last_error());
+}
+
+/* The case's world on the CPU fabric, fn(rank, job) on a thread per rank, then every rank's
+ * report asserted clean on this thread. */
+static void case_run(const group_case_t *c, tide_comm_t *comms, rank_fn_t fn, void *job,
+                     const report_t *reps) {
+    assert_tide(TIDE_SUCCESS, tide_comm_init_all(TIDE_FABRIC_CPU, c->m, c->l, comms));
+    run_threads(c->n, fn, job);
+    for (int r = 0; r < c->n; ++r)
+        assert_tide(TIDE_SUCCESS, tide_comm_destroy(comms[r]));
+    assert_reports(reps, c->n);
 }
 
 /* ------------------------------------------------------------------ TIDE-AG end to end */
@@ -431,12 +431,8 @@ static void ag_rank(int rank, void *ctx) {
     ag_job_t *j = ctx;
     report_t *rep = &j->rep[rank];
     const tide_geom_t *g = &j->c->plan->geom;
-    tide_group_t grp;
-    tide_result_t res = tide_group_register(j->comms[rank], &j->c->cfg, &j->c->desc, &grp);
-    if (res != TIDE_SUCCESS) {
-        note(rep, "register: %s", tide_get_last_error());
-        return;
-    }
+    tide_group_t grp = case_register(j->c, j->comms[rank], rep);
+    if (grp == NULL) return;
     for (int call = 0; call < AG_CALLS; ++call) {
         const int slot = call % 2;
         void *land = NULL, *resident = NULL;
@@ -449,8 +445,7 @@ static void ag_rank(int rank, void *ctx) {
                 memcpy(resident, shard, g->shard_bytes);
             shard = NULL;
         }
-        res = tide_all_gather(grp, shard, slot, NULL);
-        if (res != TIDE_SUCCESS) {
+        if (tide_all_gather(grp, shard, slot, NULL) != TIDE_SUCCESS) {
             note(rep, "call %d: %s", call, tide_get_last_error());
             break;
         }
@@ -462,8 +457,7 @@ static void ag_rank(int rank, void *ctx) {
                  (unsigned long long)i, (unsigned long long)g->group_bytes);
         }
     }
-    if (tide_group_deregister(grp) != TIDE_SUCCESS)
-        note(rep, "deregister: %s", tide_get_last_error());
+    case_deregister(grp, rep);
 }
 
 static void ag_case(int m, int l, tide_dtype_t ag, tide_dtype_t shard, bool resident) {
@@ -474,11 +468,7 @@ static void ag_case(int m, int l, tide_dtype_t ag, tide_dtype_t shard, bool resi
     j.c = &c;
     j.resident = resident;
     ag_inputs(&j);
-    assert_tide(TIDE_SUCCESS, tide_comm_init_all(TIDE_FABRIC_CPU, m, l, j.comms));
-    run_threads(c.n, ag_rank, &j);
-    for (int r = 0; r < c.n; ++r)
-        assert_tide(TIDE_SUCCESS, tide_comm_destroy(j.comms[r]));
-    assert_reports(j.rep, c.n);
+    case_run(&c, j.comms, ag_rank, &j, j.rep);
     print_message("AG M=%d L=%d P=%d %s%s: ok\n", m, l, c.desc.num_params,
                   shard != ag ? "cast" : (ag == TIDE_DTYPE_BF16 ? "bf16" : "fp32"),
                   resident ? " resident" : "");
@@ -595,11 +585,8 @@ static void rs_rank(int rank, void *ctx) {
     rs_job_t *j = ctx;
     report_t *rep = &j->rep[rank];
     const tide_geom_t *g = &j->c->plan->geom;
-    tide_group_t grp;
-    if (tide_group_register(j->comms[rank], &j->c->cfg, &j->c->desc, &grp) != TIDE_SUCCESS) {
-        note(rep, "register: %s", tide_get_last_error());
-        return;
-    }
+    tide_group_t grp = case_register(j->c, j->comms[rank], rep);
+    if (grp == NULL) return;
     float *out = malloc(g->fp32_shard_bytes), *out2 = malloc(g->fp32_shard_bytes);
     const void *const *grads = (const void *const *)j->grads[rank];
     for (uint64_t e = 0; e < g->shard_elems; ++e)
@@ -621,8 +608,7 @@ static void rs_rank(int rank, void *ctx) {
     rs_check_padding(j, rep, rank, out);
     free(out);
     free(out2);
-    if (tide_group_deregister(grp) != TIDE_SUCCESS)
-        note(rep, "deregister: %s", tide_get_last_error());
+    case_deregister(grp, rep);
 }
 
 static void rs_case(int m, int l, tide_dtype_t grad, tide_rs_mode_t mode, bool integer) {
@@ -634,11 +620,7 @@ static void rs_case(int m, int l, tide_dtype_t grad, tide_rs_mode_t mode, bool i
     j.integer = integer;
     j.alpha = integer ? 1.0f : tide_alpha_avg(c.n);
     rs_inputs(&j);
-    assert_tide(TIDE_SUCCESS, tide_comm_init_all(TIDE_FABRIC_CPU, m, l, j.comms));
-    run_threads(c.n, rs_rank, &j);
-    for (int r = 0; r < c.n; ++r)
-        assert_tide(TIDE_SUCCESS, tide_comm_destroy(j.comms[r]));
-    assert_reports(j.rep, c.n);
+    case_run(&c, j.comms, rs_rank, &j, j.rep);
     print_message("RS M=%d L=%d P=%d %s %s%s: ok\n", m, l, c.desc.num_params,
                   grad == TIDE_DTYPE_BF16 ? "bf16" : "fp32",
                   mode == TIDE_RS_IN_PLACE ? "in-place" : "slot-reuse", integer ? " int" : "");
@@ -759,11 +741,8 @@ typedef struct {
 static void timeout_rank(int rank, void *ctx) {
     timeout_job_t *j = ctx;
     const tide_geom_t *g = &j->c->plan->geom;
-    tide_group_t grp;
-    if (tide_group_register(j->comms[rank], &j->c->cfg, &j->c->desc, &grp) != TIDE_SUCCESS) {
-        note(&j->rep[rank], "register: %s", tide_get_last_error());
-        return;
-    }
+    tide_group_t grp = case_register(j->c, j->comms[rank], &j->rep[rank]);
+    if (grp == NULL) return;
     /* The environment changes only while every thread waits here. */
     pthread_barrier_wait(&j->barrier);
     if (rank == 0) setenv("TIDE_TIMEOUT_MS", "300", 1);
@@ -780,8 +759,7 @@ static void timeout_rank(int rank, void *ctx) {
     if (rank == 0) unsetenv("TIDE_TIMEOUT_MS");
     pthread_barrier_wait(&j->barrier);
     free(shard);
-    if (tide_group_deregister(grp) != TIDE_SUCCESS)
-        note(&j->rep[rank], "deregister: %s", tide_get_last_error());
+    case_deregister(grp, &j->rep[rank]);
 }
 
 static void test_timeout(void **state) {

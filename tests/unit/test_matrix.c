@@ -376,16 +376,7 @@ static e2e_job_t *run_job(const data_t *d, const matrix_knobs_t *k, int wave_wid
     const topo_t *t = d->t;
     e2e_job_t *j = calloc(1, sizeof(*j));
     assert_non_null(j);
-    tide_config_t cfg = TIDE_CONFIG_INIT;
-    cfg.nodes = t->m;
-    cfg.gpus_per_node = t->l;
-    cfg.wave_width = wave_width;
-    cfg.staging_slots = k->staging_slots;
-    cfg.passes = k->passes;
-    cfg.sum_ctas = k->sum_ctas;
-    cfg.landing_ctas = k->landing_ctas;
-    cfg.round_width = k->round_width;
-    cfg.mode = k->mode;
+    const tide_config_t cfg = matrix_config(t->m, t->l, wave_width, k);
     j->comms = (tide_comm_t *)t->comms;
     j->cfg = cfg;
     j->desc = (tide_group_desc_t){d->num_params, d->shapes, d->ag, d->grad, d->shard};

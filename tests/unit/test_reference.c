@@ -148,6 +148,20 @@ static void test_cast_array(void **state) {
 
 /* ------------------------------------------------------------------ Level-1 sum */
 
+/* One output element: num_staged staged values (stride 1), then own[0][0], into *out. */
+static const tide_sum_seg_t one_seg = {.len = 1, .valid = 1};
+static tide_sum_args_t one_sum(const void *staged, int num_staged, const void *const *own,
+                               tide_dtype_t dtype, float *out) {
+    return (tide_sum_args_t){.segs = &one_seg,
+                             .num_segs = 1,
+                             .staged = staged,
+                             .stage_stride = 1,
+                             .num_staged = num_staged,
+                             .own = own,
+                             .dtype = dtype,
+                             .out = out};
+}
+
 static void test_sum_association_order(void **state) {
     (void)state;
     /* 2^24 + 1 + 1 + 1 in the contract's order: each +1 is a tie that rounds back to 2^24,
@@ -155,16 +169,8 @@ static void test_sum_association_order(void **state) {
     float staged[3] = {16777216.0f, 1.0f, 1.0f};
     float own_v[1] = {1.0f};
     const void *own[1] = {own_v};
-    tide_sum_seg_t seg = {.out_off = 0, .stage_off = 0, .own_off = 0, .len = 1, .valid = 1};
     float out = -1.0f;
-    tide_sum_args_t a = {.segs = &seg,
-                         .num_segs = 1,
-                         .staged = staged,
-                         .stage_stride = 1,
-                         .num_staged = 3,
-                         .own = own,
-                         .dtype = TIDE_DTYPE_FP32,
-                         .out = &out};
+    const tide_sum_args_t a = one_sum(staged, 3, own, TIDE_DTYPE_FP32, &out);
     tide_ref_sum(&a);
     assert_true(out == 16777216.0f);
 
@@ -296,15 +302,7 @@ static void test_sum_special_values(void **state) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
         float st[2] = {cases[c][0], cases[c][1]}, ow[1] = {cases[c][2]}, out = 1.0f;
         const void *own[1] = {ow};
-        tide_sum_seg_t seg = {.len = 1, .valid = 1};
-        tide_sum_args_t a = {.segs = &seg,
-                             .num_segs = 1,
-                             .staged = st,
-                             .stage_stride = 1,
-                             .num_staged = 2,
-                             .own = own,
-                             .dtype = TIDE_DTYPE_FP32,
-                             .out = &out};
+        const tide_sum_args_t a = one_sum(st, 2, own, TIDE_DTYPE_FP32, &out);
         tide_ref_sum(&a);
         if (isnan(cases[c][3]))
             assert_int_equal(fbits(out), 0x7fffffffu);
@@ -318,15 +316,7 @@ static void test_sum_special_values(void **state) {
             uint16_t st[1] = {0x3f80}, ow[1] = {nans[i]};
             float out = 1.0f;
             const void *own[1] = {ow};
-            tide_sum_seg_t seg = {.len = 1, .valid = 1};
-            tide_sum_args_t a = {.segs = &seg,
-                                 .num_segs = 1,
-                                 .staged = st,
-                                 .stage_stride = 1,
-                                 .num_staged = ns,
-                                 .own = own,
-                                 .dtype = TIDE_DTYPE_BF16,
-                                 .out = &out};
+            const tide_sum_args_t a = one_sum(st, ns, own, TIDE_DTYPE_BF16, &out);
             tide_ref_sum(&a);
             assert_int_equal(fbits(out), 0x7fffffffu);
         }
