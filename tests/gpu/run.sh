@@ -13,6 +13,7 @@
 #   TIDE_GPU_LAYER_ARGS="..."          extra bench_fsdp_layers / bench_layer_single arguments
 #                                      (e.g. "--sum-ctas 32 --landing-ctas 32")
 #   TIDE_GPU_LAYER_PUSHED=0            skip fsdp-layers' run with TIDE_CUDA_MP_DIRECT=0
+#   TIDE_GPU_LAYER_NOMPS=0             skip fsdp-layers' time-sliced run (no MPS)
 #   TIDE_GPU_RACECHECK=0               skip the (slow) racecheck of the kernels
 #   TIDE_GPU_ENQUEUE=0                 skip bench_enqueue
 #   TIDE_GPU_INTERFERENCE=0            skip bench_interference
@@ -73,7 +74,10 @@ torch_bench="python3 '$root/tests/gpu/bench_torch_baseline.py' --lib '$b/libtide
 want mps-tests && step ctest-mps with_mps "$out/mps-tests" bash -c "cd '$b' && ctest -L mps --output-on-failure"
 if want fsdp-layers; then
     layer="python3 '$root/tests/gpu/bench_fsdp_layers.py' --lib '$b/libtide.so' --worlds 2,4,8 ${TIDE_GPU_LAYER_ARGS:-}"
-    step fsdp-layers bash -c "set -o pipefail; $layer --json '$out/fsdp_layers.json' | tee '$out/fsdp_layers.txt'"
+    # Time-sliced (no MPS): without the GPU hold, since a sleeping process holds the GPU for
+    # its time slices while the others' halves of the collective wait for theirs.
+    [ "${TIDE_GPU_LAYER_NOMPS:-1}" = 1 ] &&
+        step fsdp-layers bash -c "set -o pipefail; $layer --hold-ms 0 --json '$out/fsdp_layers.json' | tee '$out/fsdp_layers.txt'"
     # One MPS daemon per world size, so that a world's failure cannot leave the next one a
     # server in a bad state (mps.sh also caps the clients' device connections, whose pool
     # made every process after the N = 2 run fail: bench/results/h100-2026-12-06f).
