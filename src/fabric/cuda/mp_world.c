@@ -4,6 +4,7 @@
  */
 #include "core/checks.h"
 #include "fabric/cuda/mp.h"
+#include "fabric/cuda/transport.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,7 @@ static void world_free(tide_mp_world_t *w) {
 }
 
 tide_result_t tide_cuda_mp_world_init(tide_mp_world_t *w) {
+    w->transport = &tide_transport_ipc; /* the NCCL fabric sets its own after this */
     TIDE_CUDA_CALL(cudaGetDevice(&w->device), "cudaGetDevice");
     TIDE_CUDA_CALL(cudaSetDevice(w->device), "cudaSetDevice");
     TIDE_CUDA_CALL(cudaFree(NULL), "cudaFree(NULL) (context)");
