@@ -148,7 +148,7 @@ static tide_result_t enqueue_commands(issue_t *is, int form, uint64_t epoch, int
     TIDE_CHECK(tide_cuda_call_run(c, cmds, num_cmds, NULL));
     for (int r = 0; r < n; ++r) {
         TIDE_CHECK(tide_cuda_call_device(c, r));
-        TIDE_CHECK(tide_cuda_call_record_event(c, sh->done[r], tide_cuda_call_caller(c, r)));
+        TIDE_CHECK(c->tp->done(c, r));
     }
     if (pp->direct_sum) {
         /* Read-done of every rank of a node once the node's call ended: its sums read the

@@ -391,8 +391,7 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     TIDE_CHECK(tide_cuda_call_record_event(c, w->start, caller));
     TIDE_CHECK(tide_cuda_call_run(c, pp->cmds[form], pp->num_cmds[form],
                                   batch ? pp->batch.action : NULL));
-    TIDE_CHECK(
-        tide_transport_flag_write(c, caller, tide_cuda_mp_family_done_flag(a, me, fi), e + 1));
+    TIDE_CHECK(c->tp->done(c, me));
     ++c->st.records;
     if (tide_cuda_mp_direct_l(pp) > 0) {
         /* Direct mode (mp_direct.c): the peers read this rank's gradients and wrote its output

@@ -37,6 +37,9 @@ typedef struct tide_cuda_transport {
     /* The caller stream of `rank` waits until every rank this transport fences finished call
      * `call` of the family (the fence of "A call"). */
     tide_result_t (*fence)(tide_cuda_call_t *c, int rank, int64_t call);
+    /* `rank` finished this call: after what its caller stream holds, the signal its peers'
+     * fences wait for. */
+    tide_result_t (*done)(tide_cuda_call_t *c, int rank);
     /* BATCH: run `k` of copies (planned by the executor) at thread t's position; the copies
      * of a run whose ranges overlap go one by one through tide_cuda_call_op. */
     tide_result_t (*copy_batch)(tide_cuda_call_t *c, int k, int t);

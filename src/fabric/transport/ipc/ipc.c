@@ -79,6 +79,13 @@ tide_result_t tide_transport_flags_fence(tide_cuda_call_t *c, int rank, int64_t 
     return TIDE_SUCCESS;
 }
 
+tide_result_t tide_transport_flags_done(tide_cuda_call_t *c, int rank) {
+    const tide_transport_ipc_t *x = c->tp_ctx;
+    const int f = tide_cuda_mp_family_index(x->a, x->fam);
+    return tide_transport_flag_write(c, tide_cuda_call_caller(c, rank),
+                                     tide_cuda_mp_family_done_flag(x->a, rank, f), c->epoch + 1);
+}
+
 tide_result_t tide_transport_flags_copy_batch(tide_cuda_call_t *c, int k, int t) {
     const tide_transport_ipc_t *x = c->tp_ctx;
     const tide_mp_batch_t *b = &x->pp->batch;
@@ -105,6 +112,7 @@ const tide_cuda_transport_t tide_transport_ipc = {
     .record = tide_transport_flags_record,
     .wait = tide_transport_flags_wait,
     .fence = tide_transport_flags_fence,
+    .done = tide_transport_flags_done,
     .copy_batch = tide_transport_flags_copy_batch,
     .rail_put = tide_transport_flags_rail_put,
 };

@@ -29,6 +29,7 @@ tide_result_t tide_transport_flag_wait(tide_cuda_call_t *c, cudaStream_t s, CUde
 tide_result_t tide_transport_flags_record(tide_cuda_call_t *c, cudaStream_t s, int slot);
 tide_result_t tide_transport_flags_wait(tide_cuda_call_t *c, cudaStream_t s, int slot, bool prev);
 tide_result_t tide_transport_flags_fence(tide_cuda_call_t *c, int rank, int64_t call);
+tide_result_t tide_transport_flags_done(tide_cuda_call_t *c, int rank);
 tide_result_t tide_transport_flags_copy_batch(tide_cuda_call_t *c, int k, int t);
 tide_result_t tide_transport_flags_rail_put(tide_cuda_call_t *c, int id, cudaStream_t s,
                                             bool *carried);

@@ -22,6 +22,11 @@ static tide_result_t local_fence(tide_cuda_call_t *c, int rank, int64_t call) {
     return tide_cuda_call_wait_event(c, tide_cuda_call_caller(c, rank), x->fam->fence[call % 2]);
 }
 
+static tide_result_t local_done(tide_cuda_call_t *c, int rank) {
+    const tide_transport_local_t *x = c->tp_ctx;
+    return tide_cuda_call_record_event(c, x->sh->done[rank], tide_cuda_call_caller(c, rank));
+}
+
 /* A batch: one kernel, or its copies one by one in order when they overlap. */
 static tide_result_t local_copy_batch(tide_cuda_call_t *c, int b, int t) {
     const tide_transport_local_t *x = c->tp_ctx;
@@ -53,6 +58,7 @@ const tide_cuda_transport_t tide_transport_local = {
     .record = local_record,
     .wait = local_wait,
     .fence = local_fence,
+    .done = local_done,
     .copy_batch = local_copy_batch,
     .rail_put = NULL,
 };
