@@ -55,9 +55,9 @@ tide_result_t tide_cuda_call_op(tide_cuda_call_t *c, int id, int t) {
         ++c->st.records;
         const cudaError_t e =
             cudaEventRecord(c->user[(rank - c->rank0) * TIDE_EVENT_COUNT + op->event], s);
-        return e == cudaSuccess ? TIDE_SUCCESS
-                                : tide_cuda_op_failed(e, rank, q, index, op->kind,
-                                                      "cudaEventRecord");
+        return e == cudaSuccess
+                   ? TIDE_SUCCESS
+                   : tide_cuda_op_failed(e, rank, q, index, op->kind, "cudaEventRecord");
     }
     const int dev = c->num_devices > 0 ? c->cur_dev : 0;
     const tide_cuda_op_env_t env = {

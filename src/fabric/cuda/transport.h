@@ -50,13 +50,13 @@ typedef struct tide_cuda_transport {
 
 /* The gradient pointer table of a call's parity, per rank this process enqueues (UPLOAD). */
 typedef struct {
-    void **dev;          /* [local rank]: device table */
-    const void **host;   /* [local rank * row]: pinned upload sources */
-    const void **last;   /* [local rank * row]: what each device table holds */
-    bool *valid;         /* [local rank] */
-    bool *inflight;      /* [local rank]: done recorded after an upload from host */
-    cudaEvent_t *done;   /* [local rank] */
-    int row;             /* pointers per rank */
+    void **dev;        /* [local rank]: device table */
+    const void **host; /* [local rank * row]: pinned upload sources */
+    const void **last; /* [local rank * row]: what each device table holds */
+    bool *valid;       /* [local rank] */
+    bool *inflight;    /* [local rank]: done recorded after an upload from host */
+    cudaEvent_t *done; /* [local rank] */
+    int row;           /* pointers per rank */
     /* The row this call wants in rank r's table. */
     const void **(*want)(tide_cuda_call_t *c, int rank);
 } tide_cuda_rows_t;
@@ -66,11 +66,11 @@ typedef struct {
  * rank's own (ipc, nccl). */
 struct tide_cuda_call {
     const tide_cuda_transport_t *tp;
-    void *tp_ctx;  /* the transport's view of the call (its header) */
-    void *owner;   /* the executor's (rows.want) */
+    void *tp_ctx; /* the transport's view of the call (its header) */
+    void *owner;  /* the executor's (rows.want) */
     int rank0;
-    int num_devices; /* > 0: rank r runs on device r % num_devices, made current here */
-    int cur_dev;     /* -1: none made current yet */
+    int num_devices;         /* > 0: rank r runs on device r % num_devices, made current here */
+    int cur_dev;             /* -1: none made current yet */
     const size_t *max_pitch; /* [device index] */
     const int *sm_count;     /* [device index] */
     const tide_cuda_slicing_t *slicing;
@@ -113,6 +113,14 @@ tide_result_t tide_cuda_call_op(tide_cuda_call_t *c, int id, int t);
  * (-1: issue the command, -2: carried by a batch, k >= 0: batch k here). */
 tide_result_t tide_cuda_call_run(tide_cuda_call_t *c, const tide_sched_cmd_t *cmds, int n,
                                  const int32_t *action);
+
+/* A transport's table from the common prefix p of its entries (p_record, p_wait, p_fence,
+ * p_done, p_copy_batch) and its rail_put (or NULL). */
+#define TIDE_CUDA_TRANSPORT(name_, p, rail_put_)                                                   \
+    {                                                                                              \
+        .name = (name_), .record = p##_record, .wait = p##_wait, .fence = p##_fence,               \
+        .done = p##_done, .copy_batch = p##_copy_batch, .rail_put = (rail_put_)                    \
+    }
 
 /* The three transports (src/fabric/transport/). */
 extern const tide_cuda_transport_t tide_transport_local;

@@ -38,8 +38,7 @@ tide_result_t tide_transport_flags_record(tide_cuda_call_t *c, cudaStream_t s, i
         c, s, tide_cuda_mp_slot_flag(x->a, x->a->w->base.rank, x->fidx, slot), c->epoch + 1);
 }
 
-tide_result_t tide_transport_flags_wait(tide_cuda_call_t *c, cudaStream_t s, int slot,
-                                        bool prev) {
+tide_result_t tide_transport_flags_wait(tide_cuda_call_t *c, cudaStream_t s, int slot, bool prev) {
     const tide_transport_ipc_t *x = c->tp_ctx;
     int owner = x->pp->sched.slot_thread[slot] / TIDE_CUDA_Q;
     if (x->pp->rails.on) {
@@ -107,12 +106,5 @@ tide_result_t tide_transport_flags_rail_put(tide_cuda_call_t *c, int id, cudaStr
     return tide_cuda_mp_rails_issue(x->a, &x->rails, rp->op_step[id], s);
 }
 
-const tide_cuda_transport_t tide_transport_ipc = {
-    .name = "ipc",
-    .record = tide_transport_flags_record,
-    .wait = tide_transport_flags_wait,
-    .fence = tide_transport_flags_fence,
-    .done = tide_transport_flags_done,
-    .copy_batch = tide_transport_flags_copy_batch,
-    .rail_put = tide_transport_flags_rail_put,
-};
+const tide_cuda_transport_t tide_transport_ipc =
+    TIDE_CUDA_TRANSPORT("ipc", tide_transport_flags, tide_transport_flags_rail_put);

@@ -53,12 +53,4 @@ static tide_result_t local_copy_batch(tide_cuda_call_t *c, int b, int t) {
                                op->kind, "tide_cuda_batch_copy");
 }
 
-const tide_cuda_transport_t tide_transport_local = {
-    .name = "local",
-    .record = local_record,
-    .wait = local_wait,
-    .fence = local_fence,
-    .done = local_done,
-    .copy_batch = local_copy_batch,
-    .rail_put = NULL,
-};
+const tide_cuda_transport_t tide_transport_local = TIDE_CUDA_TRANSPORT("local", local, NULL);

@@ -14,12 +14,5 @@
  */
 #include "fabric/transport/ipc/ipc.h"
 
-const tide_cuda_transport_t tide_transport_nccl = {
-    .name = "nccl",
-    .record = tide_transport_flags_record,
-    .wait = tide_transport_flags_wait,
-    .fence = tide_transport_flags_fence,
-    .done = tide_transport_flags_done,
-    .copy_batch = tide_transport_flags_copy_batch,
-    .rail_put = tide_transport_flags_rail_put,
-};
+const tide_cuda_transport_t tide_transport_nccl =
+    TIDE_CUDA_TRANSPORT("nccl", tide_transport_flags, tide_transport_flags_rail_put);
