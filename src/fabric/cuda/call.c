@@ -147,3 +147,23 @@ tide_result_t tide_cuda_call_run(tide_cuda_call_t *c, const tide_sched_cmd_t *cm
     }
     return TIDE_SUCCESS;
 }
+
+tide_result_t tide_cuda_call_enqueue(tide_cuda_call_t *c, const tide_cuda_call_hooks_t *h,
+                                     int64_t fence, const tide_sched_cmd_t *cmds, int n,
+                                     const int32_t *action) {
+    const int end = c->rank0 + c->num_ranks;
+    for (int r = c->rank0; r < end; ++r) {
+        TIDE_CHECK(tide_cuda_call_device(c, r));
+        if (h->begin != NULL) TIDE_CHECK(h->begin(c, r));
+        if (fence >= 0) TIDE_CHECK(c->tp->fence(c, r, fence));
+        if (h->prologue != NULL) TIDE_CHECK(h->prologue(c, r));
+        TIDE_CHECK(
+            tide_cuda_call_record_event(c, c->start[r - c->rank0], tide_cuda_call_caller(c, r)));
+    }
+    TIDE_CHECK(tide_cuda_call_run(c, cmds, n, action));
+    for (int r = c->rank0; r < end; ++r) {
+        TIDE_CHECK(tide_cuda_call_device(c, r));
+        TIDE_CHECK(c->tp->done(c, r));
+    }
+    return h->epilogue != NULL ? h->epilogue(c) : TIDE_SUCCESS;
+}

@@ -7,7 +7,8 @@
  * rank r's ops into the pending call and returns; the N-th execute replays the command list
  * of the call's form on the streams and returns.  One thread may drive all ranks (rank 0 to
  * N-1, call after call); with a thread per rank, a rank that runs one call ahead waits until
- * the pending call is enqueued (TIDE_TIMEOUT_MS deadline).
+ * the pending call is enqueued (TIDE_TIMEOUT_MS deadline).  The commands go through the CUDA
+ * fabrics' call path (call.c) with the local transport (events; transport.h).
  *
  * The caller's stream of rank r (NULL: the legacy default stream of r's device; else a stream
  * of r's device) orders the call like a kernel launched on it:
@@ -126,30 +127,27 @@ static tide_result_t wait_siblings(issue_t *is, int r) {
     return TIDE_SUCCESS;
 }
 
-static tide_result_t enqueue_commands(issue_t *is, int form, uint64_t epoch, int64_t fence) {
-    tide_cuda_call_t *c = &is->c;
+/* Before rank r's start record: the sibling views' fences, the copy descriptors and direct
+ * mode's fused-sum tables (a captured call's were uploaded by graph.c). */
+static tide_result_t prologue(tide_cuda_call_t *c, int r) {
+    issue_t *is = c->owner;
+    tide_cuda_prepared_t *pp = is->x.pp;
+    TIDE_CHECK(wait_siblings(is, r));
+    if (pp->batched && !c->graph) TIDE_CHECK(batch_upload(is, r));
+    if (pp->direct && !c->graph)
+        TIDE_CHECK(tide_cuda_direct_fuse_upload(is->x.sh, pp, c->parity, r,
+                                                tide_cuda_call_caller(c, r), &c->st.uploads));
+    return TIDE_SUCCESS;
+}
+
+/* After every rank's done event: direct mode's read-done and call-done, then the call's fence
+ * (every rank done) on the aggregate stream. */
+static tide_result_t epilogue(tide_cuda_call_t *c) {
+    issue_t *is = c->owner;
     tide_cuda_shared_t *sh = is->x.sh;
     tide_cuda_family_t *fam = is->x.fam;
     tide_cuda_prepared_t *pp = is->x.pp;
     const int n = sh->ranks;
-    for (int r = 0; r < n; ++r) {
-        TIDE_CHECK(tide_cuda_call_device(c, r));
-        if (fence >= 0) TIDE_CHECK(c->tp->fence(c, r, fence));
-        TIDE_CHECK(wait_siblings(is, r));
-        if (pp->batched && !c->graph) TIDE_CHECK(batch_upload(is, r));
-        if (pp->direct && !c->graph)
-            TIDE_CHECK(tide_cuda_direct_fuse_upload(sh, pp, c->parity, r,
-                                                    tide_cuda_call_caller(c, r), &c->st.uploads));
-        TIDE_CHECK(tide_cuda_call_record_event(c, sh->start[r], tide_cuda_call_caller(c, r)));
-    }
-    const bool batched = pp->batched;
-    const tide_sched_cmd_t *cmds = batched ? pp->bcmds[form] : pp->sched.cmds[form];
-    const int num_cmds = batched ? pp->num_bcmds[form] : pp->sched.num_cmds[form];
-    TIDE_CHECK(tide_cuda_call_run(c, cmds, num_cmds, NULL));
-    for (int r = 0; r < n; ++r) {
-        TIDE_CHECK(tide_cuda_call_device(c, r));
-        TIDE_CHECK(c->tp->done(c, r));
-    }
     if (pp->direct_sum) {
         /* Read-done of every rank of a node once the node's call ended: its sums read the
          * gradients of all of them in place (direct.c).  On the device's utility stream, so
@@ -186,9 +184,15 @@ static tide_result_t enqueue_commands(issue_t *is, int form, uint64_t epoch, int
     if (c->graph)
         TIDE_CHECK(tide_cuda_graph_join(fam, pp, n, c->parity, tide_cuda_call_caller(c, 0),
                                         &c->st.waits));
-    fam->fence_epoch[c->parity] = (int64_t)epoch;
+    fam->fence_epoch[c->parity] = (int64_t)c->epoch;
     return TIDE_SUCCESS;
 }
+
+static const tide_cuda_call_hooks_t hooks = {
+    .begin = NULL,
+    .prologue = prologue,
+    .epilogue = epilogue,
+};
 
 /* The interpreter's view of the pending call of `fam` (every rank in this process). */
 static void call_init(issue_t *is, tide_cuda_group_t *g, tide_cuda_family_t *fam, int pi,
@@ -204,6 +208,7 @@ static void call_init(issue_t *is, tide_cuda_group_t *g, tide_cuda_family_t *fam
     c->tp_ctx = &is->x;
     c->owner = is;
     c->rank0 = 0;
+    c->num_ranks = sh->ranks;
     c->num_devices = sh->num_devices;
     c->cur_dev = -1;
     c->max_pitch = sh->max_pitch;
@@ -277,7 +282,9 @@ tide_result_t tide_cuda_enqueue(tide_cuda_group_t *g, tide_cuda_family_t *fam) {
     tide_cuda_direct_ag_sources(pp);
     /* A captured call's tables, from the ops as rebound above (graph.c). */
     if (is.c.graph) TIDE_CHECK(tide_cuda_graph_tables(g->shared, fam, pp, is.c.parity));
-    res = enqueue_commands(&is, form, e, fence);
+    const tide_sched_cmd_t *cmds = pp->batched ? pp->bcmds[form] : pp->sched.cmds[form];
+    const int num_cmds = pp->batched ? pp->num_bcmds[form] : pp->sched.num_cmds[form];
+    res = tide_cuda_call_enqueue(&is.c, &hooks, fence, cmds, num_cmds, NULL);
     if (res != TIDE_SUCCESS) return res;
     fam->last_epoch = (int64_t)e;
     fam->last_prep = pi;

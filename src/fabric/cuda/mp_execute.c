@@ -1,10 +1,11 @@
 /*
- * mp_execute.c - a call on the one-process-per-rank CUDA fabric (mp.h): prepare the program
- * once, bind this rank's ops, and replay this rank's commands with flags in device memory.
+ * mp_execute.c - a call on the one-process-per-rank CUDA fabric (mp.h) and the NCCL fabric:
+ * prepare the program once, bind this rank's ops, and enqueue this rank's call through the
+ * CUDA fabrics' call path (call.c) with the world's transport (ipc, or nccl: transport.h).
  *
- * The ops themselves are issued as in execute.c (one cudaMemcpyAsync / cudaMemcpy2DAsync /
- * cudaMemsetAsync / kernel launch per op); only signals, waits, fences and the host-side
- * watchdog differ.
+ * What stays here is what one rank per process needs around the call path: the host wait for
+ * call e - 2, the watchdog's begin point, the per-call batch plan and direct mode's exchange,
+ * read-done after every peer's call, and fail-stop (the abort word, the poison).
  */
 #include "core/checks.h"
 #include "fabric/cuda/mp.h"
@@ -296,6 +297,9 @@ tide_result_t tide_cuda_mp_call_check(struct tide_fabric_arena *arena, tide_coll
 typedef struct {
     tide_cuda_call_t c;
     tide_transport_ipc_t x;
+    const tide_binding_t *b;
+    int form;
+    bool batch; /* the call's copies are planned into batches (mp_batch.c) */
 } issue_t;
 
 static const void **row_want(tide_cuda_call_t *c, int rank) {
@@ -320,6 +324,7 @@ static void call_init(issue_t *is, tide_mp_arena_t *a, tide_mp_family_t *fam, in
     c->tp_ctx = &is->x;
     c->owner = is;
     c->rank0 = w->base.rank;
+    c->num_ranks = 1;
     c->num_devices = 0; /* tide_cuda_mp_execute made the device current */
     c->cur_dev = -1;
     c->max_pitch = &w->max_pitch;
@@ -350,6 +355,52 @@ static void call_init(issue_t *is, tide_mp_arena_t *a, tide_mp_family_t *fam, in
     c->epoch = e;
 }
 
+/* The watchdog times the call's device work from the begin point (watchdog.c); a fence of a
+ * view also waits for its sibling views' last calls (mp_view.c). */
+static tide_result_t begin(tide_cuda_call_t *c, int rank) {
+    issue_t *is = c->owner;
+    tide_mp_arena_t *a = is->x.a;
+    const int fi = tide_cuda_mp_family_index(a, is->x.fam);
+    const cudaStream_t caller = tide_cuda_call_caller(c, rank);
+    TIDE_CHECK(tide_mp_watchdog_begin(a, fi, c->parity, c->epoch, caller));
+    return fi == 2 ? tide_cuda_mp_view_wait_siblings(a, caller, &c->st) : TIDE_SUCCESS;
+}
+
+/* The call's copy descriptors and direct mode's tables go up before the start record every
+ * thread forks from. */
+static tide_result_t prologue(tide_cuda_call_t *c, int rank) {
+    issue_t *is = c->owner;
+    tide_mp_arena_t *a = is->x.a;
+    const cudaStream_t caller = tide_cuda_call_caller(c, rank);
+    if (is->batch)
+        TIDE_CHECK(tide_cuda_mp_batch_plan(a, is->x.pp, is->form, c->parity, caller, &c->st));
+    return tide_cuda_mp_direct_before(a, is->x.pp, is->b, caller, &c->st);
+}
+
+static tide_result_t epilogue(tide_cuda_call_t *c) {
+    issue_t *is = c->owner;
+    tide_mp_family_t *fam = is->x.fam;
+    const int me = c->rank0;
+    const cudaStream_t caller = tide_cuda_call_caller(c, me);
+    ++c->st.records;
+    if (tide_cuda_mp_direct_l(is->x.pp) > 0) {
+        /* Direct mode (mp_direct.c): the peers read this rank's gradients and wrote its output
+         * during their calls, so the call ends once every rank's did; read-done follows. */
+        TIDE_CHECK(c->tp->fence(c, me, (int64_t)c->epoch));
+        ++c->st.records;
+        TIDE_CUDA_CALL(cudaEventRecord(fam->user[TIDE_EVENT_READ_DONE], caller),
+                       "cudaEventRecord(read-done)");
+    }
+    TIDE_CUDA_CALL(cudaEventRecord(fam->done_ev[c->parity], caller), "cudaEventRecord(done)");
+    return TIDE_SUCCESS;
+}
+
+static const tide_cuda_call_hooks_t hooks = {
+    .begin = begin,
+    .prologue = prologue,
+    .epilogue = epilogue,
+};
+
 static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
                              const tide_binding_t *b, cudaStream_t caller) {
     tide_mp_world_t *w = a->w;
@@ -377,33 +428,15 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     const uint64_t t_enqueue = tide_cuda_now_ns();
     issue_t is;
     call_init(&is, a, fam, pi, b, steady, &caller);
+    is.b = b;
+    is.form = form;
+    is.batch = w->batch && pp->batch.cap > 0;
     tide_cuda_call_t *c = &is.c;
-    const int fi = tide_cuda_mp_family_index(a, fam), me = w->base.rank;
     c->st = tide_cuda_stats_begin(&fam->stats, form);
-    /* The watchdog times the call's device work from here (watchdog.c). */
-    TIDE_CHECK(tide_mp_watchdog_begin(a, fi, par, e, caller));
-    if (fi == 2) TIDE_CHECK(tide_cuda_mp_view_wait_siblings(a, caller, &c->st));
-    if (fence >= 0) TIDE_CHECK(c->tp->fence(c, me, fence));
-    /* The call's copy descriptors go up before the start record every thread forks from. */
-    const bool batch = w->batch && pp->batch.cap > 0;
-    if (batch) TIDE_CHECK(tide_cuda_mp_batch_plan(a, pp, form, par, caller, &c->st));
-    TIDE_CHECK(tide_cuda_mp_direct_before(a, pp, b, caller, &c->st));
-    TIDE_CHECK(tide_cuda_call_record_event(c, w->start, caller));
-    TIDE_CHECK(tide_cuda_call_run(c, pp->cmds[form], pp->num_cmds[form],
-                                  batch ? pp->batch.action : NULL));
-    TIDE_CHECK(c->tp->done(c, me));
-    ++c->st.records;
-    if (tide_cuda_mp_direct_l(pp) > 0) {
-        /* Direct mode (mp_direct.c): the peers read this rank's gradients and wrote its output
-         * during their calls, so the call ends once every rank's did; read-done follows. */
-        TIDE_CHECK(c->tp->fence(c, me, (int64_t)e));
-        ++c->st.records;
-        TIDE_CUDA_CALL(cudaEventRecord(fam->user[TIDE_EVENT_READ_DONE], caller),
-                       "cudaEventRecord(read-done)");
-    }
-    TIDE_CUDA_CALL(cudaEventRecord(fam->done_ev[par], caller), "cudaEventRecord(done)");
+    TIDE_CHECK(tide_cuda_call_enqueue(c, &hooks, fence, pp->cmds[form], pp->num_cmds[form],
+                                      is.batch ? pp->batch.action : NULL));
     fam->done_epoch[par] = (int64_t)e;
-    tide_mp_watchdog_enqueued(a, fi, par, e);
+    tide_mp_watchdog_enqueued(a, tide_cuda_mp_family_index(a, fam), par, e);
     fam->last_epoch = (int64_t)e;
     fam->last_prep = pi;
     tide_cuda_stats_end(&c->st, t_enqueue, &fam->stats);

@@ -69,6 +69,7 @@ struct tide_cuda_call {
     void *tp_ctx; /* the transport's view of the call (its header) */
     void *owner;  /* the executor's (rows.want) */
     int rank0;
+    int num_ranks;           /* ranks this process enqueues: rank0 .. rank0 + num_ranks - 1 */
     int num_devices;         /* > 0: rank r runs on device r % num_devices, made current here */
     int cur_dev;             /* -1: none made current yet */
     const size_t *max_pitch; /* [device index] */
@@ -113,6 +114,23 @@ tide_result_t tide_cuda_call_op(tide_cuda_call_t *c, int id, int t);
  * (-1: issue the command, -2: carried by a batch, k >= 0: batch k here). */
 tide_result_t tide_cuda_call_run(tide_cuda_call_t *c, const tide_sched_cmd_t *cmds, int n,
                                  const int32_t *action);
+
+/* What an executor adds around the commands (NULL: nothing).  begin: on rank r's caller stream
+ * before its fence wait; prologue: after it, before the start record every thread of r forks
+ * from (table uploads); epilogue: once every rank of this process recorded done (read-done,
+ * call-done, the call's own fence). */
+typedef struct {
+    tide_result_t (*begin)(tide_cuda_call_t *c, int rank);
+    tide_result_t (*prologue)(tide_cuda_call_t *c, int rank);
+    tide_result_t (*epilogue)(tide_cuda_call_t *c);
+} tide_cuda_call_hooks_t;
+
+/* The call path of every CUDA fabric: per rank of this process, begin, the transport's fence
+ * of call `fence` (none when negative), prologue and the start record; the commands
+ * (tide_cuda_call_run); per rank the transport's done; the epilogue. */
+tide_result_t tide_cuda_call_enqueue(tide_cuda_call_t *c, const tide_cuda_call_hooks_t *h,
+                                     int64_t fence, const tide_sched_cmd_t *cmds, int n,
+                                     const int32_t *action);
 
 /* A transport's table from the common prefix p of its entries (p_record, p_wait, p_fence,
  * p_done, p_copy_batch) and its rail_put (or NULL). */
