@@ -104,7 +104,7 @@ typedef enum {
  * all-gather forwards landing to landing with no receive stage, the reduce-scatter puts
  * gradient pieces straight into a double-buffered inbox with no staging, outbox or spare.
  * Both give the generic programs' bits.  AUTO picks the lane when L = 1 and M >= 2 and the
- * fabric runs it (the cpu fabric, the single-process cuda fabric); GENERIC keeps the general programs (for
+ * fabric runs it (the cpu fabric, the cuda fabric without a rail transport); GENERIC keeps the general programs (for
  * comparison); RAIL asks for the lane and is refused where it does not apply.
  */
 typedef enum {

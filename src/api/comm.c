@@ -25,7 +25,7 @@ tide_result_t tide_comm_resolve_lane(const struct tide_comm *comm, const char *w
     if (comm->ops->rail_lane != NULL && comm->ops->rail_lane(comm->world)) return TIDE_SUCCESS;
     TIDE_ARG_CHECK(cfg->lane != TIDE_LANE_RAIL,
                    "%s: lane = rail: this %s world does not run the rail lane (the cpu fabric "
-                   "and the single-process cuda fabric do)",
+                   "and the cuda fabric without a rail transport do)",
                    who, comm->ops->name);
     cfg->lane = TIDE_LANE_GENERIC;
     return TIDE_SUCCESS;

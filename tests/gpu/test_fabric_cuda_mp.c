@@ -274,10 +274,21 @@ static cudaError_t operand_alloc(void **p, size_t bytes, int r, const char *whic
     return cudaMalloc(p, bytes);
 }
 
+static bool rails_on(void);
+
 static bool child_case(tide_comm_t comm, case_t *c, int r, cudaStream_t s, char *err) {
     const tide_geom_t *g = &c->plan->geom;
     tide_group_t grp;
     CHILD_CK(tide_group_register(comm, &c->cfg, &c->desc, &grp), "register");
+    /* At L = 1 the group runs the rail lane, as the cpu oracle does (docs/protocol.md), unless
+     * a rail transport carries the cross-node puts (then the generic programs). */
+    const bool want_lane = c->plan->rs.rail_lane && !rails_on();
+    if (((struct tide_group *)grp)->plan->rs.rail_lane != want_lane) {
+        snprintf(err, 256, "register: the group's plan is %sthe rail lane, %s expected",
+                 want_lane ? "not " : "", want_lane ? "the lane" : "the generic programs");
+        tide_group_deregister(grp);
+        return false;
+    }
     void *dshard[CALLS], *dgrad[CALLS][MAX_PARAMS], *dout;
     uint8_t *hland, *hout;
     CHILD_CU(cudaMallocHost((void **)&hland, CALLS * (c->land_bytes + 256)), "cudaMallocHost");

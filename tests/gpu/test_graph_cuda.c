@@ -236,6 +236,14 @@ static void write_inputs(world_t *w, uint64_t seed) {
         CK(cudaMemcpy(w->mem[r], host, w->mem_bytes, cudaMemcpyHostToDevice));
     }
     free(host);
+    /* From pageable memory cudaMemcpy may return before its DMA has landed (CUDA's "API
+     * synchronization behavior"), and the fabric's and the ranks' streams are non-blocking:
+     * without this, the step or graph launched next could read the last rank's old inputs, or
+     * see the poison land over what it wrote. */
+    for (int r = 0; r < w->n; ++r) {
+        CK(cudaSetDevice(w->device[r]));
+        CK(cudaDeviceSynchronize());
+    }
 }
 
 /* One step's collectives on the ranks' streams (eager, or captured: the caller forks). */

@@ -7,7 +7,8 @@
  * rank r's ops into the pending call and returns; the N-th execute replays the command list
  * of the call's form on the streams and returns.  One thread may drive all ranks (rank 0 to
  * N-1, call after call); with a thread per rank, a rank that runs one call ahead waits until
- * the pending call is enqueued (TIDE_TIMEOUT_MS deadline).
+ * the pending call is enqueued (TIDE_TIMEOUT_MS deadline).  The commands go through the CUDA
+ * fabrics' call path (call.c) with the local transport (events; transport.h).
  *
  * The caller's stream of rank r (NULL: the legacy default stream of r's device; else a stream
  * of r's device) orders the call like a kernel launched on it:
@@ -40,6 +41,7 @@
 #include "core/checks.h"
 #include "fabric/cuda/cuda.h"
 #include "fabric/cuda/graph.h"
+#include "fabric/transport/local/local.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -48,103 +50,22 @@
 
 /* ------------------------------------------------------------------ enqueue */
 
+/* The call as the interpreter (call.c) sees it, with the local transport's view. */
 typedef struct {
-    tide_cuda_shared_t *sh;
+    tide_cuda_call_t c;
+    tide_transport_local_t x;
     tide_cuda_group_t *g;
-    tide_cuda_family_t *fam;
-    tide_cuda_prepared_t *pp;
-    int parity;
-    int cur_dev;
-    bool graph; /* the call is being captured: its tables are the family's graph tables */
-    tide_cuda_stats_t st;
 } issue_t;
 
-static tide_result_t on_device_of(issue_t *is, int rank) {
-    const int d = tide_cuda_device_of(is->sh, rank);
-    if (d == is->cur_dev) return TIDE_SUCCESS;
-    TIDE_CUDA_CALL(cudaSetDevice(d), "cudaSetDevice");
-    is->cur_dev = d;
-    return TIDE_SUCCESS;
-}
-
-static cudaStream_t caller_of(const issue_t *is, int rank) {
-    cudaStream_t s = is->fam->caller[rank];
-    return s != NULL ? s : cudaStreamLegacy;
-}
-
-static tide_result_t wait_on(issue_t *is, cudaStream_t s, cudaEvent_t ev) {
-    ++is->st.waits;
-    TIDE_CUDA_CALL(cudaStreamWaitEvent(s, ev, 0), "cudaStreamWaitEvent");
-    return TIDE_SUCCESS;
-}
-
-static tide_result_t record_on(issue_t *is, cudaEvent_t ev, cudaStream_t s) {
-    ++is->st.records;
-    TIDE_CUDA_CALL(cudaEventRecord(ev, s), "cudaEventRecord");
-    return TIDE_SUCCESS;
-}
-
-static tide_result_t issue_op(issue_t *is, int id, int t) {
-    const int rank = t / TIDE_CUDA_Q, q = t % TIDE_CUDA_Q, index = id - is->pp->sched.op_base[t];
-    const tide_rank_program_t *rp = &is->pp->checked[rank]->ranks[rank];
-    const tide_op_t *op = &rp->queues[q].ops[index];
-    const cudaStream_t s = is->sh->stream[t];
-    if (is->pp->elide != NULL && is->pp->elide[id]) {
-        ++is->st.elided;
-        return TIDE_SUCCESS; /* direct mode: nothing reads what it would write (direct.c) */
+/* The gradient row rank r's sums read: its own P pointers, or direct mode's L P. */
+static const void **row_want(tide_cuda_call_t *c, int r) {
+    issue_t *is = c->owner;
+    tide_cuda_family_t *fam = is->x.fam;
+    if (is->x.pp->direct_sum) {
+        tide_cuda_direct_row(fam, is->x.pp->direct_l, r, fam->own_row_tmp);
+        return fam->own_row_tmp;
     }
-    if (is->pp->fused_land != NULL && is->pp->fused_land[id]) {
-        ++is->st.fused;
-        return TIDE_SUCCESS; /* direct mode: a fused sum stored this landing (direct.c) */
-    }
-    if (op->kind == TIDE_OP_EVENT) {
-        /* Direct mode: the node's sums read this rank's gradients until the node's call
-         * ends; read-done is recorded then (enqueue_commands). */
-        if (is->pp->direct_sum && op->event == TIDE_EVENT_READ_DONE) return TIDE_SUCCESS;
-        /* Direct all-gather: other ranks read this rank's shard until their calls end;
-         * call-done is recorded then (enqueue_commands). */
-        if (is->pp->direct_ag && op->event == TIDE_EVENT_CALL_DONE) return TIDE_SUCCESS;
-        return record_on(is, is->fam->user[rank * TIDE_EVENT_COUNT + op->event], s);
-    }
-    const tide_cuda_op_env_t env = {
-        .max_pitch = is->sh->max_pitch[is->cur_dev],
-        .sm_count = is->sh->sm_count[is->cur_dev],
-        .sum_ctas = is->fam->sum_ctas,
-        .landing_ctas = is->fam->landing_ctas,
-        .slicing = &is->sh->slicing,
-    };
-    /* SIGNAL: its record follows as a command. */
-    return tide_cuda_op_issue(&env, rp, rank, q, index, &is->pp->bound[id], s, &is->st);
-}
-
-/* Refresh rank r's gradient pointer table of this parity (skipped when unchanged). */
-static tide_result_t issue_upload(issue_t *is, int t) {
-    tide_cuda_family_t *fam = is->fam;
-    const int r = t / TIDE_CUDA_Q, p = is->parity, np = fam->num_params, nr = fam->own_row;
-    const size_t row = (size_t)nr * sizeof(void *);
-    const void **want = &fam->grads[(size_t)r * (size_t)np];
-    if (is->pp->direct_sum) {
-        tide_cuda_direct_row(fam, is->pp->direct_l, r, fam->own_row_tmp);
-        want = fam->own_row_tmp;
-    }
-    const void **last = &fam->own_last[p][(size_t)r * (size_t)nr];
-    if (fam->own_valid[p][r] && memcmp(last, want, row) == 0) return TIDE_SUCCESS;
-    /* The pinned row may still feed the copy of call e - 2. */
-    if (fam->own_inflight[p][r])
-        TIDE_CUDA_CALL(cudaEventSynchronize(fam->own_done[p][r]), "cudaEventSynchronize(upload)");
-    const void **pinned = &fam->own_host[p][(size_t)r * (size_t)nr];
-    memcpy(pinned, want, row);
-    fam->own_valid[p][r] = false;
-    ++is->st.descriptors;
-    ++is->st.uploads;
-    TIDE_CUDA_CALL(
-        cudaMemcpyAsync(fam->own_dev[p][r], pinned, row, cudaMemcpyHostToDevice, is->sh->stream[t]),
-        "cudaMemcpyAsync(gradient pointers)");
-    TIDE_CHECK(record_on(is, fam->own_done[p][r], is->sh->stream[t]));
-    fam->own_inflight[p][r] = true;
-    memcpy(last, want, row);
-    fam->own_valid[p][r] = true;
-    return TIDE_SUCCESS;
+    return &fam->grads[(size_t)r * (size_t)fam->num_params];
 }
 
 /* Rank r's copy descriptors of this call into the device table of this parity, on the
@@ -152,8 +73,8 @@ static tide_result_t issue_upload(issue_t *is, int t) {
  * (skipped when the table holds them already).  The fence the caller waited for ends every
  * kernel that read this table before. */
 static tide_result_t batch_upload(issue_t *is, int r) {
-    tide_cuda_prepared_t *pp = is->pp;
-    const int p = is->parity, first = pp->slot_base[r], count = pp->slot_base[r + 1] - first;
+    tide_cuda_prepared_t *pp = is->x.pp;
+    const int p = is->c.parity, first = pp->slot_base[r], count = pp->slot_base[r + 1] - first;
     if (count == 0) return TIDE_SUCCESS;
     tide_cuda_batch_fill(pp, r);
     const size_t bytes = (size_t)count * sizeof(tide_cuda_copy_desc_t);
@@ -167,69 +88,16 @@ static tide_result_t batch_upload(issue_t *is, int r) {
     tide_cuda_copy_desc_t *pinned = &pp->desc_host[p][first];
     memcpy(pinned, &pp->desc_call[first], bytes);
     pp->desc_valid[p][r] = false;
-    ++is->st.descriptors;
-    ++is->st.uploads;
-    const cudaStream_t s = caller_of(is, r);
+    ++is->c.st.descriptors;
+    ++is->c.st.uploads;
+    const cudaStream_t s = tide_cuda_call_caller(&is->c, r);
     TIDE_CUDA_CALL(cudaMemcpyAsync(pp->desc_dev[p][r], pinned, bytes, cudaMemcpyHostToDevice, s),
                    "cudaMemcpyAsync(copy descriptors)");
-    TIDE_CHECK(record_on(is, pp->desc_done[p][r], s));
+    TIDE_CHECK(tide_cuda_call_record_event(&is->c, pp->desc_done[p][r], s));
     pp->desc_inflight[p][r] = true;
     memcpy(last, pinned, bytes);
     pp->desc_valid[p][r] = true;
     return TIDE_SUCCESS;
-}
-
-/* A batch: one kernel, or its copies one by one in order when they overlap. */
-static tide_result_t issue_batch(issue_t *is, int b, int t) {
-    tide_cuda_prepared_t *pp = is->pp;
-    const tide_cuda_batch_t *bt = &pp->batches[b];
-    if (!tide_cuda_batch_disjoint(pp, bt)) {
-        is->st.unbatched += (uint64_t)bt->count;
-        for (int k = bt->first; k < bt->first + bt->count; ++k)
-            TIDE_CHECK(issue_op(is, pp->slot_op[k], t));
-        return TIDE_SUCCESS;
-    }
-    ++is->st.descriptors;
-    ++is->st.batches;
-    is->st.batched += (uint64_t)bt->count;
-    const tide_cuda_copy_desc_t *base = is->graph ? is->fam->graph_desc[bt->rank]
-                                                  : pp->desc_dev[is->parity][bt->rank];
-    const tide_cuda_copy_desc_t *table = base + (bt->first - pp->slot_base[bt->rank]);
-    const cudaError_t e = tide_cuda_batch_copy(table, bt->count, bt->ctas, is->sh->stream[t]);
-    if (e == cudaSuccess) return TIDE_SUCCESS;
-    const int id = pp->slot_op[bt->first];
-    const tide_op_t *op = tide_schedule_op(pp->checked[bt->rank], &pp->sched, id, t);
-    return tide_cuda_op_failed(e, t / TIDE_CUDA_Q, t % TIDE_CUDA_Q, id - pp->sched.op_base[t],
-                               op->kind, "tide_cuda_batch_copy");
-}
-
-static tide_result_t issue_cmd(issue_t *is, const tide_sched_cmd_t *c) {
-    const int t = c->thread, r = t / TIDE_CUDA_Q;
-    const cudaStream_t s = is->sh->stream[t];
-    TIDE_CHECK(on_device_of(is, r));
-    switch (c->kind) {
-    case TIDE_SCHED_CMD_FORK:
-        return wait_on(is, s, is->sh->start[r]);
-    case TIDE_SCHED_CMD_OP:
-        return issue_op(is, c->arg, t);
-    case TIDE_SCHED_CMD_RECORD:
-        return record_on(is, is->pp->events[is->parity][c->arg], s);
-    case TIDE_SCHED_CMD_WAIT:
-        return wait_on(is, s, is->pp->events[is->parity][c->arg]);
-    case TIDE_SCHED_CMD_WAIT_PREV:
-        return wait_on(is, s, is->pp->events[is->parity ^ 1][c->arg]);
-    case TIDE_SCHED_CMD_UPLOAD: /* a captured call's table is uploaded already (graph.c) */
-        return is->graph ? TIDE_SUCCESS : issue_upload(is, t);
-    case TIDE_SCHED_CMD_UPLOAD_WAIT:
-        return is->graph ? TIDE_SUCCESS : wait_on(is, s, is->fam->own_done[is->parity][r]);
-    case TIDE_SCHED_CMD_JOIN:
-        TIDE_CHECK(record_on(is, is->sh->end[t], s));
-        return wait_on(is, caller_of(is, r), is->sh->end[t]);
-    case TIDE_SCHED_CMD_BATCH:
-        return issue_batch(is, c->arg, t);
-    default:
-        return TIDE_ERR(TIDE_ERR_INTERNAL, "cuda fabric: command kind %d", c->kind);
-    }
 }
 
 /* A fence call of a view also waits, on every rank's caller stream, for the last call of each
@@ -241,7 +109,7 @@ static tide_result_t issue_cmd(issue_t *is, const tide_sched_cmd_t *c) {
  * call is enqueued when its last rank calls it. */
 static tide_result_t wait_siblings(issue_t *is, int r) {
     const tide_cuda_group_t *parent = is->g->parent;
-    if (is->fam != &is->g->fam[2] || parent == NULL) return TIDE_SUCCESS;
+    if (is->x.fam != &is->g->fam[2] || parent == NULL) return TIDE_SUCCESS;
     for (const tide_cuda_group_t *v = parent->views; v != NULL; v = v->view_next) {
         if (v == is->g) continue;
         for (int f = 0; f < 3; ++f) {
@@ -252,71 +120,129 @@ static tide_result_t wait_siblings(issue_t *is, int r) {
                 return TIDE_ERR(TIDE_ERR_INTERNAL,
                                 "cuda fabric: fence: a sibling view's call %lld has no fence",
                                 (long long)fam->last_epoch);
-            TIDE_CHECK(wait_on(is, caller_of(is, r), fam->fence[p]));
+            TIDE_CHECK(tide_cuda_call_wait_event(&is->c, tide_cuda_call_caller(&is->c, r),
+                                                 fam->fence[p]));
         }
     }
     return TIDE_SUCCESS;
 }
 
-static tide_result_t enqueue_commands(issue_t *is, int form, uint64_t epoch, int64_t fence) {
-    tide_cuda_shared_t *sh = is->sh;
-    tide_cuda_family_t *fam = is->fam;
+/* Before rank r's start record: the sibling views' fences, the copy descriptors and direct
+ * mode's fused-sum tables (a captured call's were uploaded by graph.c). */
+static tide_result_t prologue(tide_cuda_call_t *c, int r) {
+    issue_t *is = c->owner;
+    tide_cuda_prepared_t *pp = is->x.pp;
+    TIDE_CHECK(wait_siblings(is, r));
+    if (pp->batched && !c->graph) TIDE_CHECK(batch_upload(is, r));
+    if (pp->direct && !c->graph)
+        TIDE_CHECK(tide_cuda_direct_fuse_upload(is->x.sh, pp, c->parity, r,
+                                                tide_cuda_call_caller(c, r), &c->st.uploads));
+    return TIDE_SUCCESS;
+}
+
+/* After every rank's done event: direct mode's read-done and call-done, then the call's fence
+ * (every rank done) on the aggregate stream. */
+static tide_result_t epilogue(tide_cuda_call_t *c) {
+    issue_t *is = c->owner;
+    tide_cuda_shared_t *sh = is->x.sh;
+    tide_cuda_family_t *fam = is->x.fam;
+    tide_cuda_prepared_t *pp = is->x.pp;
     const int n = sh->ranks;
-    for (int r = 0; r < n; ++r) {
-        TIDE_CHECK(on_device_of(is, r));
-        if (fence >= 0) TIDE_CHECK(wait_on(is, caller_of(is, r), fam->fence[fence % 2]));
-        TIDE_CHECK(wait_siblings(is, r));
-        if (is->pp->batched && !is->graph) TIDE_CHECK(batch_upload(is, r));
-        if (is->pp->direct && !is->graph)
-            TIDE_CHECK(tide_cuda_direct_fuse_upload(sh, is->pp, is->parity, r, caller_of(is, r),
-                                                    &is->st.uploads));
-        TIDE_CHECK(record_on(is, sh->start[r], caller_of(is, r)));
-    }
-    const bool batched = is->pp->batched;
-    const tide_sched_cmd_t *cmds = batched ? is->pp->bcmds[form] : is->pp->sched.cmds[form];
-    const int num_cmds = batched ? is->pp->num_bcmds[form] : is->pp->sched.num_cmds[form];
-    for (int i = 0; i < num_cmds; ++i)
-        TIDE_CHECK(issue_cmd(is, &cmds[i]));
-    for (int r = 0; r < n; ++r) {
-        TIDE_CHECK(on_device_of(is, r));
-        TIDE_CHECK(record_on(is, sh->done[r], caller_of(is, r)));
-    }
-    if (is->pp->direct_sum) {
+    if (pp->direct_sum) {
         /* Read-done of every rank of a node once the node's call ended: its sums read the
          * gradients of all of them in place (direct.c).  On the device's utility stream, so
          * that no caller waits for another rank. */
-        const int L = is->pp->direct_l;
+        const int L = pp->direct_l;
         for (int n0 = 0; n0 < n; n0 += L) {
-            TIDE_CHECK(on_device_of(is, n0));
-            const cudaStream_t u = sh->util[is->cur_dev];
+            TIDE_CHECK(tide_cuda_call_device(c, n0));
+            const cudaStream_t u = sh->util[c->cur_dev];
             for (int j = n0; j < n0 + L; ++j)
-                TIDE_CHECK(wait_on(is, u, sh->done[j]));
+                TIDE_CHECK(tide_cuda_call_wait_event(c, u, sh->done[j]));
             for (int j = n0; j < n0 + L; ++j)
-                TIDE_CHECK(record_on(is, fam->user[j * TIDE_EVENT_COUNT + TIDE_EVENT_READ_DONE], u));
+                TIDE_CHECK(tide_cuda_call_record_event(
+                    c, fam->user[j * TIDE_EVENT_COUNT + TIDE_EVENT_READ_DONE], u));
         }
     }
-    if (is->pp->direct_ag) {
+    if (pp->direct_ag) {
         /* Call-done of each rank once every rank that read its shard in place ended its call
          * (direct_ag.c); the caller stream waits too, so that nothing after the call on it
          * rewrites the shard early. */
         for (int r = 0; r < n; ++r) {
-            TIDE_CHECK(on_device_of(is, r));
-            const cudaStream_t c = caller_of(is, r);
+            TIDE_CHECK(tide_cuda_call_device(c, r));
+            const cudaStream_t cs = tide_cuda_call_caller(c, r);
             for (int j = 0; j < n; ++j)
-                if (is->pp->ag_wait[(size_t)r * (size_t)n + (size_t)j])
-                    TIDE_CHECK(wait_on(is, c, sh->done[j]));
-            TIDE_CHECK(record_on(is, fam->user[r * TIDE_EVENT_COUNT + TIDE_EVENT_CALL_DONE], c));
+                if (pp->ag_wait[(size_t)r * (size_t)n + (size_t)j])
+                    TIDE_CHECK(tide_cuda_call_wait_event(c, cs, sh->done[j]));
+            TIDE_CHECK(tide_cuda_call_record_event(
+                c, fam->user[r * TIDE_EVENT_COUNT + TIDE_EVENT_CALL_DONE], cs));
         }
     }
-    TIDE_CHECK(on_device_of(is, 0));
+    TIDE_CHECK(tide_cuda_call_device(c, 0));
     for (int r = 0; r < n; ++r)
-        TIDE_CHECK(wait_on(is, sh->agg, sh->done[r]));
-    TIDE_CHECK(record_on(is, fam->fence[is->parity], sh->agg));
-    if (is->graph)
-        TIDE_CHECK(tide_cuda_graph_join(fam, is->pp, n, is->parity, caller_of(is, 0),
-                                        &is->st.waits));
-    fam->fence_epoch[is->parity] = (int64_t)epoch;
+        TIDE_CHECK(tide_cuda_call_wait_event(c, sh->agg, sh->done[r]));
+    TIDE_CHECK(tide_cuda_call_record_event(c, fam->fence[c->parity], sh->agg));
+    if (c->graph)
+        TIDE_CHECK(tide_cuda_graph_join(fam, pp, n, c->parity, tide_cuda_call_caller(c, 0),
+                                        &c->st.waits));
+    fam->fence_epoch[c->parity] = (int64_t)c->epoch;
     return TIDE_SUCCESS;
+}
+
+static const tide_cuda_call_hooks_t hooks = {
+    .begin = NULL,
+    .prologue = prologue,
+    .epilogue = epilogue,
+};
+
+/* The interpreter's view of the pending call of `fam` (every rank in this process). */
+static void call_init(issue_t *is, tide_cuda_group_t *g, tide_cuda_family_t *fam, int pi,
+                      uint64_t e, int form) {
+    tide_cuda_shared_t *sh = g->shared;
+    tide_cuda_prepared_t *pp = &fam->prep[pi];
+    tide_cuda_call_t *c = &is->c;
+    const int p = (int)(e % 2);
+    memset(is, 0, sizeof(*is));
+    is->g = g;
+    is->x = (tide_transport_local_t){sh, fam, pp};
+    c->tp = &tide_transport_local;
+    c->tp_ctx = &is->x;
+    c->owner = is;
+    c->rank0 = 0;
+    c->num_ranks = sh->ranks;
+    c->num_devices = sh->num_devices;
+    c->cur_dev = -1;
+    c->max_pitch = sh->max_pitch;
+    c->sm_count = sh->sm_count;
+    c->slicing = &sh->slicing;
+    c->sum_ctas = fam->sum_ctas;
+    c->landing_ctas = fam->landing_ctas;
+    c->sched = &pp->sched;
+    c->checked = pp->checked;
+    c->bound = pp->bound;
+    c->elide = pp->elide;
+    c->fused_land = pp->fused_land;
+    c->skip_read_done = pp->direct_sum;
+    c->skip_call_done = pp->direct_ag;
+    c->stream = sh->stream;
+    c->start = sh->start;
+    c->end = sh->end;
+    c->caller = fam->caller;
+    c->user = fam->user;
+    /* Programs without sums have no gradient tables and no UPLOAD commands. */
+    c->rows = (tide_cuda_rows_t){
+        .dev = fam->own_dev[p],
+        .host = fam->own_host[p],
+        .last = fam->own_last[p],
+        .valid = fam->own_valid[p],
+        .inflight = fam->own_inflight[p],
+        .done = fam->own_done[p],
+        .row = fam->own_row,
+        .want = row_want,
+    };
+    c->graph = fam->pending_capture != 0;
+    c->parity = p;
+    c->epoch = e;
+    c->st = tide_cuda_stats_begin(&fam->stats, form);
 }
 
 tide_result_t tide_cuda_enqueue(tide_cuda_group_t *g, tide_cuda_family_t *fam) {
@@ -345,30 +271,25 @@ tide_result_t tide_cuda_enqueue(tide_cuda_group_t *g, tide_cuda_family_t *fam) {
                         (unsigned long long)e);
 
     issue_t is;
-    memset(&is, 0, sizeof(is));
-    is.sh = g->shared;
-    is.g = g;
-    is.fam = fam;
-    is.pp = &fam->prep[pi];
-    is.parity = (int)(e % 2);
-    is.cur_dev = -1;
-    is.graph = fam->pending_capture != 0;
-    is.st = tide_cuda_stats_begin(&fam->stats, form);
+    call_init(&is, g, fam, pi, e, form);
+    tide_cuda_prepared_t *pp = is.x.pp;
     /* The threshold's copies are plain OP commands of the lists; their count is the
      * program's (batch.c). */
-    is.st.over_threshold = (uint64_t)is.pp->over_threshold[form];
+    is.c.st.over_threshold = (uint64_t)pp->over_threshold[form];
     tide_result_t res =
-        is.graph ? TIDE_SUCCESS : tide_cuda_direct_lands(g->shared, is.pp, is.parity);
+        is.c.graph ? TIDE_SUCCESS : tide_cuda_direct_lands(g->shared, pp, is.c.parity);
     if (res != TIDE_SUCCESS) return res;
-    tide_cuda_direct_ag_sources(is.pp);
+    tide_cuda_direct_ag_sources(pp);
     /* A captured call's tables, from the ops as rebound above (graph.c). */
-    if (is.graph) TIDE_CHECK(tide_cuda_graph_tables(g->shared, fam, is.pp, is.parity));
-    res = enqueue_commands(&is, form, e, fence);
+    if (is.c.graph) TIDE_CHECK(tide_cuda_graph_tables(g->shared, fam, pp, is.c.parity));
+    const tide_sched_cmd_t *cmds = pp->batched ? pp->bcmds[form] : pp->sched.cmds[form];
+    const int num_cmds = pp->batched ? pp->num_bcmds[form] : pp->sched.num_cmds[form];
+    res = tide_cuda_call_enqueue(&is.c, &hooks, fence, cmds, num_cmds, NULL);
     if (res != TIDE_SUCCESS) return res;
     fam->last_epoch = (int64_t)e;
     fam->last_prep = pi;
-    tide_cuda_graph_enqueued(g->shared, fam, is.parity);
-    tide_cuda_stats_end(&is.st, t0, &fam->stats);
+    tide_cuda_graph_enqueued(g->shared, fam, is.c.parity);
+    tide_cuda_stats_end(&is.c.st, t0, &fam->stats);
     return TIDE_SUCCESS;
 }
 

@@ -116,6 +116,9 @@ typedef struct {
     cudaStream_t rail_stream;
     bool host_flags;                   /* TIDE_CUDA_MP_FLAGS: signal flags in host memory */
     struct tide_mp_watchdog *watchdog; /* watchdog.c: device waits bounded off host calls */
+    /* What carries this world's signals, fences, batches and rail puts (transport.h): the
+     * ipc transport, or the nccl one on the NCCL fabric's worlds. */
+    const struct tide_cuda_transport *transport;
 } tide_mp_world_t;
 
 /* TIDE_CUDA_CE_BATCH (mp_batch.c): runs of copies that touch another device's memory (peer
@@ -403,7 +406,7 @@ tide_result_t tide_cuda_mp_fail_stop(tide_mp_arena_t *a, tide_mp_family_t *fam, 
  * of the call is addressable from every rank.  env: TIDE_CUDA_MP_DIRECT ("0" off; unset or
  * "1" on).  prepare: the analysis of an RS program at M = 1 (nothing otherwise).  call: per
  * call, exchange the operands' addresses with the peers (collective), decide the path (the
- * same on every rank) and fill fam->grads with the call's row.  elided / skip: what the call
+ * same on every rank) and fill fam->grads with the call's row.  elided / skips: what the call
  * does not issue (read-done is recorded after every rank's call: mp_execute.c's enqueue).
  * l: the bind environment's direct_l (> 0: this call is direct).  before: the fused-sum
  * tables on the caller's stream, before the start record. */
@@ -416,8 +419,8 @@ void tide_cuda_mp_direct_world_free(tide_mp_world_t *w);
 tide_result_t tide_cuda_mp_direct_call(tide_mp_arena_t *a, tide_mp_family_t *fam,
                                        tide_mp_prepared_t *pp, const tide_binding_t *b);
 bool tide_cuda_mp_direct_elided(const tide_mp_prepared_t *pp, int id);
-bool tide_cuda_mp_direct_skip(const tide_mp_prepared_t *pp, int id, const tide_op_t *op,
-                              tide_cuda_stats_t *st);
+void tide_cuda_mp_direct_skips(const tide_mp_prepared_t *pp, const uint8_t **elide_out,
+                               const uint8_t **fused_out, bool *read_done_out);
 int tide_cuda_mp_direct_l(const tide_mp_prepared_t *pp);
 tide_result_t tide_cuda_mp_direct_before(tide_mp_arena_t *a, tide_mp_prepared_t *pp,
                                          const tide_binding_t *b, cudaStream_t caller,

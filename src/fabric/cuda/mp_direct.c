@@ -171,20 +171,16 @@ bool tide_cuda_mp_direct_elided(const tide_mp_prepared_t *pp, int id) {
     return d != NULL && d->on && d->dir.elide != NULL && d->dir.elide[id];
 }
 
-bool tide_cuda_mp_direct_skip(const tide_mp_prepared_t *pp, int id, const tide_op_t *op,
-                              tide_cuda_stats_t *st) {
+void tide_cuda_mp_direct_skips(const tide_mp_prepared_t *pp, const uint8_t **elide_out,
+                               const uint8_t **fused_out, bool *read_done_out) {
     const struct tide_mp_direct *d = pp->direct;
-    if (d == NULL || !d->on) return false;
-    if (d->dir.elide != NULL && d->dir.elide[id]) {
-        ++st->elided;
-        return true; /* a push: the peers' sums read the gradient in place */
-    }
-    if (d->fuse_on && d->dir.fused_land != NULL && d->dir.fused_land[id]) {
-        ++st->fused;
-        return true; /* a fused sum (this rank's or a peer's) stored this landing */
-    }
-    /* Read-done follows every rank's call (mp_execute.c, enqueue). */
-    return op->kind == TIDE_OP_EVENT && op->event == TIDE_EVENT_READ_DONE;
+    const bool on = d != NULL && d->on;
+    /* Elided pushes: the peers' sums read the gradient in place.  Fused landings: a fused sum
+     * (this rank's or a peer's) stored them.  Read-done follows every rank's call
+     * (mp_execute.c, enqueue). */
+    *elide_out = on ? d->dir.elide : NULL;
+    *fused_out = on && d->fuse_on ? d->dir.fused_land : NULL;
+    *read_done_out = on;
 }
 
 int tide_cuda_mp_direct_l(const tide_mp_prepared_t *pp) {

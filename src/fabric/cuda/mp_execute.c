@@ -1,28 +1,21 @@
 /*
- * mp_execute.c - a call on the one-process-per-rank CUDA fabric (mp.h): prepare the program
- * once, bind this rank's ops, and replay this rank's commands with flags in device memory.
+ * mp_execute.c - a call on the one-process-per-rank CUDA fabric (mp.h) and the NCCL fabric:
+ * prepare the program once, bind this rank's ops, and enqueue this rank's call through the
+ * CUDA fabrics' call path (call.c) with the world's transport (ipc, or nccl: transport.h).
  *
- * The ops themselves are issued as in execute.c (one cudaMemcpyAsync / cudaMemcpy2DAsync /
- * cudaMemsetAsync / kernel launch per op); only signals, waits, fences and the host-side
- * watchdog differ.
+ * What stays here is what one rank per process needs around the call path: the host wait for
+ * call e - 2, the watchdog's begin point, the per-call batch plan and direct mode's exchange,
+ * read-done after every peer's call, and fail-stop (the abort word, the poison).
  */
 #include "core/checks.h"
 #include "fabric/cuda/mp.h"
 #include "fabric/cuda/graph.h"
+#include "fabric/transport/ipc/ipc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-/* cuStreamBatchMemOp takes at most this many operations per call (a safe bound). */
-#define MEMOP_BATCH 128
-
-static tide_result_t cu_failed(CUresult e, const char *what) {
-    const char *name = NULL;
-    cuGetErrorName(e, &name);
-    return TIDE_ERR(TIDE_ERR_FABRIC, "cuda mp fabric: %s: %s", what, name ? name : "?");
-}
 
 /* ------------------------------------------------------------------ prepare */
 
@@ -140,154 +133,6 @@ static tide_result_t bind_rank(tide_mp_family_t *fam, tide_mp_prepared_t *pp,
         .num_params = fam->num_params,
     };
     return tide_cuda_bind_rank(&env, &pp->sched, prog, b, pp->bound);
-}
-
-/* ------------------------------------------------------------------ issuing */
-
-typedef struct {
-    tide_mp_arena_t *a;
-    tide_mp_family_t *fam;
-    tide_mp_prepared_t *pp;
-    int fidx;
-    uint64_t epoch;
-    cudaStream_t caller;
-    tide_cuda_stats_t st;
-    tide_mp_rails_call_t rails; /* the call as its rail steps see it */
-} issue_t;
-
-static tide_result_t issue_op(issue_t *is, int id, int t) {
-    const tide_mp_world_t *w = is->a->w;
-    const int rank = t / TIDE_CUDA_Q, q = t % TIDE_CUDA_Q, index = id - is->pp->sched.op_base[t];
-    const tide_rank_program_t *rp = &is->pp->checked->ranks[rank];
-    const tide_op_t *op = &rp->queues[q].ops[index];
-    const cudaStream_t s = w->stream[q];
-    if (tide_cuda_mp_direct_skip(is->pp, id, op, &is->st)) return TIDE_SUCCESS;
-    if (op->kind == TIDE_OP_EVENT) {
-        ++is->st.records;
-        const cudaError_t e = cudaEventRecord(is->fam->user[op->event], s);
-        return e == cudaSuccess
-                   ? TIDE_SUCCESS
-                   : tide_cuda_op_failed(e, rank, q, index, op->kind, "cudaEventRecord");
-    }
-    const tide_cuda_op_env_t env = {
-        .max_pitch = w->max_pitch,
-        .sm_count = w->sm_count,
-        .sum_ctas = is->fam->sum_ctas,
-        .landing_ctas = is->fam->landing_ctas,
-        .slicing = &w->slicing,
-    };
-    /* SIGNAL: its RECORD follows. */
-    return tide_cuda_op_issue(&env, rp, rank, q, index, &is->pp->bound[id], s, &is->st);
-}
-
-static tide_result_t issue_upload(issue_t *is, int t) {
-    tide_mp_family_t *fam = is->fam;
-    const int p = (int)(is->epoch % 2);
-    const size_t row = (size_t)fam->row_len * sizeof(void *);
-    if (fam->own_valid[p] && memcmp(fam->own_last[p], fam->grads, row) == 0) return TIDE_SUCCESS;
-    if (fam->own_inflight[p])
-        TIDE_CUDA_CALL(cudaEventSynchronize(fam->own_done[p]), "cudaEventSynchronize(upload)");
-    memcpy((void *)fam->own_host[p], fam->grads, row);
-    fam->own_valid[p] = false;
-    ++is->st.descriptors;
-    ++is->st.uploads;
-    const cudaStream_t s = is->a->w->stream[t % TIDE_CUDA_Q];
-    TIDE_CUDA_CALL(cudaMemcpyAsync(fam->own_dev[p], fam->own_host[p], row, cudaMemcpyHostToDevice,
-                                   s),
-                   "cudaMemcpyAsync(gradient pointers)");
-    ++is->st.records;
-    TIDE_CUDA_CALL(cudaEventRecord(fam->own_done[p], s), "cudaEventRecord(upload)");
-    fam->own_inflight[p] = true;
-    memcpy(fam->own_last[p], fam->grads, row);
-    fam->own_valid[p] = true;
-    return TIDE_SUCCESS;
-}
-
-static tide_result_t wait_value(issue_t *is, cudaStream_t s, CUdeviceptr flag, uint64_t value) {
-    ++is->st.waits;
-    const CUresult e = cuStreamWaitValue64((CUstream)s, flag, value, CU_STREAM_WAIT_VALUE_GEQ);
-    return e == CUDA_SUCCESS ? TIDE_SUCCESS : cu_failed(e, "cuStreamWaitValue64");
-}
-
-static tide_result_t write_value(issue_t *is, cudaStream_t s, CUdeviceptr flag, uint64_t value) {
-    ++is->st.records;
-    const CUresult e = cuStreamWriteValue64((CUstream)s, flag, value, 0);
-    return e == CUDA_SUCCESS ? TIDE_SUCCESS : cu_failed(e, "cuStreamWriteValue64");
-}
-
-static tide_result_t issue_cmd(issue_t *is, const tide_sched_cmd_t *c) {
-    tide_mp_world_t *w = is->a->w;
-    const int t = c->thread, q = t % TIDE_CUDA_Q, me = w->base.rank;
-    const cudaStream_t s = w->stream[q];
-    switch (c->kind) {
-    case TIDE_SCHED_CMD_FORK:
-        ++is->st.waits;
-        TIDE_CUDA_CALL(cudaStreamWaitEvent(s, w->start, 0), "cudaStreamWaitEvent(start)");
-        return TIDE_SUCCESS;
-    case TIDE_SCHED_CMD_OP:
-        if (is->pp->rails.on && is->pp->rails.op_kind[c->arg] != TIDE_MP_RAIL_OP) {
-            if (is->pp->rails.op_kind[c->arg] != TIDE_MP_RAIL_STEP) return TIDE_SUCCESS;
-            ++is->st.descriptors;
-            ++is->st.rail_steps;
-            return tide_cuda_mp_rails_issue(is->a, &is->rails, is->pp->rails.op_step[c->arg], s);
-        }
-        return issue_op(is, c->arg, t);
-    case TIDE_SCHED_CMD_RECORD:
-        return write_value(is, s, tide_cuda_mp_slot_flag(is->a, me, is->fidx, c->arg), is->epoch + 1);
-    case TIDE_SCHED_CMD_WAIT:
-    case TIDE_SCHED_CMD_WAIT_PREV: {
-        int owner = is->pp->sched.slot_thread[c->arg] / TIDE_CUDA_Q;
-        if (is->pp->rails.on) {
-            /* mp.h: a put from another node is waited on in this rank's own flags, a credit of
-             * another node not at all (its receive waits for it). */
-            const uint8_t k = is->pp->rails.slot_kind[c->arg];
-            if (k == TIDE_MP_SLOT_SKIP) return TIDE_SUCCESS;
-            if (k == TIDE_MP_SLOT_OWN) owner = me;
-        }
-        return wait_value(is, s, tide_cuda_mp_slot_flag(is->a, owner, is->fidx, c->arg),
-                          c->kind == TIDE_SCHED_CMD_WAIT ? is->epoch + 1 : is->epoch);
-    }
-    case TIDE_SCHED_CMD_UPLOAD:
-        return issue_upload(is, t);
-    case TIDE_SCHED_CMD_UPLOAD_WAIT:
-        ++is->st.waits;
-        TIDE_CUDA_CALL(cudaStreamWaitEvent(s, is->fam->own_done[is->epoch % 2], 0),
-                       "cudaStreamWaitEvent(upload)");
-        return TIDE_SUCCESS;
-    case TIDE_SCHED_CMD_JOIN:
-        ++is->st.records;
-        ++is->st.waits;
-        TIDE_CUDA_CALL(cudaEventRecord(w->end[q], s), "cudaEventRecord(end)");
-        TIDE_CUDA_CALL(cudaStreamWaitEvent(is->caller, w->end[q], 0), "cudaStreamWaitEvent(end)");
-        return TIDE_SUCCESS;
-    default:
-        return TIDE_ERR(TIDE_ERR_INTERNAL, "cuda mp fabric: command kind %d", c->kind);
-    }
-}
-
-/* The caller's stream waits until the done flag of every rank it fences (tide_cuda_mp_fenced)
- * reached `value`. */
-static tide_result_t fence_wait(issue_t *is, uint64_t value) {
-    const int n = is->a->w->base.ranks;
-    CUstreamBatchMemOpParams ops[MEMOP_BATCH];
-    int k = 0;
-    for (int r = 0; r <= n; ++r) {
-        if (k == MEMOP_BATCH || (r == n && k > 0)) {
-            is->st.waits += (uint64_t)k;
-            const CUresult e = cuStreamBatchMemOp((CUstream)is->caller, (unsigned)k, ops, 0);
-            if (e != CUDA_SUCCESS) return cu_failed(e, "cuStreamBatchMemOp(fence)");
-            k = 0;
-        }
-        if (r == n || !tide_cuda_mp_fenced(is->a, r)) continue;
-        memset(&ops[k], 0, sizeof(ops[k]));
-        ops[k].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
-        ops[k].waitValue.address =
-            tide_cuda_mp_family_done_flag(is->a, r, tide_cuda_mp_family_index(is->a, is->fam));
-        ops[k].waitValue.value64 = value;
-        ops[k].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
-        ++k;
-    }
-    return TIDE_SUCCESS;
 }
 
 /* ------------------------------------------------------------------ the watchdog */
@@ -447,6 +292,115 @@ tide_result_t tide_cuda_mp_call_check(struct tide_fabric_arena *arena, tide_coll
 
 /* ------------------------------------------------------------------ a call */
 
+/* The interpreter's view of this rank's call (call.c): one rank, on the device the entry made
+ * current. */
+typedef struct {
+    tide_cuda_call_t c;
+    tide_transport_ipc_t x;
+    const tide_binding_t *b;
+    int form;
+    bool batch; /* the call's copies are planned into batches (mp_batch.c) */
+} issue_t;
+
+static const void **row_want(tide_cuda_call_t *c, int rank) {
+    (void)rank;
+    return ((issue_t *)c->owner)->x.fam->grads;
+}
+
+static void call_init(issue_t *is, tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
+                      const tide_binding_t *b, bool steady, cudaStream_t *caller) {
+    tide_mp_world_t *w = a->w;
+    tide_mp_prepared_t *pp = &fam->prep[pi];
+    tide_cuda_call_t *c = &is->c;
+    const uint64_t e = b->epoch;
+    const int p = (int)(e % 2), fi = tide_cuda_mp_family_index(a, fam);
+    memset(is, 0, sizeof(*is));
+    is->x.a = a;
+    is->x.fam = fam;
+    is->x.pp = pp;
+    is->x.fidx = fi == 2 ? TIDE_MP_FENCE_FIDX : tide_cuda_mp_flags_index(fam->coll, pi);
+    is->x.rails = (tide_mp_rails_call_t){pp->checked, b, pp, fam->coll, is->x.fidx, steady};
+    c->tp = w->transport;
+    c->tp_ctx = &is->x;
+    c->owner = is;
+    c->rank0 = w->base.rank;
+    c->num_ranks = 1;
+    c->num_devices = 0; /* tide_cuda_mp_execute made the device current */
+    c->cur_dev = -1;
+    c->max_pitch = &w->max_pitch;
+    c->sm_count = &w->sm_count;
+    c->slicing = &w->slicing;
+    c->sum_ctas = fam->sum_ctas;
+    c->landing_ctas = fam->landing_ctas;
+    c->sched = &pp->sched;
+    c->checked = &pp->checked;
+    c->bound = pp->bound;
+    tide_cuda_mp_direct_skips(pp, &c->elide, &c->fused_land, &c->skip_read_done);
+    c->stream = w->stream;
+    c->start = &w->start;
+    c->end = w->end;
+    c->caller = caller;
+    c->user = fam->user;
+    c->rows = (tide_cuda_rows_t){
+        .dev = &fam->own_dev[p],
+        .host = fam->own_host[p],
+        .last = fam->own_last[p],
+        .valid = &fam->own_valid[p],
+        .inflight = &fam->own_inflight[p],
+        .done = &fam->own_done[p],
+        .row = fam->row_len,
+        .want = row_want,
+    };
+    c->parity = p;
+    c->epoch = e;
+}
+
+/* The watchdog times the call's device work from the begin point (watchdog.c); a fence of a
+ * view also waits for its sibling views' last calls (mp_view.c). */
+static tide_result_t begin(tide_cuda_call_t *c, int rank) {
+    issue_t *is = c->owner;
+    tide_mp_arena_t *a = is->x.a;
+    const int fi = tide_cuda_mp_family_index(a, is->x.fam);
+    const cudaStream_t caller = tide_cuda_call_caller(c, rank);
+    TIDE_CHECK(tide_mp_watchdog_begin(a, fi, c->parity, c->epoch, caller));
+    return fi == 2 ? tide_cuda_mp_view_wait_siblings(a, caller, &c->st) : TIDE_SUCCESS;
+}
+
+/* The call's copy descriptors and direct mode's tables go up before the start record every
+ * thread forks from. */
+static tide_result_t prologue(tide_cuda_call_t *c, int rank) {
+    issue_t *is = c->owner;
+    tide_mp_arena_t *a = is->x.a;
+    const cudaStream_t caller = tide_cuda_call_caller(c, rank);
+    if (is->batch)
+        TIDE_CHECK(tide_cuda_mp_batch_plan(a, is->x.pp, is->form, c->parity, caller, &c->st));
+    return tide_cuda_mp_direct_before(a, is->x.pp, is->b, caller, &c->st);
+}
+
+static tide_result_t epilogue(tide_cuda_call_t *c) {
+    issue_t *is = c->owner;
+    tide_mp_family_t *fam = is->x.fam;
+    const int me = c->rank0;
+    const cudaStream_t caller = tide_cuda_call_caller(c, me);
+    ++c->st.records;
+    if (tide_cuda_mp_direct_l(is->x.pp) > 0) {
+        /* Direct mode (mp_direct.c): the peers read this rank's gradients and wrote its output
+         * during their calls, so the call ends once every rank's did; read-done follows. */
+        TIDE_CHECK(c->tp->fence(c, me, (int64_t)c->epoch));
+        ++c->st.records;
+        TIDE_CUDA_CALL(cudaEventRecord(fam->user[TIDE_EVENT_READ_DONE], caller),
+                       "cudaEventRecord(read-done)");
+    }
+    TIDE_CUDA_CALL(cudaEventRecord(fam->done_ev[c->parity], caller), "cudaEventRecord(done)");
+    return TIDE_SUCCESS;
+}
+
+static const tide_cuda_call_hooks_t hooks = {
+    .begin = begin,
+    .prologue = prologue,
+    .epilogue = epilogue,
+};
+
 static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
                              const tide_binding_t *b, cudaStream_t caller) {
     tide_mp_world_t *w = a->w;
@@ -473,55 +427,19 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     /* The enqueue figure leaves the wait out: it is the host work of the call. */
     const uint64_t t_enqueue = tide_cuda_now_ns();
     issue_t is;
-    memset(&is, 0, sizeof(is));
-    is.a = a;
-    is.fam = fam;
-    is.pp = pp;
-    const int fi = tide_cuda_mp_family_index(a, fam);
-    is.fidx = fi == 2 ? TIDE_MP_FENCE_FIDX : tide_cuda_mp_flags_index(fam->coll, pi);
-    is.epoch = e;
-    is.caller = caller;
-    is.rails = (tide_mp_rails_call_t){pp->checked, b, pp, fam->coll, is.fidx, steady};
-    is.st = tide_cuda_stats_begin(&fam->stats, form);
-    /* The watchdog times the call's device work from here (watchdog.c). */
-    TIDE_CHECK(tide_mp_watchdog_begin(a, fi, par, e, caller));
-    if (fi == 2) TIDE_CHECK(tide_cuda_mp_view_wait_siblings(a, caller, &is.st));
-    if (fence >= 0) TIDE_CHECK(fence_wait(&is, (uint64_t)fence + 1));
-    /* The call's copy descriptors go up before the start record every thread forks from. */
-    const bool batch = w->batch && pp->batch.cap > 0;
-    if (batch) TIDE_CHECK(tide_cuda_mp_batch_plan(a, pp, form, par, caller, &is.st));
-    TIDE_CHECK(tide_cuda_mp_direct_before(a, pp, b, caller, &is.st));
-    ++is.st.records;
-    TIDE_CUDA_CALL(cudaEventRecord(w->start, caller), "cudaEventRecord(start)");
-    for (int i = 0; i < pp->num_cmds[form]; ++i) {
-        const int k = batch ? pp->batch.action[i] : -1;
-        if (k == -2) continue; /* a later op of a batch enqueued at its first op */
-        if (k >= 0) {
-            ++is.st.descriptors;
-            ++is.st.batches;
-            is.st.batched += (uint64_t)pp->batch.b_count[k];
-            if (pp->batch.b_ce[k]) is.st.ce_batched += (uint64_t)pp->batch.b_count[k];
-            TIDE_CHECK(tide_cuda_mp_batch_issue(a, pp, k, par, pp->cmds[form][i].thread));
-            continue;
-        }
-        TIDE_CHECK(issue_cmd(&is, &pp->cmds[form][i]));
-    }
-    TIDE_CHECK(write_value(&is, caller, tide_cuda_mp_family_done_flag(a, w->base.rank, fi), e + 1));
-    ++is.st.records;
-    if (tide_cuda_mp_direct_l(pp) > 0) {
-        /* Direct mode (mp_direct.c): the peers read this rank's gradients and wrote its output
-         * during their calls, so the call ends once every rank's did; read-done follows. */
-        TIDE_CHECK(fence_wait(&is, e + 1));
-        ++is.st.records;
-        TIDE_CUDA_CALL(cudaEventRecord(fam->user[TIDE_EVENT_READ_DONE], caller),
-                       "cudaEventRecord(read-done)");
-    }
-    TIDE_CUDA_CALL(cudaEventRecord(fam->done_ev[par], caller), "cudaEventRecord(done)");
+    call_init(&is, a, fam, pi, b, steady, &caller);
+    is.b = b;
+    is.form = form;
+    is.batch = w->batch && pp->batch.cap > 0;
+    tide_cuda_call_t *c = &is.c;
+    c->st = tide_cuda_stats_begin(&fam->stats, form);
+    TIDE_CHECK(tide_cuda_call_enqueue(c, &hooks, fence, pp->cmds[form], pp->num_cmds[form],
+                                      is.batch ? pp->batch.action : NULL));
     fam->done_epoch[par] = (int64_t)e;
-    tide_mp_watchdog_enqueued(a, fi, par, e);
+    tide_mp_watchdog_enqueued(a, tide_cuda_mp_family_index(a, fam), par, e);
     fam->last_epoch = (int64_t)e;
     fam->last_prep = pi;
-    tide_cuda_stats_end(&is.st, t_enqueue, &fam->stats);
+    tide_cuda_stats_end(&c->st, t_enqueue, &fam->stats);
     return TIDE_SUCCESS;
 }
 

@@ -4,6 +4,7 @@
  */
 #include "core/checks.h"
 #include "fabric/cuda/mp.h"
+#include "fabric/cuda/transport.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,7 @@ static void world_free(tide_mp_world_t *w) {
 }
 
 tide_result_t tide_cuda_mp_world_init(tide_mp_world_t *w) {
+    w->transport = &tide_transport_ipc; /* the NCCL fabric sets its own after this */
     TIDE_CUDA_CALL(cudaGetDevice(&w->device), "cudaGetDevice");
     TIDE_CUDA_CALL(cudaSetDevice(w->device), "cudaSetDevice");
     TIDE_CUDA_CALL(cudaFree(NULL), "cudaFree(NULL) (context)");
@@ -497,6 +499,14 @@ bool tide_cuda_mp_uses_vmm(const struct tide_fabric_arena *arena, int rank) {
     return rank >= 0 && rank < arena->world->ranks && a->vmm != NULL && a->vmm[rank];
 }
 
+/* The lane's puts are copies into mapped peer segments and its landings the shared bf16-input
+ * kernel, issued by the same interpreter (call.c) as on the single-process fabric; with a rail
+ * transport (TIDE_CUDA_MP_RAILS=1) the cross-node puts become rail steps, whose mapping
+ * (src/program/rails.c) refuses lane programs, so such a world keeps the generic programs. */
+static bool mp_rail_lane(const struct tide_fabric_world *world) {
+    return ((const tide_mp_world_t *)world)->rails == NULL;
+}
+
 void tide_cuda_mp_segment(const struct tide_fabric_arena *arena, void **ptr_out,
                           uint64_t *bytes_out, int *device_out) {
     /* A view borrows its parent's segments and size (mp_view.c). */
@@ -518,7 +528,5 @@ const struct tide_fabric_ops tide_fabric_cuda_mp_ops = {
     .arena_view_create = tide_cuda_mp_view_create,
     .execute = tide_cuda_mp_execute,
     .call_check = tide_cuda_mp_call_check,
-    /* No rail_lane yet: this fabric's lane (copies into the mapped peer segments, the same
-     * landing kernel; not with a rail transport, whose mapping refuses lane programs) is on
-     * branch lane-mp26 and has not run on a GPU. */
+    .rail_lane = mp_rail_lane, /* not run on a GPU yet (test_fabric_cuda_mp checks it) */
 };

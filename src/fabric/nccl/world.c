@@ -15,6 +15,7 @@
 #include "core/checks.h"
 #include "fabric/nccl/fabric_nccl.h"
 #include "fabric/nccl/rails.h"
+#include "fabric/cuda/transport.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -337,6 +338,7 @@ tide_result_t tide_nccl_world_create(int nodes, int gpus_per_node, int rank, con
     w->mp.base.gpus_per_node = gpus_per_node;
     w->mp.base.ranks = n;
     tide_result_t res = tide_cuda_mp_world_init(&w->mp);
+    w->mp.transport = &tide_transport_nccl;
     if (nodes > 1) {
         if (res == TIDE_SUCCESS) res = scratch_alloc(w);
         TIDE_CHECK_GOTO(create_nodes(w, parent, unique_id, res), res, fail);
