@@ -29,7 +29,12 @@ TIDE   N processes, all on the one GPU, a gloo process group for FSDP2's bookkee
        median over iterations of the slowest rank.  Each timed collective (stock's too)
        starts behind a GPU sleep of --hold-ms (20) during which the host enqueues it, so
        host enqueue time is not in the figure (bench_layer_single measures the same way);
-       the skew of the processes' barrier exits is.
+       the skew of the processes' barrier exits is.  The fastest rank's figure is printed
+       beside it: the window of the rank whose hold ended last.  For the reduce-scatter at
+       M = 1 (direct mode: every rank's sum waits for every rank's start) that is the
+       collective without the skew, as bench_layer_single times it behind one hold for every
+       rank; for the all-gather a lower bound (a rank's puts may start before a later rank
+       started).
 
 Peak memory: torch's allocator peak above the allocated bytes before the phase
 (max_memory_allocated), per rank; TIDE's arena (tide_plan_summary_t arena_bytes: landing
@@ -364,12 +369,19 @@ def run_tide(world, cfg, timeout):
         return {"ok": False, "error": "rank %d: %s: %s" % (r, rec["type"], rec["error"]),
                 "traceback": rec.get("traceback", "")}
     res = [rec["result"] for rec in records]
-    iters = len(res[0]["ag_ms"])
+
+    def per_iter(key, pick):
+        return [pick(x[key][i] for x in res) for i in range(len(res[0][key]))]
+
+    # The slowest rank's window (max) is the headline figure; the fastest rank's (min) is the
+    # window of the rank whose hold ended last: for the RS at M = 1, whose sums all wait for
+    # every rank's start, the collective without the skew of the processes' starts (max - min
+    # is that skew), what bench_layer_single times behind one hold; for the AG a lower bound.
     return {"ok": True,
-            "ag_ms": [max(x["ag_ms"][i] for x in res) for i in range(iters)],
-            "rs_ms": [max(x["rs_ms"][i] for x in res) for i in range(iters)],
-            "rs_collective_ms": [max(x["rs_collective_ms"][i] for x in res)
-                                 for i in range(len(res[0]["rs_collective_ms"]))],
+            "ag_ms": per_iter("ag_ms", max), "rs_ms": per_iter("rs_ms", max),
+            "rs_collective_ms": per_iter("rs_collective_ms", max),
+            "ag_min_ms": per_iter("ag_ms", min), "rs_min_ms": per_iter("rs_ms", min),
+            "rs_collective_min_ms": per_iter("rs_collective_ms", min),
             "ag_peak": max(x["ag_peak"] for x in res), "rs_peak": max(x["rs_peak"] for x in res),
             "arena_bytes": res[0]["arena_bytes"], "sizes": res[0]["sizes"],
             "calls": res[0]["calls"]}
@@ -419,11 +431,17 @@ def _row(world, stock, tide_res):
             "ag_roofline": world * 2 * z["U"] / (ag / 1e3 * ROOFLINE),
             "rs_roofline": world * (z["G"] + z["F"]) / (rs / 1e3 * ROOFLINE),
             "calls": tide_res["calls"]}
+        for key in ("ag_min_ms", "rs_min_ms"):
+            if tide_res.get(key):
+                out["tide"][key] = statistics.median(tide_res[key])
         if tide_res.get("rs_collective_ms"):
             rc = statistics.median(tide_res["rs_collective_ms"])
             out["tide"]["rs_collective_ms"] = rc
             out["tide"]["rs_collective_roofline"] = world * (z["G"] + z["F"]) / (rc / 1e3 *
                                                                                  ROOFLINE)
+        if tide_res.get("rs_collective_min_ms"):
+            out["tide"]["rs_collective_min_ms"] = statistics.median(
+                tide_res["rs_collective_min_ms"])
     else:
         out["tide"] = {"error": tide_res.get("error"), "traceback": tide_res.get("traceback")}
     return out
@@ -457,6 +475,11 @@ def _print(row):
                      "%.1f%%" % (100 * t["rs_collective_roofline"]), "-", "-",
                      "the collective alone (group.reduce_scatter, fp32 out): no FSDP2 "
                      "post-processing"))
+    if "error" not in t and "ag_min_ms" in t:
+        print("  the last rank to start (no start skew; AG: a lower bound): AG %.3f ms, "
+              "RS %.3f ms%s" % (t["ag_min_ms"], t["rs_min_ms"],
+                                ", RS collective alone %.3f ms" % t["rs_collective_min_ms"]
+                                if "rs_collective_min_ms" in t else ""))
     sys.stdout.flush()
 
 

@@ -124,6 +124,12 @@ def mp_times(paths):
                 found.setdefault(row["world"], []).append(
                     (os.path.basename(path) + " [AG; RS collective alone]", t["ag_ms"],
                      t["rs_collective_ms"]))
+            if "rs_collective_min_ms" in t and "ag_min_ms" in t:
+                # The last rank to start: the RS without the skew of the processes' starts,
+                # as here, where one hold precedes every rank's call (the AG: a lower bound).
+                found.setdefault(row["world"], []).append(
+                    (os.path.basename(path) + " [last rank to start; RS collective alone]",
+                     t["ag_min_ms"], t["rs_collective_min_ms"]))
     return found
 
 
