@@ -230,29 +230,24 @@ def _measure(pg, iters, barrier, dev, collective_rs=None):
             out["ag_ms"].append(ms)
             out["ag_peak"] = max(out["ag_peak"], peak)
         pg.reshard()
-        # RS
-        grads = _grads(pg)
-        dev.sync()
-        barrier()
-        mark = dev.start()
-        result = _reduce(pg, grads, dev)
-        ms, peak = dev.stop(mark)
-        del grads, result
-        if it >= 2:
-            out["rs_ms"].append(ms)
-            out["rs_peak"] = max(out["rs_peak"], peak)
-        for fp in pg.fsdp_params:
-            fp.sharded_param.grad = None
-        if collective_rs is not None:
+        # RS: FSDP2's foreach_reduce through tide.fsdp, then (In-Place) the collective alone
+        for key, reduce in (("rs", lambda g: _reduce(pg, g, dev)),
+                            ("rs_collective", collective_rs)):
+            if reduce is None:
+                continue
             grads = _grads(pg)
             dev.sync()
             barrier()
             mark = dev.start()
-            result = collective_rs(grads)
-            ms, _ = dev.stop(mark)
+            result = reduce(grads)
+            ms, peak = dev.stop(mark)
             del grads, result
             if it >= 2:
-                out["rs_collective_ms"].append(ms)
+                out[key + "_ms"].append(ms)
+                if key == "rs":
+                    out["rs_peak"] = max(out["rs_peak"], peak)
+            for fp in pg.fsdp_params:
+                fp.sharded_param.grad = None
     return out
 
 
@@ -431,17 +426,13 @@ def _row(world, stock, tide_res):
             "ag_roofline": world * 2 * z["U"] / (ag / 1e3 * ROOFLINE),
             "rs_roofline": world * (z["G"] + z["F"]) / (rs / 1e3 * ROOFLINE),
             "calls": tide_res["calls"]}
-        for key in ("ag_min_ms", "rs_min_ms"):
+        for key in ("ag_min_ms", "rs_min_ms", "rs_collective_ms", "rs_collective_min_ms"):
             if tide_res.get(key):
                 out["tide"][key] = statistics.median(tide_res[key])
-        if tide_res.get("rs_collective_ms"):
-            rc = statistics.median(tide_res["rs_collective_ms"])
-            out["tide"]["rs_collective_ms"] = rc
+        if "rs_collective_ms" in out["tide"]:
+            rc = out["tide"]["rs_collective_ms"]
             out["tide"]["rs_collective_roofline"] = world * (z["G"] + z["F"]) / (rc / 1e3 *
                                                                                  ROOFLINE)
-        if tide_res.get("rs_collective_min_ms"):
-            out["tide"]["rs_collective_min_ms"] = statistics.median(
-                tide_res["rs_collective_min_ms"])
     else:
         out["tide"] = {"error": tide_res.get("error"), "traceback": tide_res.get("traceback")}
     return out
