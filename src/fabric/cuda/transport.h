@@ -132,6 +132,30 @@ tide_result_t tide_cuda_call_enqueue(tide_cuda_call_t *c, const tide_cuda_call_h
                                      int64_t fence, const tide_sched_cmd_t *cmds, int n,
                                      const int32_t *action);
 
+/* ------------------------------------------------------------------ recording a call
+ * The bookkeeping every executor does before it enqueues a call, whatever its process layout. */
+
+/* The form of call `epoch` of program `prep` after the family's last enqueued call
+ * (last_epoch, last_prep; -1: none): STEADY when it directly follows a call of the same
+ * program (and `same`: the executor's own condition, the capture state on the single-process
+ * fabric), else FRESH.  *fence_out: the call the fence covers (STEADY waits reach back one
+ * call, so the one before; FRESH waits reach none, so the previous); negative: none. */
+void tide_cuda_call_order(uint64_t epoch, int prep, int64_t last_epoch, int last_prep, bool same,
+                          int *form_out, int64_t *fence_out);
+/* A FRESH call that switches programs must find their per-call counters counting alike
+ * (tide_schedule_incs_match); `last`: the schedule of program last_prep. */
+tide_result_t tide_cuda_call_switch_check(const char *fabric, uint64_t epoch, int form, int prep,
+                                          int64_t last_epoch, int last_prep,
+                                          const tide_schedule_t *sched,
+                                          const tide_schedule_t *last);
+/* Rank `rank` calls with `prog`: unless it is *checked already, its rank program must be the
+ * one the schedule was built from (rank hash); then *checked = prog. */
+tide_result_t tide_cuda_call_checked(const char *fabric, const tide_program_t *prog, int rank,
+                                     const tide_schedule_t *sched,
+                                     const tide_program_t **checked);
+/* The call's launch geometry from its plan (at least one CTA each). */
+void tide_cuda_call_ctas(const tide_binding_t *b, int *sum_ctas_out, int *landing_ctas_out);
+
 /* A transport's table from the common prefix p of its entries (p_record, p_wait, p_fence,
  * p_done, p_copy_batch) and its rail_put (or NULL). */
 #define TIDE_CUDA_TRANSPORT(name_, p, rail_put_)                                                   \
