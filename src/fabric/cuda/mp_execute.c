@@ -38,9 +38,7 @@ void tide_cuda_mp_family_free(tide_mp_family_t *fam) {
         prepared_free(&fam->prep[m]);
     for (int p = 0; p < 2; ++p) {
         if (fam->done_ev[p] != NULL) cudaEventDestroy(fam->done_ev[p]);
-        if (fam->own_dev[p] != NULL) cudaFree(fam->own_dev[p]);
-        if (fam->own_host[p] != NULL) cudaFreeHost((void *)fam->own_host[p]);
-        if (fam->own_done[p] != NULL) cudaEventDestroy(fam->own_done[p]);
+        tide_cuda_rows_release(1, fam->own_host[p], &fam->own_dev[p], &fam->own_done[p]);
         free(fam->own_last[p]);
         fam->done_ev[p] = NULL;
         fam->own_dev[p] = NULL;
@@ -68,12 +66,9 @@ static tide_result_t own_tables(tide_mp_family_t *fam, int params) {
     for (int p = 0; p < 2; ++p) {
         fam->own_last[p] = calloc(1, row);
         if (fam->own_last[p] == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric");
-        void *pinned = NULL;
-        TIDE_CUDA_CALL(cudaMallocHost(&pinned, row), "cudaMallocHost(gradient table)");
-        fam->own_host[p] = pinned;
-        TIDE_CUDA_CALL(cudaMalloc(&fam->own_dev[p], row), "cudaMalloc(gradient table)");
-        TIDE_CUDA_CALL(cudaEventCreateWithFlags(&fam->own_done[p], cudaEventDisableTiming),
-                       "cudaEventCreateWithFlags(upload)");
+        /* This rank's row on the device tide_cuda_mp_execute made current. */
+        TIDE_CHECK(tide_cuda_rows_alloc(1, 0, row, &fam->own_host[p], &fam->own_dev[p],
+                                        &fam->own_done[p]));
     }
     return TIDE_SUCCESS;
 }

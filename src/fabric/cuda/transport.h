@@ -61,6 +61,14 @@ typedef struct {
     const void **(*want)(tide_cuda_call_t *c, int rank);
 } tide_cuda_rows_t;
 
+/* The device half of one parity's tables for the n ranks of this process (rows.c): *host_out a
+ * pinned block of n rows of row_bytes; per rank r a device row dev[r] and the upload's event
+ * done[r], on device r % num_devices (num_devices 0: the current device).  Partial results stay
+ * for tide_cuda_rows_release, which takes NULL entries (and NULL arrays) as absent. */
+tide_result_t tide_cuda_rows_alloc(int n, int num_devices, size_t row_bytes,
+                                   const void ***host_out, void **dev, cudaEvent_t *done);
+void tide_cuda_rows_release(int n, const void **host, void **dev, cudaEvent_t *done);
+
 /* One call as the interpreter sees it.  Arrays are indexed by a rank or thread of this process
  * less rank0 (rank0 * TIDE_CUDA_Q for threads): all N ranks in one process (local), only this
  * rank's own (ipc, nccl). */
