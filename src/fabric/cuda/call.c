@@ -167,3 +167,44 @@ tide_result_t tide_cuda_call_enqueue(tide_cuda_call_t *c, const tide_cuda_call_h
     }
     return h->epilogue != NULL ? h->epilogue(c) : TIDE_SUCCESS;
 }
+
+/* ------------------------------------------------------------------ recording a call */
+
+void tide_cuda_call_order(uint64_t epoch, int prep, int64_t last_epoch, int last_prep, bool same,
+                          int *form_out, int64_t *fence_out) {
+    const bool steady =
+        epoch >= 1 && last_epoch == (int64_t)epoch - 1 && last_prep == prep && same;
+    *form_out = steady ? TIDE_SCHED_STEADY : TIDE_SCHED_FRESH;
+    *fence_out = steady ? (int64_t)epoch - 2 : (int64_t)epoch - 1;
+}
+
+tide_result_t tide_cuda_call_switch_check(const char *fabric, uint64_t epoch, int form, int prep,
+                                          int64_t last_epoch, int last_prep,
+                                          const tide_schedule_t *sched,
+                                          const tide_schedule_t *last) {
+    if (form != TIDE_SCHED_STEADY && last_epoch >= 0 && last_prep != prep &&
+        !tide_schedule_incs_match(sched, last))
+        return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
+                        "%s: call %llu switches programs whose counters count differently per "
+                        "call",
+                        fabric, (unsigned long long)epoch);
+    return TIDE_SUCCESS;
+}
+
+tide_result_t tide_cuda_call_checked(const char *fabric, const tide_program_t *prog, int rank,
+                                     const tide_schedule_t *sched,
+                                     const tide_program_t **checked) {
+    if (*checked == prog) return TIDE_SUCCESS;
+    if (tide_schedule_rank_hash(prog, rank) != sched->rank_hash[rank])
+        return TIDE_ERR(TIDE_ERR_INTERNAL,
+                        "%s: rank %d's program differs from the one its schedule was built from",
+                        fabric, rank);
+    *checked = prog;
+    return TIDE_SUCCESS;
+}
+
+void tide_cuda_call_ctas(const tide_binding_t *b, int *sum_ctas_out, int *landing_ctas_out) {
+    const tide_config_t *cfg = &b->plan->config;
+    *sum_ctas_out = cfg->sum_ctas > 0 ? cfg->sum_ctas : 1;
+    *landing_ctas_out = cfg->landing_ctas > 0 ? cfg->landing_ctas : 1;
+}

@@ -450,6 +450,12 @@ tide_result_t tide_cuda_call_compare(struct tide_fabric_arena *arena, tide_colle
 static inline int tide_cuda_family_of(const tide_program_t *prog) {
     return prog->fence ? 2 : prog->coll == TIDE_COLL_ALL_GATHER ? 0 : 1;
 }
+/* Which prepared program of its family a program is: a fence's variant, a reduce-scatter's
+ * mode (an all-gather has one). */
+static inline int tide_cuda_prep_of(const tide_program_t *prog) {
+    const int fi = tide_cuda_family_of(prog);
+    return fi == 2 ? prog->fence - 1 : fi == 0 ? 0 : (int)prog->mode;
+}
 
 /* Build a program's schedule and upload its tables (first call of the program). */
 tide_result_t tide_cuda_prepare(tide_cuda_group_t *g, tide_cuda_family_t *fam,

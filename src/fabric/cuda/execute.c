@@ -251,24 +251,19 @@ tide_result_t tide_cuda_enqueue(tide_cuda_group_t *g, tide_cuda_family_t *fam) {
     const uint64_t t0 = tide_cuda_now_ns();
     /* A call captured into a CUDA graph waits on nothing outside its capture, nor eager work
      * on anything captured: the stream orders them (graph.c). */
-    const bool steady = e >= 1 && fam->last_epoch == (int64_t)e - 1 && fam->last_prep == pi &&
-                        tide_cuda_graph_same(fam, (int64_t)e - 1);
-    const int form = steady ? TIDE_SCHED_STEADY : TIDE_SCHED_FRESH;
-    /* STEADY waits reach back one call: the fence covers the one before.  FRESH waits reach
-     * nothing of earlier calls: the fence covers all of them. */
-    int64_t fence = steady ? (int64_t)e - 2 : (int64_t)e - 1;
+    int form;
+    int64_t fence;
+    tide_cuda_call_order(e, pi, fam->last_epoch, fam->last_prep,
+                         e >= 1 && tide_cuda_graph_same(fam, (int64_t)e - 1), &form, &fence);
     if (fence >= 0 && !tide_cuda_graph_same(fam, fence)) fence = -1;
     if (fence >= 0 && fam->fence_epoch[fence % 2] != fence)
         return TIDE_ERR(TIDE_ERR_INTERNAL,
                         "cuda fabric: call %llu: the fence of call %lld is "
                         "missing (last call %lld)",
                         (unsigned long long)e, (long long)fence, (long long)fam->last_epoch);
-    if (!steady && fam->last_epoch >= 0 && fam->last_prep != pi &&
-        !tide_schedule_incs_match(&fam->prep[pi].sched, &fam->prep[fam->last_prep].sched))
-        return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
-                        "cuda fabric: call %llu switches programs whose "
-                        "counters count differently per call",
-                        (unsigned long long)e);
+    TIDE_CHECK(tide_cuda_call_switch_check("cuda fabric", e, form, pi, fam->last_epoch,
+                                           fam->last_prep, &fam->prep[pi].sched,
+                                           &fam->prep[fam->last_prep].sched));
 
     issue_t is;
     call_init(&is, g, fam, pi, e, form);
@@ -393,15 +388,8 @@ static tide_result_t record_call(tide_cuda_group_t *g, tide_cuda_family_t *fam, 
         res = tide_cuda_prepare(g, fam, pp, prog);
         if (res != TIDE_SUCCESS) return family_break(sh, fam, res);
     }
-    if (pp->checked[r] != prog) {
-        if (tide_schedule_rank_hash(prog, r) != pp->sched.rank_hash[r])
-            return family_break(sh, fam,
-                                TIDE_ERR(TIDE_ERR_INTERNAL,
-                                         "cuda fabric: rank %d's program differs from the one its "
-                                         "schedule was built from",
-                                         r));
-        pp->checked[r] = prog;
-    }
+    res = tide_cuda_call_checked("cuda fabric", prog, r, &pp->sched, &pp->checked[r]);
+    if (res != TIDE_SUCCESS) return family_break(sh, fam, res);
     res = bind_rank(fam, pp, prog, b);
     if (res != TIDE_SUCCESS) return family_break(sh, fam, res);
     if (fam->grads != NULL && b->grads != NULL)
@@ -410,8 +398,7 @@ static tide_result_t record_call(tide_cuda_group_t *g, tide_cuda_family_t *fam, 
     if (fam->pending == 0) {
         fam->pending_epoch = b->epoch;
         fam->pending_prep = pi;
-        fam->sum_ctas = b->plan->config.sum_ctas > 0 ? b->plan->config.sum_ctas : 1;
-        fam->landing_ctas = b->plan->config.landing_ctas > 0 ? b->plan->config.landing_ctas : 1;
+        tide_cuda_call_ctas(b, &fam->sum_ctas, &fam->landing_ctas);
     }
     fam->caller[r] = caller;
     fam->present[r] = true;
@@ -433,8 +420,7 @@ tide_result_t tide_cuda_execute(struct tide_fabric_arena *arena, const tide_prog
     cudaStream_t caller = NULL;
     TIDE_CHECK(tide_cuda_call_check("cuda fabric", prog, binding, arena, sh->ranks,
                                     tide_cuda_device_of(sh, r), stream, &caller));
-    const int fi = tide_cuda_family_of(prog);
-    const int pi = fi == 2 ? prog->fence - 1 : fi == 0 ? 0 : (int)prog->mode;
+    const int fi = tide_cuda_family_of(prog), pi = tide_cuda_prep_of(prog);
     int prev_device = -1;
     if (cudaGetDevice(&prev_device) != cudaSuccess) {
         (void)cudaGetLastError();

@@ -38,9 +38,7 @@ void tide_cuda_mp_family_free(tide_mp_family_t *fam) {
         prepared_free(&fam->prep[m]);
     for (int p = 0; p < 2; ++p) {
         if (fam->done_ev[p] != NULL) cudaEventDestroy(fam->done_ev[p]);
-        if (fam->own_dev[p] != NULL) cudaFree(fam->own_dev[p]);
-        if (fam->own_host[p] != NULL) cudaFreeHost((void *)fam->own_host[p]);
-        if (fam->own_done[p] != NULL) cudaEventDestroy(fam->own_done[p]);
+        tide_cuda_rows_release(1, fam->own_host[p], &fam->own_dev[p], &fam->own_done[p]);
         free(fam->own_last[p]);
         fam->done_ev[p] = NULL;
         fam->own_dev[p] = NULL;
@@ -68,12 +66,9 @@ static tide_result_t own_tables(tide_mp_family_t *fam, int params) {
     for (int p = 0; p < 2; ++p) {
         fam->own_last[p] = calloc(1, row);
         if (fam->own_last[p] == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric");
-        void *pinned = NULL;
-        TIDE_CUDA_CALL(cudaMallocHost(&pinned, row), "cudaMallocHost(gradient table)");
-        fam->own_host[p] = pinned;
-        TIDE_CUDA_CALL(cudaMalloc(&fam->own_dev[p], row), "cudaMalloc(gradient table)");
-        TIDE_CUDA_CALL(cudaEventCreateWithFlags(&fam->own_done[p], cudaEventDisableTiming),
-                       "cudaEventCreateWithFlags(upload)");
+        /* This rank's row on the device tide_cuda_mp_execute made current. */
+        TIDE_CHECK(tide_cuda_rows_alloc(1, 0, row, &fam->own_host[p], &fam->own_dev[p],
+                                        &fam->own_done[p]));
     }
     return TIDE_SUCCESS;
 }
@@ -406,15 +401,13 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     tide_mp_world_t *w = a->w;
     tide_mp_prepared_t *pp = &fam->prep[pi];
     const uint64_t e = b->epoch;
-    const bool steady = e >= 1 && fam->last_epoch == (int64_t)e - 1 && fam->last_prep == pi;
-    const int form = steady ? TIDE_SCHED_STEADY : TIDE_SCHED_FRESH;
-    const int64_t fence = steady ? (int64_t)e - 2 : (int64_t)e - 1;
-    if (!steady && fam->last_epoch >= 0 && fam->last_prep != pi &&
-        !tide_schedule_incs_match(&pp->sched, &fam->prep[fam->last_prep].sched))
-        return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
-                        "cuda mp fabric: call %llu switches programs whose counters count "
-                        "differently per call",
-                        (unsigned long long)e);
+    int form;
+    int64_t fence;
+    tide_cuda_call_order(e, pi, fam->last_epoch, fam->last_prep, true, &form, &fence);
+    const bool steady = form == TIDE_SCHED_STEADY;
+    TIDE_CHECK(tide_cuda_call_switch_check("cuda mp fabric", e, form, pi, fam->last_epoch,
+                                           fam->last_prep, &pp->sched,
+                                           &fam->prep[fam->last_prep].sched));
     /* At most two calls of this rank in flight: the host waits for call e - 2 (watchdog). */
     const int par = (int)(e % 2);
     if (fam->done_epoch[par] >= 0) {
@@ -460,19 +453,11 @@ static tide_result_t record_call(tide_mp_arena_t *a, tide_mp_family_t *fam, int 
     TIDE_CHECK(follow_abort(a));
     tide_mp_prepared_t *pp = &fam->prep[pi];
     if (!pp->ready) TIDE_CHECK(prepare(a, fam, pp, prog));
-    if (pp->checked != prog) {
-        if (tide_schedule_rank_hash(prog, r) != pp->sched.rank_hash[r])
-            return TIDE_ERR(TIDE_ERR_INTERNAL,
-                            "cuda mp fabric: rank %d's program differs from the one its schedule "
-                            "was built from",
-                            r);
-        pp->checked = prog;
-    }
+    TIDE_CHECK(tide_cuda_call_checked("cuda mp fabric", prog, r, &pp->sched, &pp->checked));
     /* The path of this call (the same on every rank) and its gradient row (mp_direct.c). */
     TIDE_CHECK(tide_cuda_mp_direct_call(a, fam, pp, b));
     TIDE_CHECK(bind_rank(fam, pp, prog, b));
-    fam->sum_ctas = b->plan->config.sum_ctas > 0 ? b->plan->config.sum_ctas : 1;
-    fam->landing_ctas = b->plan->config.landing_ctas > 0 ? b->plan->config.landing_ctas : 1;
+    tide_cuda_call_ctas(b, &fam->sum_ctas, &fam->landing_ctas);
     TIDE_CHECK(enqueue(a, fam, pi, b, caller));
     if (fi < 2) tide_mp_ctl_enqueued(&a->ctl, fi, b->epoch);
     /* An abort published while we enqueued (this rank was stopped in the middle, say): the
@@ -491,8 +476,7 @@ tide_result_t tide_cuda_mp_execute(struct tide_fabric_arena *arena, const tide_p
     if (caller == NULL) caller = cudaStreamLegacy;
     /* A fence program (a view's, mp_view.c) runs in the third family; its two variants are
      * its two programs. */
-    const int fi = prog->fence ? 2 : prog->coll == TIDE_COLL_ALL_GATHER ? 0 : 1;
-    const int pi = fi == 2 ? prog->fence - 1 : fi == 0 ? 0 : (int)prog->mode;
+    const int fi = tide_cuda_family_of(prog), pi = tide_cuda_prep_of(prog);
     if (fi == 2 && a->parent == NULL)
         return TIDE_ERR(TIDE_ERR_INTERNAL,
                         "cuda mp fabric: rank %d: a cross-group fence on an arena that is not a "

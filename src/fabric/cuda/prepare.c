@@ -7,7 +7,7 @@
  * (execute.c), because the gradients a call reads change from call to call.
  */
 #include "core/checks.h"
-#include "fabric/cuda/cuda.h"
+#include "fabric/cuda/transport.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -60,12 +60,7 @@ static tide_result_t tables_upload(tide_cuda_shared_t *sh, tide_cuda_prepared_t 
 
 void tide_cuda_own_tables_free(tide_cuda_family_t *fam, int ranks) {
     for (int p = 0; p < 2; ++p) {
-        for (int r = 0; r < ranks; ++r) {
-            if (fam->own_dev[p] != NULL && fam->own_dev[p][r] != NULL) cudaFree(fam->own_dev[p][r]);
-            if (fam->own_done[p] != NULL && fam->own_done[p][r] != NULL)
-                cudaEventDestroy(fam->own_done[p][r]);
-        }
-        if (fam->own_host[p] != NULL) cudaFreeHost((void *)fam->own_host[p]);
+        tide_cuda_rows_release(ranks, fam->own_host[p], fam->own_dev[p], fam->own_done[p]);
         free(fam->own_dev[p]);
         free(fam->own_done[p]);
         free(fam->own_last[p]);
@@ -108,15 +103,9 @@ static tide_result_t own_tables_build(tide_cuda_shared_t *sh, tide_cuda_family_t
         if (fam->own_dev[p] == NULL || fam->own_done[p] == NULL || fam->own_last[p] == NULL ||
             fam->own_valid[p] == NULL || fam->own_inflight[p] == NULL)
             return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda fabric: gradient tables");
-        void *pinned = NULL;
-        TIDE_CUDA_CALL(cudaMallocHost(&pinned, (size_t)n * row), "cudaMallocHost(gradient tables)");
-        fam->own_host[p] = pinned;
-        for (int r = 0; r < n; ++r) {
-            TIDE_CUDA_CALL(cudaSetDevice(tide_cuda_device_of(sh, r)), "cudaSetDevice");
-            TIDE_CUDA_CALL(cudaMalloc(&fam->own_dev[p][r], row), "cudaMalloc(gradient table)");
-            TIDE_CUDA_CALL(cudaEventCreateWithFlags(&fam->own_done[p][r], cudaEventDisableTiming),
-                           "cudaEventCreateWithFlags(upload)");
-        }
+        /* Rank r on device r % num_devices: tide_cuda_device_of. */
+        TIDE_CHECK(tide_cuda_rows_alloc(n, sh->num_devices, row, &fam->own_host[p],
+                                        fam->own_dev[p], fam->own_done[p]));
     }
     return TIDE_SUCCESS;
 }

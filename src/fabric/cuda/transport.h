@@ -61,6 +61,14 @@ typedef struct {
     const void **(*want)(tide_cuda_call_t *c, int rank);
 } tide_cuda_rows_t;
 
+/* The device half of one parity's tables for the n ranks of this process (rows.c): *host_out a
+ * pinned block of n rows of row_bytes; per rank r a device row dev[r] and the upload's event
+ * done[r], on device r % num_devices (num_devices 0: the current device).  Partial results stay
+ * for tide_cuda_rows_release, which takes NULL entries (and NULL arrays) as absent. */
+tide_result_t tide_cuda_rows_alloc(int n, int num_devices, size_t row_bytes,
+                                   const void ***host_out, void **dev, cudaEvent_t *done);
+void tide_cuda_rows_release(int n, const void **host, void **dev, cudaEvent_t *done);
+
 /* One call as the interpreter sees it.  Arrays are indexed by a rank or thread of this process
  * less rank0 (rank0 * TIDE_CUDA_Q for threads): all N ranks in one process (local), only this
  * rank's own (ipc, nccl). */
@@ -131,6 +139,30 @@ typedef struct {
 tide_result_t tide_cuda_call_enqueue(tide_cuda_call_t *c, const tide_cuda_call_hooks_t *h,
                                      int64_t fence, const tide_sched_cmd_t *cmds, int n,
                                      const int32_t *action);
+
+/* ------------------------------------------------------------------ recording a call
+ * The bookkeeping every executor does before it enqueues a call, whatever its process layout. */
+
+/* The form of call `epoch` of program `prep` after the family's last enqueued call
+ * (last_epoch, last_prep; -1: none): STEADY when it directly follows a call of the same
+ * program (and `same`: the executor's own condition, the capture state on the single-process
+ * fabric), else FRESH.  *fence_out: the call the fence covers (STEADY waits reach back one
+ * call, so the one before; FRESH waits reach none, so the previous); negative: none. */
+void tide_cuda_call_order(uint64_t epoch, int prep, int64_t last_epoch, int last_prep, bool same,
+                          int *form_out, int64_t *fence_out);
+/* A FRESH call that switches programs must find their per-call counters counting alike
+ * (tide_schedule_incs_match); `last`: the schedule of program last_prep. */
+tide_result_t tide_cuda_call_switch_check(const char *fabric, uint64_t epoch, int form, int prep,
+                                          int64_t last_epoch, int last_prep,
+                                          const tide_schedule_t *sched,
+                                          const tide_schedule_t *last);
+/* Rank `rank` calls with `prog`: unless it is *checked already, its rank program must be the
+ * one the schedule was built from (rank hash); then *checked = prog. */
+tide_result_t tide_cuda_call_checked(const char *fabric, const tide_program_t *prog, int rank,
+                                     const tide_schedule_t *sched,
+                                     const tide_program_t **checked);
+/* The call's launch geometry from its plan (at least one CTA each). */
+void tide_cuda_call_ctas(const tide_binding_t *b, int *sum_ctas_out, int *landing_ctas_out);
 
 /* A transport's table from the common prefix p of its entries (p_record, p_wait, p_fence,
  * p_done, p_copy_batch) and its rail_put (or NULL). */
