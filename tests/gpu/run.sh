@@ -5,11 +5,13 @@
 #   tests/gpu/run.sh "$OUT"            everything
 #   TIDE_GPU_QUICK=1                   tests only (no sanitizers, no benchmarks)
 #   TIDE_GPU_CTEST_EXCLUDE=REGEX       ctest -E REGEX (e.g. 'matrix|_mp' for a short run)
+#   TIDE_GPU_CTEST_JOBS=J              ctest -j J (default 1; 3 keeps every test within its
+#                                      timeout on one H100 and halves the run)
 #   TIDE_GPU_STEPS="a b ..."           after the tests, only these steps (default: all but
 #                                      sum-variants): mps-tests fsdp-layers memcheck racecheck
 #                                      bench-kernels bench-fabric bench-torch
 #                                      bench-torch-unfused interference enqueue sum-variants
-#                                      tide-bench
+#                                      tide-bench layer-gap
 #   TIDE_GPU_LAYER_ARGS="..."          extra bench_fsdp_layers / bench_layer_single arguments
 #                                      (e.g. "--sum-ctas 32 --landing-ctas 32")
 #   TIDE_GPU_LAYER_PUSHED=0            skip fsdp-layers' run with TIDE_CUDA_MP_DIRECT=0
@@ -61,7 +63,7 @@ step() { # step NAME CMD... : run, append output to the log, record PASS/FAIL in
 step configure cmake -S "$root" -B "$b" -DTIDE_WITH_CUDA=ON -DTIDE_BUILD_TESTS=OFF \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo
 step build cmake --build "$b" -j"$(nproc)" || { cat "$summary"; exit 1; }
-step ctest-gpu bash -c "cd '$b' && ctest -L gpu --output-on-failure ${TIDE_GPU_CTEST_EXCLUDE:+-E '$TIDE_GPU_CTEST_EXCLUDE'}"
+step ctest-gpu bash -c "cd '$b' && ctest -L gpu -j${TIDE_GPU_CTEST_JOBS:-1} --output-on-failure ${TIDE_GPU_CTEST_EXCLUDE:+-E '$TIDE_GPU_CTEST_EXCLUDE'}"
 # ctest's matrix runs the default direct mask (15, fusion on); the unfused mask (7) must equal
 # the CPU fabric too.
 [ "${TIDE_GPU_FUSED_MATRIX:-1}" = 1 ] &&
@@ -91,6 +93,15 @@ if want fsdp-layers; then
     [ "${TIDE_GPU_LAYER_PUSHED:-1}" = 1 ] &&
         step fsdp-layers-pushed env TIDE_CUDA_MP_DIRECT=0 bash -c "set -o pipefail; $layer --json '$out/fsdp_layers_pushed.json' | tee '$out/fsdp_layers_pushed.txt'"
     step layer-single bash -c "set -o pipefail; python3 '$root/tests/gpu/bench_layer_single.py' --lib '$b/libtide.so' --worlds 2,4,8 ${TIDE_GPU_LAYER_ARGS:-} --json '$out/layer_single.json' --mp-json '$out/fsdp_layers.json' $mps_json | tee '$out/layer_single.txt'"
+fi
+# layer-gap (issue 25): where the one-process-per-rank reduce-scatter loses against the
+# single-process fabric at N = 8 under MPS: host-mapped flags against device flags, and the
+# last rank to start (no start skew) beside the slowest rank; not in the default steps.
+if want layer-gap; then
+    gap="python3 '$root/tests/gpu/bench_fsdp_layers.py' --lib '$b/libtide.so' --worlds 8 ${TIDE_GPU_LAYER_ARGS:-}"
+    step layer-gap-host with_mps "$out/mps-gap-host" bash -c "set -o pipefail; $gap --json '$out/gap_host.json' | tee '$out/gap_host.txt'"
+    step layer-gap-device with_mps "$out/mps-gap-device" env TIDE_CUDA_MP_FLAGS=device bash -c "set -o pipefail; $gap --json '$out/gap_device.json' | tee '$out/gap_device.txt'"
+    step layer-gap-single bash -c "set -o pipefail; python3 '$root/tests/gpu/bench_layer_single.py' --lib '$b/libtide.so' --worlds 8 ${TIDE_GPU_LAYER_ARGS:-} --mp-json '$out/gap_host.json' --mp-json '$out/gap_device.json' | tee '$out/gap_single.txt'"
 fi
 if command -v compute-sanitizer >/dev/null; then
     want memcheck && step memcheck-fabric compute-sanitizer --tool memcheck --error-exitcode 3 \
