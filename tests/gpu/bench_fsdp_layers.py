@@ -26,15 +26,14 @@ TIDE   N processes, all on the one GPU, a gloo process group for FSDP2's bookkee
        transport included, while the other N - 1 ranks' collectives run on the same GPU at
        the same time: the GPU does N ranks' data movement within that time.  Ranks start
        each iteration together (gloo barrier after a device synchronize); the figure is the
-       median over iterations of the slowest rank.  Each timed collective (stock's too)
-       starts behind a GPU sleep of --hold-ms (20) during which the host enqueues it, so
-       host enqueue time is not in the figure (bench_layer_single measures the same way);
-       the skew of the processes' barrier exits is.  The fastest rank's figure is printed
-       beside it: the window of the rank whose hold ended last.  For the reduce-scatter at
-       M = 1 (direct mode: every rank's sum waits for every rank's start) that is the
-       collective without the skew, as bench_layer_single times it behind one hold for every
-       rank; for the all-gather a lower bound (a rank's puts may start before a later rank
-       started).
+       median over iterations of the slowest rank.  Host enqueue time is kept out of every
+       figure: stock's timed call starts behind a GPU sleep of --hold-ms (20) during which
+       the host enqueues it; TIDE's N processes (--start gate, the default) start behind one
+       common gate (start_gate.py: every rank's stream waits until the last rank has
+       enqueued its call), the start bench_layer_single gives all N ranks behind its one
+       hold.  --start hold puts each process behind its own sleep instead: the spread of
+       the processes' barrier exits is then in the slowest rank's window, and the fastest
+       rank's window (the rank whose hold ended last) is printed beside it.
 
 Peak memory: torch's allocator peak above the allocated bytes before the phase
 (max_memory_allocated), per rank; TIDE's arena (tide_plan_summary_t arena_bytes: landing
@@ -62,7 +61,7 @@ extrapolation, not a measurement; NVLink is not modelled).
 
     python3 tests/gpu/bench_fsdp_layers.py --lib build/libtide.so [--worlds 2,4,8]
         [--dim 4096 --hidden 11008] [--dtype bf16|fp32] [--mode in_place|slot_reuse]
-        [--iters 10] [--hold-ms 20] [--json FILE]
+        [--iters 10] [--hold-ms 20] [--start gate|hold] [--json FILE]
 
 Every process runs with NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 NVSHMEM_DISABLE_NVLS=1 (checked; nothing here uses NVLink multicast).
@@ -132,11 +131,12 @@ class _Dev:
     """CUDA events and allocator statistics, or wall time and no memory figures (--device
     cpu, which only exercises the script off the GPU)."""
 
-    def __init__(self, device, hold_ms=0.0):
+    def __init__(self, device, hold_ms=0.0, gate=None):
         import torch
 
         self.cuda = device == "cuda"
         self.torch = torch
+        self.gate = gate  # start_gate.Gate: one common start for every process (--start gate)
         self.hold_cycles = 0
         if self.cuda and hold_ms > 0:
             khz = torch.cuda.get_device_properties(torch.cuda.current_device()).clock_rate
@@ -155,7 +155,10 @@ class _Dev:
         if self.cuda:
             base = t.cuda.memory_allocated()
             t.cuda.reset_peak_memory_stats()
-            if self.hold_cycles:
+            if self.gate is not None:
+                # Every rank's stream starts when the last rank has enqueued (start_gate.py).
+                self.gate.hold(t.cuda.current_stream())
+            elif self.hold_cycles:
                 # The stream sleeps on the GPU while the host enqueues the collective, so
                 # that host enqueue time (FSDP2's Python, the ctypes calls) stays out of the
                 # figure, as in bench_layer_single; what remains of the processes' skew
@@ -166,6 +169,11 @@ class _Dev:
             return base, a
         return 0, time.perf_counter()
 
+    def enqueued(self):
+        """The timed work is enqueued: open this rank's word of the gate."""
+        if self.gate is not None:
+            self.gate.opened()
+
     def stop(self, mark):
         """(milliseconds, peak bytes above the start)."""
         t = self.torch
@@ -173,7 +181,10 @@ class _Dev:
         if self.cuda:
             b = t.cuda.Event(enable_timing=True)
             b.record()
+            self.enqueued()
             t.cuda.synchronize()
+            if self.gate is not None:
+                self.gate.finished()
             return a.elapsed_time(b), t.cuda.max_memory_allocated() - base
         return (time.perf_counter() - a) * 1e3, 0
 
@@ -323,9 +334,15 @@ def _tide_rank(rank, world, cfg):
 
     import tide.fsdp
 
-    dev = _Dev(cfg["device"], cfg.get("hold_ms", 0.0))
-    if dev.cuda:
+    gate = None
+    if cfg["device"] == "cuda":
         torch.cuda.set_device(0)
+        if cfg.get("gate_path"):
+            import start_gate
+
+            gate = start_gate.Gate(cfg["gate_path"], rank, world,
+                                   timeout_ms=max(cfg.get("hold_ms", 0.0), 20.0))
+    dev = _Dev(cfg["device"], cfg.get("hold_ms", 0.0), gate)
     block, pg = _shard_layer(_layer(cfg["dim"], cfg["hidden"], cfg["heads"],
                                     _dtype(cfg["dtype"])), world, cfg["device"])
     knobs = {k: cfg[k] for k in ("sum_ctas", "landing_ctas") if cfg.get(k) is not None}
@@ -344,7 +361,10 @@ def _tide_rank(rank, world, cfg):
     res["sizes"] = _sizes(pg, world)
     res["arena_bytes"] = st.group.plan.summary["arena_bytes"]
     res["calls"] = dict(st.calls)
+    res["gate_timeouts"] = gate.timed_out if gate is not None else 0
     tide.fsdp.disable(block)
+    if gate is not None:
+        gate.close()
     return res
 
 
@@ -352,7 +372,13 @@ def run_tide(world, cfg, timeout):
     import fsdp_harness
 
     env = dict(SAFETY, TIDE_TIMEOUT_MS=os.environ.get("TIDE_TIMEOUT_MS", "30000"))
-    with tempfile.TemporaryDirectory() as tmp:
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    with tempfile.TemporaryDirectory(dir=shm) as tmp:
+        if cfg.get("start") == "gate" and cfg["device"] == "cuda":
+            import start_gate
+
+            cfg = dict(cfg, gate_path=os.path.join(tmp, "start_gate"))
+            start_gate.create(cfg["gate_path"], world)
         try:
             records = fsdp_harness.run(world, _tide_rank, tmp, timeout=timeout, env=env,
                                        allow_failure=True, cfg=cfg)
@@ -379,7 +405,8 @@ def run_tide(world, cfg, timeout):
             "rs_collective_min_ms": per_iter("rs_collective_ms", min),
             "ag_peak": max(x["ag_peak"] for x in res), "rs_peak": max(x["rs_peak"] for x in res),
             "arena_bytes": res[0]["arena_bytes"], "sizes": res[0]["sizes"],
-            "calls": res[0]["calls"]}
+            "calls": res[0]["calls"],
+            "gate_timeouts": sum(x.get("gate_timeouts", 0) for x in res)}
 
 
 # ---------------------------------------------------------------------------- report
@@ -425,7 +452,7 @@ def _row(world, stock, tide_res):
             "arena_mib": tide_res["arena_bytes"] / 2**20,
             "ag_roofline": world * 2 * z["U"] / (ag / 1e3 * ROOFLINE),
             "rs_roofline": world * (z["G"] + z["F"]) / (rs / 1e3 * ROOFLINE),
-            "calls": tide_res["calls"]}
+            "calls": tide_res["calls"], "gate_timeouts": tide_res.get("gate_timeouts", 0)}
         for key in ("ag_min_ms", "rs_min_ms", "rs_collective_ms", "rs_collective_min_ms"):
             if tide_res.get(key):
                 out["tide"][key] = statistics.median(tide_res[key])
@@ -467,7 +494,8 @@ def _print(row):
                      "the collective alone (group.reduce_scatter, fp32 out): no FSDP2 "
                      "post-processing"))
     if "error" not in t and "ag_min_ms" in t:
-        print("  the last rank to start (no start skew; AG: a lower bound): AG %.3f ms, "
+        print("  the fastest rank's window (with --start hold the last rank to start: no start "
+              "skew; AG: a lower bound): AG %.3f ms, "
               "RS %.3f ms%s" % (t["ag_min_ms"], t["rs_min_ms"],
                                 ", RS collective alone %.3f ms" % t["rs_collective_min_ms"]
                                 if "rs_collective_min_ms" in t else ""))
@@ -492,6 +520,12 @@ def main():
     ap.add_argument("--hold-ms", type=float, default=20.0,
                     help="GPU sleep before each timed collective while the host enqueues it "
                          "(0: none; the figure then includes host enqueue time)")
+    ap.add_argument("--start", default="gate", choices=("gate", "hold"),
+                    help="how TIDE's N processes start each timed collective: gate (default): "
+                         "every rank's stream waits until the last rank has enqueued "
+                         "(start_gate.py), one common start as the single-process fabric's "
+                         "one hold; hold: each process behind its own GPU sleep of --hold-ms "
+                         "(the spread of the processes' starts is then in the figure)")
     ap.add_argument("--json")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                     help="cpu: exercise the script on the CPU fabric (no meaningful figures)")
@@ -505,7 +539,7 @@ def main():
 
     cfg = dict(dim=args.dim, hidden=args.hidden, heads=args.heads, dtype=args.dtype,
                mode=args.mode, iters=args.iters, device=args.device, sum_ctas=args.sum_ctas,
-               landing_ctas=args.landing_ctas, hold_ms=args.hold_ms)
+               landing_ctas=args.landing_ctas, hold_ms=args.hold_ms, start=args.start)
     cuda = args.device == "cuda"
     global ROOFLINE
     peak = hbm_peak() if cuda else None
@@ -535,6 +569,10 @@ def main():
                     print("NOTE: %s %s %.3f ms is near or above the %.0f ms hold: the host "
                           "blocked inside the call, the figure includes the hold"
                           % (side, phase, v, args.hold_ms))
+        if row["tide"].get("gate_timeouts"):
+            print("NOTE: %d TIDE start gate(s) opened by their timeout, not by every rank: a "
+                  "host blocked inside the call; those windows include the wait"
+                  % row["tide"]["gate_timeouts"])
         row["seconds"] = time.monotonic() - t0
         rows.append(row)
         _print(row)

@@ -114,6 +114,7 @@ def mp_times(paths):
             # still time the single-process side.
             print("no multi-process figures from %s: %s" % (path, exc))
             continue
+        gated = rep.get("config", {}).get("start") == "gate"
         for row in rep.get("rows", []):
             t = row.get("tide", {})
             if "ag_ms" in t:
@@ -122,9 +123,10 @@ def mp_times(paths):
             if "rs_collective_ms" in t:
                 # The same work as this benchmark's RS: the collective alone, fp32 output.
                 found.setdefault(row["world"], []).append(
-                    (os.path.basename(path) + " [AG; RS collective alone]", t["ag_ms"],
+                    (os.path.basename(path) + " [AG; RS collective alone%s]"
+                     % ("; common start gate" if gated else ""), t["ag_ms"],
                      t["rs_collective_ms"]))
-            if "rs_collective_min_ms" in t and "ag_min_ms" in t:
+            if "rs_collective_min_ms" in t and "ag_min_ms" in t and not gated:
                 # The last rank to start: the RS without the skew of the processes' starts,
                 # as here, where one hold precedes every rank's call (the AG: a lower bound).
                 found.setdefault(row["world"], []).append(
