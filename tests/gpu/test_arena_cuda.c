@@ -85,6 +85,12 @@ static int new_step(arena_run_t *a, int step) {
                "upload grads");
         }
     }
+    /* cudaMemcpy from pageable memory may return before its DMA landed, and the calls run
+     * on non-blocking streams: every device finishes the uploads first. */
+    for (int r = 0; r < a->n; ++r) {
+        CU(cudaSetDevice(dev_of(c, r)), "cudaSetDevice");
+        CU(cudaDeviceSynchronize(), "cudaDeviceSynchronize(uploads)");
+    }
     return 1;
 }
 

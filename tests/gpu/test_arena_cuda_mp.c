@@ -93,6 +93,9 @@ static int new_step(arena_run_t *a, int step) {
                       cudaMemcpyHostToDevice),
            "upload grads");
     }
+    /* cudaMemcpy from pageable memory may return before its DMA landed, and the calls run
+     * on non-blocking streams: finish the uploads first. */
+    CU(cudaDeviceSynchronize(), "cudaDeviceSynchronize(uploads)");
     return 1;
 }
 

@@ -427,7 +427,20 @@ static uint64_t pooled_bytes(const case_t *c) {
     return bytes;
 }
 
+/* cudaMemcpy from pageable host memory may return before its DMA reached the device, and
+ * the world's streams are non-blocking (no implicit order behind the legacy stream's copy):
+ * every device the inputs went to finishes them before the first call reads them. */
+static void gpu_inputs_fill(const case_t *c, const gpu_world_t *w, gpu_inputs_t *in);
+
 static void gpu_inputs(const case_t *c, const gpu_world_t *w, gpu_inputs_t *in) {
+    gpu_inputs_fill(c, w, in);
+    for (int r = 0; r < c->n; ++r) {
+        CK(cudaSetDevice(w->device[r]));
+        CK(cudaDeviceSynchronize());
+    }
+}
+
+static void gpu_inputs_fill(const case_t *c, const gpu_world_t *w, gpu_inputs_t *in) {
     const tide_geom_t *g = &c->plan->geom;
     const int np = g->num_params;
     if (!c->pooled) { /* one allocation per buffer: what compute-sanitizer checks bounds of */

@@ -306,6 +306,9 @@ static bool child_case(tide_comm_t comm, case_t *c, int r, cudaStream_t s, char 
     }
     CHILD_CU(operand_alloc(&dout, c->out_bytes, r, "out0"), "cudaMalloc(out)");
     CHILD_CU(cudaMemcpy(dout, c->out0[r], c->out_bytes, cudaMemcpyHostToDevice), "upload out");
+    /* cudaMemcpy from pageable memory may return before its DMA landed, and the calls run
+     * on a non-blocking stream: finish the uploads first. */
+    CHILD_CU(cudaDeviceSynchronize(), "cudaDeviceSynchronize(uploads)");
     /* Calls back to back on the rank's stream; outputs copied out on it after each call. */
     for (int e = 0; e < CALLS; ++e) {
         void *land = NULL;

@@ -224,6 +224,9 @@ static bool run_nccl(tide_comm_t comm, case_t *c, cudaStream_t s) {
     }
     CU(cudaMalloc(&dout, c->out_bytes));
     CU(cudaMemcpy(dout, c->out0, c->out_bytes, cudaMemcpyHostToDevice));
+    /* cudaMemcpy from pageable memory may return before its DMA landed, and the calls run
+     * on a non-blocking stream: finish the uploads first. */
+    CU(cudaDeviceSynchronize());
     /* Back to back on one stream; each result copied out on it right after its call. */
     for (int e = 0; e < CALLS; ++e) {
         void *land = NULL;
