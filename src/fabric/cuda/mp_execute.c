@@ -391,7 +391,10 @@ static tide_result_t epilogue(tide_cuda_call_t *c) {
         TIDE_CUDA_CALL(cudaEventRecord(fam->user[TIDE_EVENT_READ_DONE], caller),
                        "cudaEventRecord(read-done)");
     }
-    TIDE_CUDA_CALL(cudaEventRecord(fam->done_ev[c->parity], caller), "cudaEventRecord(done)");
+    /* The host and the watchdog wait on done events of eager calls only: a captured call's
+     * record would be a point inside the capture, which neither may query (mp_graph.c). */
+    if (!c->graph)
+        TIDE_CUDA_CALL(cudaEventRecord(fam->done_ev[c->parity], caller), "cudaEventRecord(done)");
     return TIDE_SUCCESS;
 }
 
