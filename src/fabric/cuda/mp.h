@@ -248,6 +248,10 @@ struct tide_mp_graph {
     bool captured[3];   /* the family has captured calls: eager calls are refused */
     bool num_set[3];    /* the family's counter was set */
     struct tide_mp_graph_mem *mem; /* device tables of captured calls */
+    /* [flag area][slot]: an event for each slot this rank both records and waits on, or NULL:
+     * such a wait is a graph edge (cudaStreamWaitEvent) instead of a wait kernel. */
+    cudaEvent_t *local[TIDE_MP_PREPS];
+    int local_slots[TIDE_MP_PREPS];
 };
 
 extern const struct tide_fabric_ops tide_fabric_cuda_mp_ops;

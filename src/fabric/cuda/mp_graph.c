@@ -148,6 +148,36 @@ static tide_result_t state_create(tide_mp_arena_t *a) {
     return TIDE_SUCCESS;
 }
 
+/* An event per slot that this rank records and also waits on (in either form): inside a
+ * capture, that dependency is an edge of the graph rather than a kernel spinning on a flag
+ * (the flag is still written: the peers wait on it).  The record precedes the wait in this
+ * rank's command order (mp.h, "Enqueue order"), so the edge points backwards as the flag
+ * dependency does.  One event per slot serves every captured call: a wait takes the latest
+ * record in capture order, that of its own call. */
+static tide_result_t local_events(tide_mp_arena_t *a, tide_mp_family_t *fam,
+                                  tide_mp_prepared_t *pp) {
+    struct tide_mp_graph *g = a->graph;
+    const int me = a->w->base.rank, pi = (int)(pp - fam->prep);
+    const int fidx = tide_cuda_mp_flags_index(fam->coll, pi);
+    if (g->local[fidx] != NULL) return TIDE_SUCCESS;
+    const int n = pp->sched.num_slots;
+    g->local[fidx] = calloc(n > 0 ? (size_t)n : 1, sizeof(cudaEvent_t));
+    if (g->local[fidx] == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: slot events");
+    g->local_slots[fidx] = n;
+    for (int f = 0; f < TIDE_SCHED_FORMS; ++f)
+        for (int i = 0; i < pp->num_cmds[f]; ++i) {
+            const tide_sched_cmd_t *cmd = &pp->cmds[f][i];
+            if (cmd->kind != TIDE_SCHED_CMD_WAIT) continue;
+            const int slot = cmd->arg;
+            if (slot < 0 || slot >= n || pp->sched.slot_thread[slot] / TIDE_CUDA_Q != me ||
+                g->local[fidx][slot] != NULL)
+                continue;
+            TIDE_CUDA_CALL(cudaEventCreateWithFlags(&g->local[fidx][slot], cudaEventDisableTiming),
+                           "cudaEventCreateWithFlags(captured slot)");
+        }
+    return TIDE_SUCCESS;
+}
+
 /* The family's counter starts at e - 1 (the first replay runs as call e, after the eager
  * calls before it); the call's gradient pointer row gets a device copy of its own, and this
  * rank's sums are bound to it. */
@@ -165,6 +195,7 @@ static tide_result_t capture_state(tide_mp_arena_t *a, tide_mp_family_t *fam,
         TIDE_CUDA_CALL(cudaStreamSynchronize(up), "cudaStreamSynchronize(counter)");
         g->num_set[fi] = true;
     }
+    TIDE_CHECK(local_events(a, fam, pp));
     if (!pp->sched.has_sum || fam->own_dev[parity] == NULL) return TIDE_SUCCESS;
     const int nr = fam->row_len, me = a->w->base.rank;
     void *dev = NULL;
@@ -250,6 +281,11 @@ void tide_cuda_mp_graph_free(tide_mp_arena_t *a) {
         g->mem = m->next;
         if (m->dev != NULL) (void)cudaFree(m->dev);
         free(m);
+    }
+    for (int f = 0; f < TIDE_MP_PREPS; ++f) {
+        for (int i = 0; g->local[f] != NULL && i < g->local_slots[f]; ++i)
+            if (g->local[f][i] != NULL) (void)cudaEventDestroy(g->local[f][i]);
+        free(g->local[f]);
     }
     if (g->num != NULL) (void)cudaFree(g->num);
     if (g->err_host != NULL) (void)cudaFreeHost(g->err_host);

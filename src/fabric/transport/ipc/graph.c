@@ -4,7 +4,8 @@
  * waited by kernels that read the family's call counter on the device (mp_graph_kernels.h),
  * so that every replay signals and waits for its own call number.  A value is the eager one
  * less the host's call number, added to the counter: e + 1 for a signal and a wait, e for a
- * wait on the previous call, call + 1 for a fence on call `call`.
+ * wait on the previous call, call + 1 for a fence on call `call`.  A wait on a slot this rank
+ * records itself is an edge of the graph instead (an event recorded with the signal).
  */
 #include "core/checks.h"
 #include "fabric/cuda/mp_graph_kernels.h"
@@ -43,6 +44,9 @@ static tide_result_t signal_flag(tide_cuda_call_t *c, cudaStream_t s, CUdevicept
 
 static tide_result_t graph_record(tide_cuda_call_t *c, cudaStream_t s, int slot) {
     const tide_transport_ipc_t *x = c->tp_ctx;
+    /* This rank waits on it too: a graph edge for that wait (mp_graph.c, local_events). */
+    const cudaEvent_t ev = x->a->graph->local[x->fidx][slot];
+    if (ev != NULL) TIDE_CHECK(tide_cuda_call_record_event(c, ev, s));
     return signal_flag(c, s, tide_cuda_mp_slot_flag(x->a, x->a->w->base.rank, x->fidx, slot),
                   (int64_t)c->epoch + 1);
 }
@@ -50,6 +54,8 @@ static tide_result_t graph_record(tide_cuda_call_t *c, cudaStream_t s, int slot)
 static tide_result_t graph_wait(tide_cuda_call_t *c, cudaStream_t s, int slot, bool prev) {
     const tide_transport_ipc_t *x = c->tp_ctx;
     const int owner = x->pp->sched.slot_thread[slot] / TIDE_CUDA_Q; /* no rails (mp_graph.c) */
+    const cudaEvent_t ev = x->a->graph->local[x->fidx][slot];
+    if (!prev && ev != NULL) return tide_cuda_call_wait_event(c, s, ev);
     tide_mp_graph_wait_t w;
     wait_init(&w, c, slot, prev ? (int64_t)c->epoch : (int64_t)c->epoch + 1);
     w.count = 1;
