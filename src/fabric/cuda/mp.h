@@ -54,6 +54,10 @@
  * kernel, planned per call from this rank's command list (TIDE_CUDA_BATCH=0: every copy is
  * one cudaMemcpyAsync).
  *
+ * CUDA graphs (mp_graph.c): a captured call numbers itself on the device (a call counter per
+ * family), its signals and waits are kernels that read the counter, and its waits bound
+ * themselves by TIDE_TIMEOUT_MS; a family with captured calls is replay-only.
+ *
  * Not done here: every rank must run on one host (the bootstrap's sockets).
  */
 #ifndef TIDE_FABRIC_CUDA_MP_H_
