@@ -359,9 +359,11 @@ static tide_result_t begin(tide_cuda_call_t *c, int rank) {
     const int fi = tide_cuda_mp_family_index(a, is->x.fam);
     const cudaStream_t caller = tide_cuda_call_caller(c, rank);
     /* A captured call numbers itself on the device (mp_graph.c); no host follows a replay. */
-    if (c->graph)
-        return tide_cuda_error(tide_mp_graph_tick(&a->graph->num[fi], caller), __FILE__,
-                               __LINE__, "captured call's counter kernel");
+    if (c->graph) {
+        TIDE_CUDA_CALL(tide_mp_graph_tick(&a->graph->num[fi], caller),
+                       "captured call's counter kernel");
+        return TIDE_SUCCESS;
+    }
     TIDE_CHECK(tide_mp_watchdog_begin(a, fi, c->parity, c->epoch, caller));
     return fi == 2 ? tide_cuda_mp_view_wait_siblings(a, caller, &c->st) : TIDE_SUCCESS;
 }
