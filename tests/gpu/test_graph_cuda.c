@@ -476,7 +476,8 @@ static bool mp_capture_one_rank(void) {
     CK(cudaStreamEndCapture(s, &graph));
     bool ok = res == TIDE_SUCCESS;
     if (!ok)
-        fprintf(stderr, "FAIL: a captured call on the one-process-per-rank fabric returned %s (%s)\n",
+        fprintf(stderr,
+                "FAIL: a captured call on the one-process-per-rank fabric returned %s (%s)\n",
                 tide_get_error_string(res), tide_get_last_error());
     cudaGraphExec_t exec = NULL;
     CK(cudaGraphInstantiate(&exec, graph, 0));

@@ -83,11 +83,11 @@ typedef struct {
     float *out[2][SETS][MAX_RANKS];
     uint8_t *burst_land[MAX_RANKS];
     float *burst_out[MAX_RANKS];
-    char *err;               /* [MAX_RANKS][320] */
-    pthread_barrier_t *bar;  /* process-shared */
-    double *killed_at;       /* [1] */
-    double *failed_at;       /* [MAX_RANKS] */
-    int *result;             /* [MAX_RANKS] */
+    char *err;              /* [MAX_RANKS][320] */
+    pthread_barrier_t *bar; /* process-shared */
+    double *killed_at;      /* [1] */
+    double *failed_at;      /* [MAX_RANKS] */
+    int *result;            /* [MAX_RANKS] */
 } case_t;
 
 static void case_init(case_t *c, int n) {
@@ -95,8 +95,7 @@ static void case_init(case_t *c, int n) {
     c->n = n;
     const tide_param_shape_t shapes[NP] = {{33, 17}, {8, 5}, {64, 3}};
     memcpy(c->shapes, shapes, sizeof(shapes));
-    c->desc = (tide_group_desc_t){NP, c->shapes, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16,
-                                  TIDE_DTYPE_BF16};
+    c->desc = (tide_group_desc_t){NP, c->shapes, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16};
     c->cfg = (tide_config_t)TIDE_CONFIG_INIT;
     c->cfg.nodes = 1;
     c->cfg.gpus_per_node = n;
@@ -165,8 +164,8 @@ static void *cpu_rank(void *arg) {
         void *land = NULL;
         if (tide_all_gather(grp, c->shard[k][r], 0, NULL) != TIDE_SUCCESS ||
             tide_group_landing(grp, 0, &land) != TIDE_SUCCESS ||
-            tide_reduce_scatter(grp, (const void *const *)c->grad[k][r], c->out_cpu[k][r],
-                                c->alpha, 0, TIDE_RS_IN_PLACE, NULL) != TIDE_SUCCESS)
+            tide_reduce_scatter(grp, (const void *const *)c->grad[k][r], c->out_cpu[k][r], c->alpha,
+                                0, TIDE_RS_IN_PLACE, NULL) != TIDE_SUCCESS)
             snprintf(j->error, sizeof(j->error), "call %d: %s", k, tide_get_last_error());
         else
             memcpy(c->land_cpu[k][r], land, c->land_bytes);
@@ -211,20 +210,20 @@ typedef struct {
     char *err;
 } rank_t;
 
-#define CK(call, what)                                                                            \
-    do {                                                                                          \
-        if ((call) != 0) {                                                                        \
-            snprintf(k->err, 320, "%s: %s", what, tide_get_last_error());                         \
-            return false;                                                                         \
-        }                                                                                         \
+#define CK(call, what)                                                                             \
+    do {                                                                                           \
+        if ((call) != 0) {                                                                         \
+            snprintf(k->err, 320, "%s: %s", what, tide_get_last_error());                          \
+            return false;                                                                          \
+        }                                                                                          \
     } while (0)
-#define CU(call, what)                                                                            \
-    do {                                                                                          \
-        cudaError_t e_ = (call);                                                                  \
-        if (e_ != cudaSuccess) {                                                                  \
-            snprintf(k->err, 320, "%s: %s", what, cudaGetErrorString(e_));                        \
-            return false;                                                                         \
-        }                                                                                         \
+#define CU(call, what)                                                                             \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            snprintf(k->err, 320, "%s: %s", what, cudaGetErrorString(e_));                         \
+            return false;                                                                          \
+        }                                                                                          \
     } while (0)
 
 /* Input set `set` into the operands, on the rank's stream. */
@@ -243,8 +242,8 @@ static bool upload(rank_t *k, int set) {
 
 static bool calls(rank_t *k, tide_group_t grp, float *out) {
     CK(tide_all_gather(grp, k->shard, 0, k->s), "all_gather");
-    CK(tide_reduce_scatter(grp, (const void *const *)k->grad, out, k->c->alpha, 0,
-                           TIDE_RS_IN_PLACE, k->s),
+    CK(tide_reduce_scatter(grp, (const void *const *)k->grad, out, k->c->alpha, 0, TIDE_RS_IN_PLACE,
+                           k->s),
        "reduce_scatter");
     return true;
 }
@@ -255,8 +254,7 @@ static bool download(rank_t *k, tide_group_t grp, const float *out, uint8_t *lan
     CK(tide_group_landing(grp, 0, &land), "landing");
     CU(cudaMemcpyAsync(land_to, land, k->c->land_bytes, cudaMemcpyDeviceToHost, k->s),
        "download landing");
-    CU(cudaMemcpyAsync(out_to, out, k->c->out_bytes, cudaMemcpyDeviceToHost, k->s),
-       "download out");
+    CU(cudaMemcpyAsync(out_to, out, k->c->out_bytes, cudaMemcpyDeviceToHost, k->s), "download out");
     CU(cudaStreamSynchronize(k->s), "cudaStreamSynchronize");
     return true;
 }
@@ -264,8 +262,8 @@ static bool download(rank_t *k, tide_group_t grp, const float *out, uint8_t *lan
 /* A call that must be refused with TIDE_ERR_UNSUPPORTED naming `why`. */
 static bool refused(rank_t *k, tide_result_t res, const char *what, const char *why) {
     if (res == TIDE_ERR_UNSUPPORTED && strstr(tide_get_last_error(), why) != NULL) return true;
-    snprintf(k->err, 320, "%s: %s, not refused for \"%s\": %s", what,
-             tide_get_error_string(res), why, tide_get_last_error());
+    snprintf(k->err, 320, "%s: %s, not refused for \"%s\": %s", what, tide_get_error_string(res),
+             why, tide_get_last_error());
     return false;
 }
 
@@ -465,8 +463,8 @@ static int kill_child(case_t *c, int r, const char *name, int victim) {
     }
     c->failed_at[r] = now_s();
     c->result[r] = (int)res;
-    snprintf(k->err, 320, "%s", res == TIDE_SUCCESS ? "every replay after the kill succeeded"
-                                                    : tide_get_last_error());
+    snprintf(k->err, 320, "%s",
+             res == TIDE_SUCCESS ? "every replay after the kill succeeded" : tide_get_last_error());
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
     tide_group_deregister(k->g); /* releases everything, without hanging */

@@ -51,8 +51,8 @@ struct tide_mp_graph_mem {
 
 static const char *const family_name[3] = {"all-gather", "reduce-scatter", "cross-group fence"};
 
-tide_result_t tide_cuda_mp_graph_arrive(tide_mp_arena_t *a, int fi, bool ready,
-                                        cudaStream_t caller, bool *captured_out) {
+tide_result_t tide_cuda_mp_graph_arrive(tide_mp_arena_t *a, int fi, bool ready, cudaStream_t caller,
+                                        bool *captured_out) {
     tide_mp_world_t *w = a->w;
     const int me = w->base.rank;
     unsigned long long key = 0;
@@ -189,9 +189,9 @@ static tide_result_t capture_state(tide_mp_arena_t *a, tide_mp_family_t *fam,
     g->timeout_ms = tide_fabric_timeout_ms();
     if (!g->num_set[fi]) {
         const uint64_t start = e - 1;
-        TIDE_CUDA_CALL(cudaMemcpyAsync(&g->num[fi], &start, sizeof(start), cudaMemcpyHostToDevice,
-                                       up),
-                       "cudaMemcpyAsync(captured calls' counter)");
+        TIDE_CUDA_CALL(
+            cudaMemcpyAsync(&g->num[fi], &start, sizeof(start), cudaMemcpyHostToDevice, up),
+            "cudaMemcpyAsync(captured calls' counter)");
         TIDE_CUDA_CALL(cudaStreamSynchronize(up), "cudaStreamSynchronize(counter)");
         g->num_set[fi] = true;
     }

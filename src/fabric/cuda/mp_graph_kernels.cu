@@ -38,7 +38,9 @@ __device__ __forceinline__ uint32_t err_code(const uint32_t *err) {
     return *(const volatile uint32_t *)err;
 }
 
-__global__ void tick_kernel(uint64_t *num) { *num += 1; }
+__global__ void tick_kernel(uint64_t *num) {
+    *num += 1;
+}
 
 __global__ void signal_kernel(const uint64_t *num, const uint32_t *err, uint64_t *flag,
                               int64_t delta) {

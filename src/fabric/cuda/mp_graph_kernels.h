@@ -47,7 +47,7 @@ typedef struct {
     uint32_t *err;       /* device address of this rank's error word */
     int64_t delta;       /* value = *num + delta */
     uint64_t timeout_ns;
-    int family, slot;    /* for the error word */
+    int family, slot; /* for the error word */
     int count;
     int rank[TIDE_MP_GRAPH_WAIT_MAX];
     uint64_t flag[TIDE_MP_GRAPH_WAIT_MAX]; /* device addresses */

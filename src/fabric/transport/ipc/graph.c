@@ -13,8 +13,7 @@
 
 #include <string.h>
 
-static void wait_init(tide_mp_graph_wait_t *w, const tide_cuda_call_t *c, int slot,
-                      int64_t value) {
+static void wait_init(tide_mp_graph_wait_t *w, const tide_cuda_call_t *c, int slot, int64_t value) {
     const tide_transport_ipc_t *x = c->tp_ctx;
     const struct tide_mp_graph *g = x->a->graph;
     const int f = tide_cuda_mp_family_index(x->a, x->fam);
@@ -32,14 +31,14 @@ static tide_result_t launched(cudaError_t e, const char *what) {
 }
 
 static tide_result_t signal_flag(tide_cuda_call_t *c, cudaStream_t s, CUdeviceptr flag,
-                            int64_t value) {
+                                 int64_t value) {
     const tide_transport_ipc_t *x = c->tp_ctx;
     const struct tide_mp_graph *g = x->a->graph;
     const int f = tide_cuda_mp_family_index(x->a, x->fam);
     ++c->st.records;
-    return launched(tide_mp_graph_signal(&g->num[f], g->err_dev, (uint64_t)flag,
-                                         value - (int64_t)c->epoch, s),
-                    "captured signal kernel");
+    return launched(
+        tide_mp_graph_signal(&g->num[f], g->err_dev, (uint64_t)flag, value - (int64_t)c->epoch, s),
+        "captured signal kernel");
 }
 
 static tide_result_t graph_record(tide_cuda_call_t *c, cudaStream_t s, int slot) {
@@ -48,7 +47,7 @@ static tide_result_t graph_record(tide_cuda_call_t *c, cudaStream_t s, int slot)
     const cudaEvent_t ev = x->a->graph->local[x->fidx][slot];
     if (ev != NULL) TIDE_CHECK(tide_cuda_call_record_event(c, ev, s));
     return signal_flag(c, s, tide_cuda_mp_slot_flag(x->a, x->a->w->base.rank, x->fidx, slot),
-                  (int64_t)c->epoch + 1);
+                       (int64_t)c->epoch + 1);
 }
 
 static tide_result_t graph_wait(tide_cuda_call_t *c, cudaStream_t s, int slot, bool prev) {
@@ -88,8 +87,8 @@ static tide_result_t graph_fence(tide_cuda_call_t *c, int rank, int64_t call) {
 static tide_result_t graph_done(tide_cuda_call_t *c, int rank) {
     const tide_transport_ipc_t *x = c->tp_ctx;
     const int f = tide_cuda_mp_family_index(x->a, x->fam);
-    return signal_flag(c, tide_cuda_call_caller(c, rank), tide_cuda_mp_family_done_flag(x->a, rank, f),
-                  (int64_t)c->epoch + 1);
+    return signal_flag(c, tide_cuda_call_caller(c, rank),
+                       tide_cuda_mp_family_done_flag(x->a, rank, f), (int64_t)c->epoch + 1);
 }
 
 static tide_result_t graph_copy_batch(tide_cuda_call_t *c, int k, int t) {
@@ -99,4 +98,5 @@ static tide_result_t graph_copy_batch(tide_cuda_call_t *c, int k, int t) {
                     c->rank0, t);
 }
 
-const tide_cuda_transport_t tide_transport_ipc_graph = TIDE_CUDA_TRANSPORT("ipc-graph", graph, NULL);
+const tide_cuda_transport_t tide_transport_ipc_graph =
+    TIDE_CUDA_TRANSPORT("ipc-graph", graph, NULL);
