@@ -449,8 +449,14 @@ static bool negative_foreign_capture(world_t *w) {
 }
 
 /* The one-process-per-rank fabric (1 x 1): a captured all-gather replays (mp_graph.c; N > 1
- * is test_graph_cuda_mp), its landing bit for bit the shard, and the family is replay-only:
- * an eager all-gather after the capture is refused. */
+ * is test_graph_cuda_mp) with its landing bit for bit an eager call's of the same shard, and
+ * the family is replay-only: an eager all-gather after the capture is refused. */
+#define MP_REPLAYS 5
+static void mp_pattern(uint8_t *p, size_t bytes, int k) {
+    for (size_t i = 0; i < bytes; ++i)
+        p[i] = (uint8_t)(i * 7 + (size_t)k * 13 + 1);
+}
+
 static bool mp_capture_one_rank(void) {
     tide_comm_t comm = NULL;
     char name[64];
@@ -462,14 +468,22 @@ static bool mp_capture_one_rank(void) {
     tide_config_t cfg = TIDE_CONFIG_INIT;
     tide_group_t group = NULL;
     TK(tide_group_register(comm, &cfg, &desc, &group));
-    const size_t bytes = group->plan->geom.shard_bytes;
+    const size_t bytes = group->plan->geom.shard_bytes, lbytes = group->plan->geom.group_bytes;
     void *shard = NULL, *land = NULL;
     CK(cudaMalloc(&shard, bytes));
-    CK(cudaMemset(shard, 0, bytes));
+    TK(tide_group_landing(group, 0, &land));
     cudaStream_t s = NULL;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    TK(tide_all_gather(group, shard, 0, s)); /* prepared eagerly */
-    CK(cudaStreamSynchronize(s));
+    uint8_t *in = malloc(bytes), *want = malloc(MP_REPLAYS * lbytes), *got = malloc(lbytes);
+    if (in == NULL || want == NULL || got == NULL) exit(2);
+    /* The references: eager calls of the shards the replays will gather. */
+    for (int k = 0; k < MP_REPLAYS; ++k) {
+        mp_pattern(in, bytes, k);
+        CK(cudaMemcpyAsync(shard, in, bytes, cudaMemcpyHostToDevice, s));
+        TK(tide_all_gather(group, shard, 0, s));
+        CK(cudaMemcpyAsync(want + (size_t)k * lbytes, land, lbytes, cudaMemcpyDeviceToHost, s));
+        CK(cudaStreamSynchronize(s));
+    }
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     const tide_result_t res = tide_all_gather(group, shard, 0, s);
     cudaGraph_t graph = NULL;
@@ -481,20 +495,16 @@ static bool mp_capture_one_rank(void) {
                 tide_get_error_string(res), tide_get_last_error());
     cudaGraphExec_t exec = NULL;
     CK(cudaGraphInstantiate(&exec, graph, 0));
-    TK(tide_group_landing(group, 0, &land));
-    uint8_t *want = malloc(bytes), *got = malloc(bytes);
-    if (want == NULL || got == NULL) exit(2);
-    for (int k = 0; ok && k < 5; ++k) {
-        for (size_t i = 0; i < bytes; ++i)
-            want[i] = (uint8_t)(i * 7 + (size_t)k * 13 + 1);
-        CK(cudaMemcpyAsync(shard, want, bytes, cudaMemcpyHostToDevice, s));
+    for (int k = MP_REPLAYS - 1; ok && k >= 0; --k) {
+        mp_pattern(in, bytes, k);
+        CK(cudaMemcpyAsync(shard, in, bytes, cudaMemcpyHostToDevice, s));
         CK(cudaGraphLaunch(exec, s));
-        CK(cudaMemcpyAsync(got, land, bytes, cudaMemcpyDeviceToHost, s));
+        CK(cudaMemcpyAsync(got, land, lbytes, cudaMemcpyDeviceToHost, s));
         CK(cudaStreamSynchronize(s));
         if (tide_cuda_mp_sync(group->arena, TIDE_COLL_ALL_GATHER) != TIDE_SUCCESS ||
-            memcmp(got, want, bytes) != 0) {
-            fprintf(stderr, "FAIL: replay %d of a captured all-gather at 1 x 1: %s\n", k,
-                    tide_get_last_error());
+            memcmp(got, want + (size_t)k * lbytes, lbytes) != 0) {
+            fprintf(stderr, "FAIL: replay of shard %d of a captured all-gather at 1 x 1: %s\n",
+                    k, tide_get_last_error());
             ok = false;
         }
     }
@@ -506,9 +516,10 @@ static bool mp_capture_one_rank(void) {
         ok = false;
     }
     if (ok)
-        printf("PASS one-process-per-rank fabric (1 x 1): 5 replays of a captured all-gather; "
-               "then eagerly: %s\n",
-               tide_get_last_error());
+        printf("PASS one-process-per-rank fabric (1 x 1): %d replays of a captured all-gather, "
+               "bit for bit eager calls; then eagerly: %s\n",
+               MP_REPLAYS, tide_get_last_error());
+    free(in);
     free(want);
     free(got);
     CK(cudaGraphExecDestroy(exec));
