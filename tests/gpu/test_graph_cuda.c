@@ -503,8 +503,8 @@ static bool mp_capture_one_rank(void) {
         CK(cudaStreamSynchronize(s));
         if (tide_cuda_mp_sync(group->arena, TIDE_COLL_ALL_GATHER) != TIDE_SUCCESS ||
             memcmp(got, want + (size_t)k * lbytes, lbytes) != 0) {
-            fprintf(stderr, "FAIL: replay of shard %d of a captured all-gather at 1 x 1: %s\n",
-                    k, tide_get_last_error());
+            fprintf(stderr, "FAIL: replay of shard %d of a captured all-gather at 1 x 1: %s\n", k,
+                    tide_get_last_error());
             ok = false;
         }
     }
