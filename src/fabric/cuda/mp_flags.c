@@ -17,9 +17,10 @@
  * has a few tens of such waits per rank on its critical path at most (the enqueue figures in
  * docs/cuda-fabric.md: 50 stream operations per rank per call at P = 30, M = 8, most of them
  * not on the critical path), so the added latency is some tens of microseconds per call at
- * worst: noise next to a layer's milliseconds of data movement, visible on calls of a few
- * hundred microseconds.  Not measured yet: TIDE_CUDA_MP_FLAGS=device keeps the flags in the
- * device segments (the layout before), for comparison.
+ * worst, by that count.  Measured (bench/results/h100-2026-12-06g, a 386 MiB layer at N = 8
+ * processes under MPS on one H100) it is more: device flags (TIDE_CUDA_MP_FLAGS=device) take
+ * 0.26 ms (11%) off the reduce-scatter and 0.17 ms off the all-gather.  Host flags stay the
+ * default for the fail-stop property above.
  *
  * Device flags (TIDE_CUDA_MP_FLAGS=device, and the NCCL fabric, whose arenas have no control
  * block).  The poison is an asynchronous memset on the utility stream: it releases the waits
