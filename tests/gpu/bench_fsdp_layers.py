@@ -340,8 +340,14 @@ def _tide_rank(rank, world, cfg):
         if cfg.get("gate_path"):
             import start_gate
 
-            gate = start_gate.Gate(cfg["gate_path"], rank, world,
-                                   timeout_ms=max(cfg.get("hold_ms", 0.0), 20.0))
+            try:
+                gate = start_gate.Gate(cfg["gate_path"], rank, world,
+                                       timeout_ms=max(cfg.get("hold_ms", 0.0), 20.0))
+            except (OSError, RuntimeError, AttributeError) as exc:
+                # Every rank fails the same way (the same driver and memory), so they all
+                # fall back together; the run says so once per rank.
+                print("rank %d: start gate unavailable (%s): per-process hold instead"
+                      % (rank, exc), flush=True)
     dev = _Dev(cfg["device"], cfg.get("hold_ms", 0.0), gate)
     block, pg = _shard_layer(_layer(cfg["dim"], cfg["hidden"], cfg["heads"],
                                     _dtype(cfg["dtype"])), world, cfg["device"])
