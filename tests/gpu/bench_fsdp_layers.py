@@ -344,8 +344,8 @@ def _tide_rank(rank, world, cfg):
                 gate = start_gate.Gate(cfg["gate_path"], rank, world,
                                        timeout_ms=max(cfg.get("hold_ms", 0.0), 20.0))
             except (OSError, RuntimeError, AttributeError) as exc:
-                # Every rank fails the same way (the same driver and memory), so they all
-                # fall back together; the run says so once per rank.
+                # If only some ranks fall back, the others' gates never see those ranks'
+                # words and open by their timeout: no hang, and the run's NOTE says so.
                 print("rank %d: start gate unavailable (%s): per-process hold instead"
                       % (rank, exc), flush=True)
     dev = _Dev(cfg["device"], cfg.get("hold_ms", 0.0), gate)
