@@ -517,8 +517,17 @@ TIDE_API tide_result_t tide_reduce_scatter_checked(tide_group_t group, const voi
  *     deregistration of the world runs while a capture is under way.
  * Refused with TIDE_ERR_UNSUPPORTED (nothing recorded, the group stays usable): the first
  * call of a program, every call of groups on a shared arena, ranks of one call in different
- * captures, a call on the legacy default stream during a capture, and every call of the
- * one-process-per-rank CUDA fabric and of the NCCL fabric while their stream is capturing.
+ * captures, a call on the legacy default stream during a capture, and every call of the NCCL
+ * fabric while its stream is capturing.
+ * On the one-process-per-rank CUDA fabric (tide_comm_init_rank with TIDE_FABRIC_CUDA) each
+ * process captures its own rank's calls, of groups registered on their own arena (not of a
+ * shared arena's groups), with the same preconditions; in addition every rank captures the
+ * same calls and launches the same graphs in the same order, a family (all-gather,
+ * reduce-scatter) with a captured call is replay-only until the group is deregistered (its
+ * eager calls are refused), replays have ended before the group is deregistered, and a failed
+ * replay (every device wait of a replay ends by TIDE_TIMEOUT_MS) is reported with
+ * TIDE_ERR_TIMEOUT at the group's next call (docs/cuda-fabric.md, "CUDA graphs across
+ * processes").
  * The device tables of a captured call are kept until the group is deregistered.  Events
  * recorded by a captured call (tide_group_read_done_event) mark points inside the capture:
  * later captured work may wait on them; a replay does not record them for eager waits.

@@ -38,8 +38,8 @@
  * call of a program (prepare allocates and uploads synchronously), every call of groups on a
  * shared arena (the arena's fence waits on its groups' calls across the capture), ranks of
  * one call in different captures (or some eager), a call while another capture holds the
- * fabric's streams, and every call of the one-process-per-rank and NCCL fabrics (host waits
- * on device flags; tide_cuda_graph_refuse).
+ * fabric's streams, and every call of the NCCL fabric.  The one-process-per-rank fabric
+ * captures its calls differently (mp_graph.c: its signals are flags other processes write).
  */
 #include "fabric/cuda/graph.h"
 
@@ -313,15 +313,7 @@ void tide_cuda_graph_free(tide_cuda_family_t *fam) {
     (void)cudaGetLastError();
 }
 
-tide_result_t tide_cuda_graph_refuse(const char *fabric, int rank, cudaStream_t caller) {
-    unsigned long long key = 0;
-    TIDE_CHECK(capture_key(fabric, rank, caller, "the caller's stream is", &key));
-    if (key == 0) return TIDE_SUCCESS;
-    return TIDE_ERR(
-        TIDE_ERR_UNSUPPORTED,
-        "%s: rank %d: calls cannot be captured into a CUDA graph on this fabric (its ranks "
-        "wait on the host for flags written by other processes); capture on the "
-        "single-process CUDA fabric (tide_comm_init_all with TIDE_FABRIC_CUDA), or "
-        "call outside the capture",
-        fabric, rank);
+tide_result_t tide_cuda_graph_key(const char *fabric, int rank, cudaStream_t s, const char *what,
+                                  unsigned long long *key_out) {
+    return capture_key(fabric, rank, s, what, key_out);
 }

@@ -41,8 +41,10 @@ void tide_cuda_graph_enqueued(tide_cuda_shared_t *sh, tide_cuda_family_t *fam, i
 
 void tide_cuda_graph_free(tide_cuda_family_t *fam);
 
-/* Fabrics whose calls cannot be captured (one process per rank, NCCL: host waits on device
- * flags): TIDE_ERR_UNSUPPORTED when `caller` is capturing. */
-tide_result_t tide_cuda_graph_refuse(const char *fabric, int rank, cudaStream_t caller);
+/* The capture stream s is in (NULL: the legacy default stream): *key_out 0 when none, else its
+ * capture id + 1; TIDE_ERR_UNSUPPORTED for the legacy stream during a capture and for an
+ * invalidated capture (`what` names the stream in the message). */
+tide_result_t tide_cuda_graph_key(const char *fabric, int rank, cudaStream_t s, const char *what,
+                                  unsigned long long *key_out);
 
 #endif /* TIDE_FABRIC_CUDA_GRAPH_H_ */

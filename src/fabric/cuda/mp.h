@@ -54,6 +54,10 @@
  * kernel, planned per call from this rank's command list (TIDE_CUDA_BATCH=0: every copy is
  * one cudaMemcpyAsync).
  *
+ * CUDA graphs (mp_graph.c): a captured call numbers itself on the device (a call counter per
+ * family), its signals and waits are kernels that read the counter, and its waits bound
+ * themselves by TIDE_TIMEOUT_MS; a family with captured calls is replay-only.
+ *
  * Not done here: every rank must run on one host (the bootstrap's sockets).
  */
 #ifndef TIDE_FABRIC_CUDA_MP_H_
@@ -119,6 +123,7 @@ typedef struct {
     /* What carries this world's signals, fences, batches and rail puts (transport.h): the
      * ipc transport, or the nccl one on the NCCL fabric's worlds. */
     const struct tide_cuda_transport *transport;
+    uint64_t graph_calls; /* calls captured into CUDA graphs on this world (mp_graph.c) */
 } tide_mp_world_t;
 
 /* TIDE_CUDA_CE_BATCH (mp_batch.c): runs of copies that touch another device's memory (peer
@@ -234,7 +239,24 @@ typedef struct tide_mp_arena {
     int flag_areas;
     int num_views;
     struct tide_mp_arena **views;
+    struct tide_mp_graph *graph; /* captured calls' state (mp_graph.c), or NULL: none ever */
 } tide_mp_arena_t;
+
+/* Captured calls of an arena (mp_graph.c), created at its first capture. */
+struct tide_mp_graph_mem;
+struct tide_mp_graph {
+    uint64_t *num;      /* device [3]: each family's call counter (the replayed call's e) */
+    uint32_t *err_host; /* pinned, mapped [4]: this rank's error word (mp_graph_kernels.h) */
+    uint32_t *err_dev;  /* its device address */
+    int64_t timeout_ms; /* TIDE_TIMEOUT_MS at the last capture: the device waits' bound */
+    bool captured[3];   /* the family has captured calls: eager calls are refused */
+    bool num_set[3];    /* the family's counter was set */
+    struct tide_mp_graph_mem *mem; /* device tables of captured calls */
+    /* [flag area][slot]: an event for each slot this rank both records and waits on, or NULL:
+     * such a wait is a graph edge (cudaStreamWaitEvent) instead of a wait kernel. */
+    cudaEvent_t *local[TIDE_MP_PREPS];
+    int local_slots[TIDE_MP_PREPS];
+};
 
 extern const struct tide_fabric_ops tide_fabric_cuda_mp_ops;
 
@@ -418,6 +440,10 @@ void tide_cuda_mp_direct_family_free(tide_mp_family_t *fam);
 void tide_cuda_mp_direct_world_free(tide_mp_world_t *w);
 tide_result_t tide_cuda_mp_direct_call(tide_mp_arena_t *a, tide_mp_family_t *fam,
                                        tide_mp_prepared_t *pp, const tide_binding_t *b);
+/* The pushed path for this call without the collective exchange (a call captured into a CUDA
+ * graph, which every rank captures alike: mp_graph.c): fills fam->grads with the call's row. */
+tide_result_t tide_cuda_mp_direct_pushed(tide_mp_family_t *fam, tide_mp_prepared_t *pp,
+                                         const tide_binding_t *b);
 bool tide_cuda_mp_direct_elided(const tide_mp_prepared_t *pp, int id);
 void tide_cuda_mp_direct_skips(const tide_mp_prepared_t *pp, const uint8_t **elide_out,
                                const uint8_t **fused_out, bool *read_done_out);
@@ -461,6 +487,25 @@ uint64_t tide_cuda_mp_flag_bytes(const tide_mp_arena_t *a);
 /* Fail-stop reaches every view of the set in this process (they share the flag areas the
  * poison wrote): break each family of a's set with msg. */
 void tide_cuda_mp_set_broken(tide_mp_arena_t *a, const char *msg);
+
+/* ------------------------------------------------------------------ CUDA graphs (mp_graph.c) */
+
+/* A call of family fi on `caller`: whether it is captured (*captured_out), or refused with
+ * TIDE_ERR_UNSUPPORTED before anything is enqueued (the restrictions of mp_graph.c).  ready:
+ * the call's program was prepared.  An eager call costs one capture query while nothing was
+ * captured on the world. */
+tide_result_t tide_cuda_mp_graph_arrive(tide_mp_arena_t *a, int fi, bool ready,
+                                        cudaStream_t caller, bool *captured_out);
+/* Capture time, outside the capture, after the call was bound: the family's counter (first
+ * capture), the call's gradient pointer row on the device, its sums bound to it. */
+tide_result_t tide_cuda_mp_graph_capture(tide_mp_arena_t *a, tide_mp_family_t *fam,
+                                         tide_mp_prepared_t *pp, uint64_t e, int parity);
+/* The captured call was enqueued: the family is replay-only from now on. */
+void tide_cuda_mp_graph_enqueued(tide_mp_arena_t *a, tide_mp_family_t *fam);
+/* A device wait of a replay failed (this rank's error word): fail stop with its message
+ * (TIDE_ERR_TIMEOUT); TIDE_SUCCESS when none did. */
+tide_result_t tide_cuda_mp_graph_check(tide_mp_arena_t *a);
+void tide_cuda_mp_graph_free(tide_mp_arena_t *a);
 
 /* ------------------------------------------------------------------ queries (tests, tools) */
 

@@ -166,6 +166,18 @@ tide_result_t tide_cuda_mp_direct_call(tide_mp_arena_t *a, tide_mp_family_t *fam
     return TIDE_SUCCESS;
 }
 
+tide_result_t tide_cuda_mp_direct_pushed(tide_mp_family_t *fam, tide_mp_prepared_t *pp,
+                                         const tide_binding_t *b) {
+    if (pp->direct != NULL) {
+        pp->direct->on = false;
+        pp->direct->fuse_on = false;
+    }
+    if (fam->grads == NULL || b->grads == NULL) return TIDE_SUCCESS;
+    memset(fam->grads, 0, (size_t)fam->row_len * sizeof(*fam->grads));
+    memcpy(fam->grads, b->grads, (size_t)fam->num_params * sizeof(void *));
+    return TIDE_SUCCESS;
+}
+
 bool tide_cuda_mp_direct_elided(const tide_mp_prepared_t *pp, int id) {
     const struct tide_mp_direct *d = pp->direct;
     return d != NULL && d->on && d->dir.elide != NULL && d->dir.elide[id];

@@ -10,6 +10,7 @@
 #include "core/checks.h"
 #include "fabric/cuda/mp.h"
 #include "fabric/cuda/graph.h"
+#include "fabric/cuda/mp_graph_kernels.h"
 #include "fabric/transport/ipc/ipc.h"
 
 #include <stdio.h>
@@ -357,6 +358,12 @@ static tide_result_t begin(tide_cuda_call_t *c, int rank) {
     tide_mp_arena_t *a = is->x.a;
     const int fi = tide_cuda_mp_family_index(a, is->x.fam);
     const cudaStream_t caller = tide_cuda_call_caller(c, rank);
+    /* A captured call numbers itself on the device (mp_graph.c); no host follows a replay. */
+    if (c->graph) {
+        TIDE_CUDA_CALL(tide_mp_graph_tick(&a->graph->num[fi], caller),
+                       "captured call's counter kernel");
+        return TIDE_SUCCESS;
+    }
     TIDE_CHECK(tide_mp_watchdog_begin(a, fi, c->parity, c->epoch, caller));
     return fi == 2 ? tide_cuda_mp_view_wait_siblings(a, caller, &c->st) : TIDE_SUCCESS;
 }
@@ -386,7 +393,10 @@ static tide_result_t epilogue(tide_cuda_call_t *c) {
         TIDE_CUDA_CALL(cudaEventRecord(fam->user[TIDE_EVENT_READ_DONE], caller),
                        "cudaEventRecord(read-done)");
     }
-    TIDE_CUDA_CALL(cudaEventRecord(fam->done_ev[c->parity], caller), "cudaEventRecord(done)");
+    /* The host and the watchdog wait on done events of eager calls only: a captured call's
+     * record would be a point inside the capture, which neither may query (mp_graph.c). */
+    if (!c->graph)
+        TIDE_CUDA_CALL(cudaEventRecord(fam->done_ev[c->parity], caller), "cudaEventRecord(done)");
     return TIDE_SUCCESS;
 }
 
@@ -397,20 +407,22 @@ static const tide_cuda_call_hooks_t hooks = {
 };
 
 static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
-                             const tide_binding_t *b, cudaStream_t caller) {
+                             const tide_binding_t *b, cudaStream_t caller, bool captured) {
     tide_mp_world_t *w = a->w;
     tide_mp_prepared_t *pp = &fam->prep[pi];
     const uint64_t e = b->epoch;
     int form;
     int64_t fence;
-    tide_cuda_call_order(e, pi, fam->last_epoch, fam->last_prep, true, &form, &fence);
+    /* A captured call is always FRESH: a replay depends on the call before it (whichever
+     * that is on the device) through its fence only (mp_graph.c). */
+    tide_cuda_call_order(e, pi, fam->last_epoch, fam->last_prep, !captured, &form, &fence);
     const bool steady = form == TIDE_SCHED_STEADY;
     TIDE_CHECK(tide_cuda_call_switch_check("cuda mp fabric", e, form, pi, fam->last_epoch,
                                            fam->last_prep, &pp->sched,
                                            &fam->prep[fam->last_prep].sched));
     /* At most two calls of this rank in flight: the host waits for call e - 2 (watchdog). */
     const int par = (int)(e % 2);
-    if (fam->done_epoch[par] >= 0) {
+    if (fam->done_epoch[par] >= 0 && !captured) {
         char what[96];
         snprintf(what, sizeof(what), "its call %lld of the %s to end",
                  (long long)fam->done_epoch[par],
@@ -423,13 +435,21 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     call_init(&is, a, fam, pi, b, steady, &caller);
     is.b = b;
     is.form = form;
-    is.batch = w->batch && pp->batch.cap > 0;
+    is.batch = w->batch && pp->batch.cap > 0 && !captured;
     tide_cuda_call_t *c = &is.c;
+    if (captured) {
+        c->tp = &tide_transport_ipc_graph;
+        c->graph = true; /* the gradient row was uploaded at capture time */
+    }
     c->st = tide_cuda_stats_begin(&fam->stats, form);
     TIDE_CHECK(tide_cuda_call_enqueue(c, &hooks, fence, pp->cmds[form], pp->num_cmds[form],
                                       is.batch ? pp->batch.action : NULL));
-    fam->done_epoch[par] = (int64_t)e;
-    tide_mp_watchdog_enqueued(a, tide_cuda_mp_family_index(a, fam), par, e);
+    if (captured) {
+        tide_cuda_mp_graph_enqueued(a, fam);
+    } else {
+        fam->done_epoch[par] = (int64_t)e;
+        tide_mp_watchdog_enqueued(a, tide_cuda_mp_family_index(a, fam), par, e);
+    }
     fam->last_epoch = (int64_t)e;
     fam->last_prep = pi;
     tide_cuda_stats_end(&c->st, t_enqueue, &fam->stats);
@@ -438,7 +458,7 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
 
 static tide_result_t record_call(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
                                  const tide_program_t *prog, const tide_binding_t *b,
-                                 cudaStream_t caller) {
+                                 cudaStream_t caller, bool captured) {
     const int r = b->rank;
     if (fam->broken != TIDE_SUCCESS) return broken_error(fam, r);
     if ((int64_t)b->epoch != fam->last_epoch + 1)
@@ -455,10 +475,14 @@ static tide_result_t record_call(tide_mp_arena_t *a, tide_mp_family_t *fam, int 
     if (!pp->ready) TIDE_CHECK(prepare(a, fam, pp, prog));
     TIDE_CHECK(tide_cuda_call_checked("cuda mp fabric", prog, r, &pp->sched, &pp->checked));
     /* The path of this call (the same on every rank) and its gradient row (mp_direct.c). */
-    TIDE_CHECK(tide_cuda_mp_direct_call(a, fam, pp, b));
+    if (captured)
+        TIDE_CHECK(tide_cuda_mp_direct_pushed(fam, pp, b));
+    else
+        TIDE_CHECK(tide_cuda_mp_direct_call(a, fam, pp, b));
     TIDE_CHECK(bind_rank(fam, pp, prog, b));
+    if (captured) TIDE_CHECK(tide_cuda_mp_graph_capture(a, fam, pp, b->epoch, (int)(b->epoch % 2)));
     tide_cuda_call_ctas(b, &fam->sum_ctas, &fam->landing_ctas);
-    TIDE_CHECK(enqueue(a, fam, pi, b, caller));
+    TIDE_CHECK(enqueue(a, fam, pi, b, caller, captured));
     if (fi < 2) tide_mp_ctl_enqueued(&a->ctl, fi, b->epoch);
     /* An abort published while we enqueued (this rank was stopped in the middle, say): the
      * call may be released by the poison, so it must not report success. */
@@ -472,11 +496,12 @@ tide_result_t tide_cuda_mp_execute(struct tide_fabric_arena *arena, const tide_p
     cudaStream_t caller = NULL;
     TIDE_CHECK(tide_cuda_call_check("cuda mp fabric", prog, binding, arena, w->base.ranks,
                                     w->device, stream, &caller));
-    TIDE_CHECK(tide_cuda_graph_refuse("cuda mp fabric", w->base.rank, caller));
-    if (caller == NULL) caller = cudaStreamLegacy;
     /* A fence program (a view's, mp_view.c) runs in the third family; its two variants are
      * its two programs. */
     const int fi = tide_cuda_family_of(prog), pi = tide_cuda_prep_of(prog);
+    bool captured = false;
+    TIDE_CHECK(tide_cuda_mp_graph_arrive(a, fi, a->fam[fi].prep[pi].ready, caller, &captured));
+    if (caller == NULL) caller = cudaStreamLegacy;
     if (fi == 2 && a->parent == NULL)
         return TIDE_ERR(TIDE_ERR_INTERNAL,
                         "cuda mp fabric: rank %d: a cross-group fence on an arena that is not a "
@@ -486,7 +511,9 @@ tide_result_t tide_cuda_mp_execute(struct tide_fabric_arena *arena, const tide_p
     if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
     if (prev != w->device) TIDE_CUDA_CALL(cudaSetDevice(w->device), "cudaSetDevice");
     tide_mp_family_t *fam = &a->fam[fi];
-    tide_result_t res = record_call(a, fam, pi, prog, binding, caller);
+    /* A replay that failed on the device fails the group at the next call (mp_graph.c). */
+    tide_result_t res = a->graph != NULL ? tide_cuda_mp_graph_check(a) : TIDE_SUCCESS;
+    if (res == TIDE_SUCCESS) res = record_call(a, fam, pi, prog, binding, caller, captured);
     if (prev >= 0 && prev != w->device) (void)cudaSetDevice(prev);
     return res;
 }
@@ -499,6 +526,14 @@ tide_result_t tide_cuda_mp_sync(struct tide_fabric_arena *arena, tide_collective
 tide_result_t tide_cuda_mp_sync_family(tide_mp_arena_t *a, int f) {
     tide_mp_family_t *fam = &a->fam[f];
     if (fam->broken != TIDE_SUCCESS) return broken_error(fam, a->w->base.rank);
+    if (a->graph != NULL) {
+        TIDE_CHECK(tide_cuda_mp_graph_check(a));
+        /* A family with captured calls: the host cannot tell which replay is the last; the
+         * caller waits for its launches on their stream (every device wait of a replay is
+         * bounded: mp_graph_kernels.h), then this reports a replay's failure or another
+         * rank's. */
+        if (f < 2 && a->graph->captured[f]) return follow_abort(a);
+    }
     if (fam->last_epoch < 0) return TIDE_SUCCESS;
     char what[96];
     snprintf(what, sizeof(what), "its call %lld of the %s to end", (long long)fam->last_epoch,

@@ -466,6 +466,7 @@ static tide_result_t mp_arena_destroy(struct tide_fabric_arena *arena) {
     tide_mp_watchdog_remove(a); /* before the events and flags it reads go */
     for (int f = 0; f < 2; ++f)
         tide_cuda_mp_family_free(&a->fam[f]);
+    tide_cuda_mp_graph_free(a); /* the captured calls' tables and counters */
     /* Importers close first, then owners free (legacy). */
     const int n = w->base.ranks, me = w->base.rank;
     for (int r = 0; r < n; ++r)

@@ -141,6 +141,13 @@ static void tick(wd_entry_t *e, uint64_t limit) {
 static void *watchdog_main(void *arg) {
     struct tide_mp_watchdog *wd = arg;
     (void)cudaSetDevice(wd->w->device);
+    /* Relaxed capture mode for this thread: while another thread captures calls into a CUDA
+     * graph in global mode (mp_graph.c), the runtime would refuse this thread's event queries
+     * as potentially unsafe and invalidate that capture.  The events it queries are never
+     * recorded inside a capture. */
+    enum cudaStreamCaptureMode relaxed = cudaStreamCaptureModeRelaxed;
+    (void)cudaThreadExchangeStreamCaptureMode(&relaxed);
+    (void)cudaGetLastError();
     const int64_t timeout_ms = tide_fabric_timeout_ms();
     const uint64_t limit = (uint64_t)timeout_ms * 1000000u;
     /* A tick of at most 50 ms, and a twentieth of the deadline: the deadline is kept to

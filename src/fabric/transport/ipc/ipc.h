@@ -34,4 +34,9 @@ tide_result_t tide_transport_flags_copy_batch(tide_cuda_call_t *c, int k, int t)
 tide_result_t tide_transport_flags_rail_put(tide_cuda_call_t *c, int id, cudaStream_t s,
                                             bool *carried);
 
+/* The same transport for a call being captured into a CUDA graph (graph.c, and
+ * fabric/cuda/mp_graph.c): its signals, waits, fence and done flag are kernels that read the
+ * family's call counter on the device; no batches, no rails. */
+extern const tide_cuda_transport_t tide_transport_ipc_graph;
+
 #endif /* TIDE_FABRIC_TRANSPORT_IPC_H_ */

@@ -1,0 +1,295 @@
+/*
+ * mp_graph.c - calls of the one-process-per-rank CUDA fabric captured into a CUDA graph and
+ * replayed (docs/cuda-fabric.md, "CUDA graphs across processes").
+ *
+ * A call whose caller stream is capturing is enqueued by the eager path (mp_execute.c,
+ * call.c) with these differences, each because the eager form would not survive a replay:
+ *
+ *  - Numbering on the device.  Eagerly, signals and waits are stream memory operations with
+ *    the host's call number e baked in.  A captured call's first node increments the family's
+ *    call counter (a device word, set to e - 1 when the family's first call is captured), and
+ *    its signals, waits, fence and done flag are one-thread kernels that read the counter and
+ *    add the offset the eager call adds to e (the ipc transport's graph entries,
+ *    transport/ipc/graph.c; the kernels in mp_graph_kernels.cu).  Every replay therefore runs
+ *    as the next call of the family on every rank, as long as every rank replays the same
+ *    graphs in the same order.
+ *  - The FRESH form, always: a captured call depends on nothing of the call before it but its
+ *    fence (every rank's done flag of the previous call), so consecutive replays, and a replay
+ *    after the eager calls before the capture, are ordered on every rank without host waits.
+ *  - No host waits, no uploads the host rewrites: the gradient pointer row is uploaded at
+ *    capture time, outside the capture, into device memory of its own (kept until the group is
+ *    deregistered), and the call's sums are bound to it; copies are issued one by one (the
+ *    batch kernel's descriptors and cudaMemcpyBatchAsync are planned per call from pinned
+ *    rows); direct mode takes the pushed path (its address exchange is a per-call host
+ *    collective), bit for bit the same result.
+ *  - Failure: no host watches a replay, so every device wait bounds itself (mp_graph_kernels.h)
+ *    and sets this rank's error word; the host reports it, and fails the group (abort word,
+ *    poison), at the group's next call or sync.
+ *
+ * Restrictions, each refused with TIDE_ERR_UNSUPPORTED before anything is enqueued: a family
+ * (all-gather, reduce-scatter) with a captured call can only be replayed from then on (its
+ * eager calls are refused until the group is deregistered: the host no longer knows the
+ * device's call numbers); the first call of a program (prepare allocates and uploads); groups
+ * on a shared arena (a view's fence waits on its sibling views' last calls, which the host
+ * numbers); rail transports; the NCCL fabric; a call while another capture holds the world's
+ * streams, and an eager call while a capture does.
+ */
+#include "core/checks.h"
+#include "fabric/cuda/graph.h"
+#include "fabric/cuda/mp.h"
+#include "fabric/cuda/mp_graph_kernels.h"
+#include "fabric/transport/ipc/ipc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct tide_mp_graph_mem {
+    struct tide_mp_graph_mem *next;
+    void *dev;
+};
+
+static const char *const family_name[3] = {"all-gather", "reduce-scatter", "cross-group fence"};
+
+tide_result_t tide_cuda_mp_graph_arrive(tide_mp_arena_t *a, int fi, bool ready, cudaStream_t caller,
+                                        bool *captured_out) {
+    tide_mp_world_t *w = a->w;
+    const int me = w->base.rank;
+    unsigned long long key = 0;
+    TIDE_CHECK(tide_cuda_graph_key("cuda mp fabric", me, caller, "the caller's stream is", &key));
+    *captured_out = false;
+    if (key == 0 && w->graph_calls == 0) return TIDE_SUCCESS; /* eager, nothing ever captured */
+    if (key != 0 && w->transport != &tide_transport_ipc)
+        return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
+                        "cuda mp fabric (%s transport): rank %d: calls cannot be captured into a "
+                        "CUDA graph on this fabric; capture on the CUDA fabric "
+                        "(TIDE_FABRIC_CUDA), or call outside the capture",
+                        w->transport->name, me);
+    if (w->graph_calls > 0) {
+        /* Every captured call joins the world's streams into its capture. */
+        unsigned long long held = 0;
+        TIDE_CHECK(tide_cuda_graph_key("cuda mp fabric", me, w->stream[0],
+                                       "the fabric's streams are", &held));
+        if (held != 0 && held != key)
+            return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
+                            "cuda mp fabric: rank %d: the fabric's streams are in a stream "
+                            "capture that is still under way; %s",
+                            me,
+                            key != 0 ? "calls of two concurrent captures on one world cannot be "
+                                       "captured: end one capture first"
+                                     : "an eager call would join it: end the capture first, or "
+                                       "capture this call too");
+    }
+    const struct tide_mp_graph *g = a->graph;
+    if (key == 0) {
+        if (g != NULL && fi < 2 && g->captured[fi])
+            return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
+                            "cuda mp fabric: rank %d: this group's %s calls were captured into a "
+                            "CUDA graph: they can only be replayed (launch the graph) until the "
+                            "group is deregistered, not called eagerly",
+                            me, family_name[fi]);
+        return TIDE_SUCCESS;
+    }
+    if (fi == 2 || a->parent != NULL || a->flag_areas > 1)
+        return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
+                        "cuda mp fabric: rank %d: calls of groups on a shared arena cannot be "
+                        "captured into a CUDA graph on this fabric (the arena's fence waits on "
+                        "every group's last call, which the host numbers); register the group "
+                        "on its own arena to capture it",
+                        me);
+    if (w->rails != NULL)
+        return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
+                        "cuda mp fabric: rank %d: calls cannot be captured into a CUDA graph with "
+                        "a rail transport (TIDE_CUDA_MP_RAILS)",
+                        me);
+    if (!ready)
+        return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
+                        "cuda mp fabric: rank %d: the first call of a program (all-gather, or a "
+                        "reduce-scatter mode) cannot be captured into a CUDA graph: it allocates "
+                        "and uploads the program's device state; call it once outside the "
+                        "capture first",
+                        me);
+    *captured_out = true;
+    return TIDE_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ capture-time state */
+
+/* `bytes` of `host` into new device memory owned by the arena's graph state; synchronous, on a
+ * private stream, outside the capture (the caller switched to relaxed capture mode). */
+static tide_result_t table_put(struct tide_mp_graph *g, cudaStream_t up, const void *host,
+                               size_t bytes, void **dev_out) {
+    struct tide_mp_graph_mem *m = calloc(1, sizeof(*m));
+    if (m == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: captured call's tables");
+    m->next = g->mem;
+    g->mem = m;
+    TIDE_CUDA_CALL(cudaMalloc(&m->dev, bytes > 0 ? bytes : 1), "cudaMalloc(captured call's table)");
+    TIDE_CUDA_CALL(cudaMemcpyAsync(m->dev, host, bytes, cudaMemcpyHostToDevice, up),
+                   "cudaMemcpyAsync(captured call's table)");
+    TIDE_CUDA_CALL(cudaStreamSynchronize(up), "cudaStreamSynchronize(captured call's table)");
+    *dev_out = m->dev;
+    return TIDE_SUCCESS;
+}
+
+static tide_result_t state_create(tide_mp_arena_t *a) {
+    struct tide_mp_graph *g = calloc(1, sizeof(*g));
+    if (g == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: graph state");
+    a->graph = g;
+    TIDE_CUDA_CALL(cudaMalloc((void **)&g->num, 3 * sizeof(uint64_t)),
+                   "cudaMalloc(captured calls' counters)");
+    /* Pinned host memory the device maps (no managed memory): the host reads it at the next
+     * call or sync without a stream. */
+    TIDE_CUDA_CALL(cudaHostAlloc((void **)&g->err_host, 4 * sizeof(uint32_t),
+                                 cudaHostAllocMapped | cudaHostAllocPortable),
+                   "cudaHostAlloc(captured calls' error word)");
+    memset(g->err_host, 0, 4 * sizeof(uint32_t));
+    TIDE_CUDA_CALL(cudaHostGetDevicePointer((void **)&g->err_dev, g->err_host, 0),
+                   "cudaHostGetDevicePointer(captured calls' error word)");
+    return TIDE_SUCCESS;
+}
+
+/* An event per slot that this rank records and also waits on (in either form): inside a
+ * capture, that dependency is an edge of the graph rather than a kernel spinning on a flag
+ * (the flag is still written: the peers wait on it).  The record precedes the wait in this
+ * rank's command order (mp.h, "Enqueue order"), so the edge points backwards as the flag
+ * dependency does.  One event per slot serves every captured call: a wait takes the latest
+ * record in capture order, that of its own call. */
+static tide_result_t local_events(tide_mp_arena_t *a, tide_mp_family_t *fam,
+                                  tide_mp_prepared_t *pp) {
+    struct tide_mp_graph *g = a->graph;
+    const int me = a->w->base.rank, pi = (int)(pp - fam->prep);
+    const int fidx = tide_cuda_mp_flags_index(fam->coll, pi);
+    if (g->local[fidx] != NULL) return TIDE_SUCCESS;
+    const int n = pp->sched.num_slots;
+    g->local[fidx] = calloc(n > 0 ? (size_t)n : 1, sizeof(cudaEvent_t));
+    if (g->local[fidx] == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: slot events");
+    g->local_slots[fidx] = n;
+    for (int f = 0; f < TIDE_SCHED_FORMS; ++f)
+        for (int i = 0; i < pp->num_cmds[f]; ++i) {
+            const tide_sched_cmd_t *cmd = &pp->cmds[f][i];
+            if (cmd->kind != TIDE_SCHED_CMD_WAIT) continue;
+            const int slot = cmd->arg;
+            if (slot < 0 || slot >= n || pp->sched.slot_thread[slot] / TIDE_CUDA_Q != me ||
+                g->local[fidx][slot] != NULL)
+                continue;
+            TIDE_CUDA_CALL(cudaEventCreateWithFlags(&g->local[fidx][slot], cudaEventDisableTiming),
+                           "cudaEventCreateWithFlags(captured slot)");
+        }
+    return TIDE_SUCCESS;
+}
+
+/* The family's counter starts at e - 1 (the first replay runs as call e, after the eager
+ * calls before it); the call's gradient pointer row gets a device copy of its own, and this
+ * rank's sums are bound to it. */
+static tide_result_t capture_state(tide_mp_arena_t *a, tide_mp_family_t *fam,
+                                   tide_mp_prepared_t *pp, int fi, uint64_t e, int parity,
+                                   cudaStream_t up) {
+    if (a->graph == NULL) TIDE_CHECK(state_create(a));
+    struct tide_mp_graph *g = a->graph;
+    g->timeout_ms = tide_fabric_timeout_ms();
+    if (!g->num_set[fi]) {
+        const uint64_t start = e - 1;
+        TIDE_CUDA_CALL(
+            cudaMemcpyAsync(&g->num[fi], &start, sizeof(start), cudaMemcpyHostToDevice, up),
+            "cudaMemcpyAsync(captured calls' counter)");
+        TIDE_CUDA_CALL(cudaStreamSynchronize(up), "cudaStreamSynchronize(counter)");
+        g->num_set[fi] = true;
+    }
+    TIDE_CHECK(local_events(a, fam, pp));
+    if (!pp->sched.has_sum || fam->own_dev[parity] == NULL) return TIDE_SUCCESS;
+    const int nr = fam->row_len, me = a->w->base.rank;
+    void *dev = NULL;
+    TIDE_CHECK(table_put(g, up, fam->grads, (size_t)nr * sizeof(void *), &dev));
+    const void *const *old = (const void *const *)fam->own_dev[parity];
+    const void *const *now = (const void *const *)dev;
+    for (int t = me * TIDE_CUDA_Q; t < (me + 1) * TIDE_CUDA_Q; ++t)
+        for (int id = pp->sched.op_base[t]; id < pp->sched.op_base[t + 1]; ++id) {
+            if (tide_schedule_op(pp->checked, &pp->sched, id, t)->kind != TIDE_OP_SUM) continue;
+            tide_sum_args_t *s = &pp->bound[id].sum;
+            if (s->own != NULL && s->own >= old && s->own < old + nr) s->own = now + (s->own - old);
+            if (s->peers != NULL) /* direct mode is off in a capture: never bound */
+                return TIDE_ERR(TIDE_ERR_INTERNAL,
+                                "cuda mp fabric: rank %d: a captured sum reads peers in place", me);
+        }
+    return TIDE_SUCCESS;
+}
+
+tide_result_t tide_cuda_mp_graph_capture(tide_mp_arena_t *a, tide_mp_family_t *fam,
+                                         tide_mp_prepared_t *pp, uint64_t e, int parity) {
+    const int fi = tide_cuda_mp_family_index(a, fam);
+    /* cudaMalloc and stream synchronisation are refused on a thread in a global-mode capture;
+     * none of this touches the capturing streams. */
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaError_t ce = cudaThreadExchangeStreamCaptureMode(&mode);
+    if (ce != cudaSuccess)
+        return tide_cuda_error(ce, __FILE__, __LINE__, "cudaThreadExchangeStreamCaptureMode");
+    cudaStream_t up = NULL;
+    tide_result_t res = TIDE_SUCCESS;
+    ce = cudaStreamCreateWithFlags(&up, cudaStreamNonBlocking);
+    if (ce != cudaSuccess)
+        res = tide_cuda_error(ce, __FILE__, __LINE__, "cudaStreamCreateWithFlags(graph tables)");
+    else
+        res = capture_state(a, fam, pp, fi, e, parity, up);
+    if (up != NULL) (void)cudaStreamDestroy(up);
+    ce = cudaThreadExchangeStreamCaptureMode(&mode);
+    if (ce != cudaSuccess && res == TIDE_SUCCESS)
+        res = tide_cuda_error(ce, __FILE__, __LINE__, "cudaThreadExchangeStreamCaptureMode");
+    return res;
+}
+
+void tide_cuda_mp_graph_enqueued(tide_mp_arena_t *a, tide_mp_family_t *fam) {
+    a->graph->captured[tide_cuda_mp_family_index(a, fam)] = true;
+    ++a->w->graph_calls;
+}
+
+/* ------------------------------------------------------------------ failure */
+
+tide_result_t tide_cuda_mp_graph_check(tide_mp_arena_t *a) {
+    const struct tide_mp_graph *g = a->graph;
+    if (g == NULL) return TIDE_SUCCESS;
+    const volatile uint32_t *err = g->err_host;
+    const uint32_t code = err[0];
+    if (code == TIDE_MP_GRAPH_OK) return TIDE_SUCCESS;
+    const int rank = (int)err[1], f = (int)err[2], slot = (int)err[3], me = a->w->base.rank;
+    const char *fam = f >= 0 && f < 3 ? family_name[f] : "?";
+    char what[96];
+    if (slot < 0)
+        snprintf(what, sizeof(what), "rank %d's end of the previous %s call (the fence)", rank,
+                 fam);
+    else
+        snprintf(what, sizeof(what), "rank %d's signal %d of a %s call", rank, slot, fam);
+    char msg[TIDE_MP_CTL_MSG];
+    const int dead = tide_mp_boot_dead_peer(&a->w->boot);
+    char why[64] = "";
+    if (dead >= 0) snprintf(why, sizeof(why), " (rank %d's process exited)", dead);
+    if (code == TIDE_MP_GRAPH_TIMEOUT)
+        snprintf(msg, sizeof(msg),
+                 "rank %d waited %lld ms (TIDE_TIMEOUT_MS) in a replayed captured call for %s%s",
+                 me, (long long)a->graph->timeout_ms, what, why);
+    else
+        snprintf(msg, sizeof(msg),
+                 "rank %d: a replayed captured call found %s poisoned: a rank failed%s", me, what,
+                 why);
+    return tide_cuda_mp_fail_stop_msg(a, msg);
+}
+
+void tide_cuda_mp_graph_free(tide_mp_arena_t *a) {
+    struct tide_mp_graph *g = a->graph;
+    if (g == NULL) return;
+    while (g->mem != NULL) {
+        struct tide_mp_graph_mem *m = g->mem;
+        g->mem = m->next;
+        if (m->dev != NULL) (void)cudaFree(m->dev);
+        free(m);
+    }
+    for (int f = 0; f < TIDE_MP_PREPS; ++f) {
+        for (int i = 0; g->local[f] != NULL && i < g->local_slots[f]; ++i)
+            if (g->local[f][i] != NULL) (void)cudaEventDestroy(g->local[f][i]);
+        free(g->local[f]);
+    }
+    if (g->num != NULL) (void)cudaFree(g->num);
+    if (g->err_host != NULL) (void)cudaFreeHost(g->err_host);
+    (void)cudaGetLastError();
+    free(g);
+    a->graph = NULL;
+}
