@@ -270,9 +270,28 @@ static bool refused(rank_t *k, tide_result_t res, const char *what, const char *
 static bool capture(rank_t *k, cudaGraph_t *graph, cudaGraphExec_t *exec) {
     CU(cudaStreamBeginCapture(k->s, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
     const bool ok = calls(k, k->g, k->out);
+    /* The capture's state just before it ends, reported if the end fails: an invalidated
+     * capture points at a refused operation inside the calls, an active one with the end
+     * refused at work forked into the capture and never joined back. */
+    enum cudaStreamCaptureStatus cst = cudaStreamCaptureStatusNone;
+    unsigned long long cid = 0;
+    cudaGraph_t cg = NULL;
+    size_t ndeps = 0, nnodes = 0;
+    const cudaError_t qe = cudaStreamGetCaptureInfo(k->s, &cst, &cid, &cg, NULL, NULL, &ndeps);
+    if (qe == cudaSuccess && cg != NULL) (void)cudaGraphGetNodes(cg, NULL, &nnodes);
     const cudaError_t e = cudaStreamEndCapture(k->s, graph);
     if (!ok) return false;
-    CU(e, "cudaStreamEndCapture");
+    if (e != cudaSuccess) {
+        snprintf(k->err, 320,
+                 "cudaStreamEndCapture: %s (before the end: query %s, status %s, capture %llu, "
+                 "%zu nodes, caller stream depends on %zu)",
+                 cudaGetErrorString(e), cudaGetErrorString(qe),
+                 cst == cudaStreamCaptureStatusActive        ? "active"
+                 : cst == cudaStreamCaptureStatusInvalidated ? "invalidated"
+                                                             : "none",
+                 cid, nnodes, ndeps);
+        return false;
+    }
     CU(cudaGraphInstantiate(exec, *graph, 0), "cudaGraphInstantiate");
     return true;
 }
