@@ -206,6 +206,7 @@ typedef struct {
     int r;
     cudaStream_t s;
     tide_group_t g, e; /* captured, eager */
+    tide_comm_t comm;  /* for the capture diagnostic: the world's streams */
     void *shard, *grad[NP], *out, *out_e;
     char *err;
 } rank_t;
@@ -267,12 +268,125 @@ static bool refused(rank_t *k, tide_result_t res, const char *what, const char *
     return false;
 }
 
+/* The nodes the caller's capture frontier `front` depends on, itself included (a backward
+ * walk over the captured graph); NULL when the walk fails. */
+static cudaGraphNode_t *ancestors(const cudaGraphNode_t *front, size_t nf, size_t *n_out) {
+    size_t cap = nf + 64, n = 0;
+    cudaGraphNode_t *seen = malloc(cap * sizeof(*seen));
+    if (seen == NULL) return NULL;
+    for (size_t i = 0; i < nf; ++i)
+        seen[n++] = front[i];
+    for (size_t at = 0; at < n; ++at) { /* seen[] doubles as the walk's queue */
+        size_t nd = 0;
+        if (cudaGraphNodeGetDependencies(seen[at], NULL, NULL, &nd) != cudaSuccess) goto fail;
+        if (nd == 0) continue;
+        cudaGraphNode_t *deps = malloc(nd * sizeof(*deps));
+        if (deps == NULL) goto fail;
+        if (cudaGraphNodeGetDependencies(seen[at], deps, NULL, &nd) != cudaSuccess) {
+            free(deps);
+            goto fail;
+        }
+        for (size_t j = 0; j < nd; ++j) {
+            bool have = false;
+            for (size_t m = 0; m < n && !have; ++m)
+                have = seen[m] == deps[j];
+            if (have) continue;
+            if (n == cap) {
+                cudaGraphNode_t *more = realloc(seen, 2 * cap * sizeof(*seen));
+                if (more == NULL) {
+                    free(deps);
+                    goto fail;
+                }
+                seen = more;
+                cap *= 2;
+            }
+            seen[n++] = deps[j];
+        }
+        free(deps);
+    }
+    *n_out = n;
+    return seen;
+fail:
+    (void)cudaGetLastError();
+    free(seen);
+    return NULL;
+}
+
+/* The world's streams in capture `cid` whose last captured work the caller's stream does not
+ * depend on (names appended to buf): what cudaStreamEndCapture calls unjoined work. */
+static void unjoined_streams(const rank_t *k, cudaStream_t caller, unsigned long long cid,
+                             char *buf, size_t size) {
+    if (k->comm == NULL || k->comm->world == NULL) return;
+    const tide_mp_world_t *w = (const tide_mp_world_t *)k->comm->world;
+    enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    const cudaGraphNode_t *front = NULL;
+    size_t nf = 0, na = 0;
+    if (cudaStreamGetCaptureInfo(caller, &st, NULL, NULL, &front, NULL, &nf) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return;
+    }
+    cudaGraphNode_t *anc = ancestors(front, nf, &na);
+    if (anc == NULL) return;
+    cudaStream_t streams[TIDE_CUDA_Q + 2];
+    for (int q = 0; q < TIDE_CUDA_Q; ++q)
+        streams[q] = w->stream[q];
+    streams[TIDE_CUDA_Q] = w->util;
+    streams[TIDE_CUDA_Q + 1] = w->rail_stream;
+    size_t at = strlen(buf);
+    for (int i = 0; i < TIDE_CUDA_Q + 2 && at + 24 < size; ++i) {
+        const cudaGraphNode_t *last = NULL;
+        unsigned long long id = 0;
+        size_t nl = 0;
+        if (streams[i] == NULL ||
+            cudaStreamGetCaptureInfo(streams[i], &st, &id, NULL, &last, NULL, &nl) != cudaSuccess) {
+            (void)cudaGetLastError();
+            continue;
+        }
+        if (st == cudaStreamCaptureStatusNone || id != cid) continue;
+        bool covered = true;
+        for (size_t j = 0; j < nl && covered; ++j) {
+            bool have = false;
+            for (size_t m = 0; m < na && !have; ++m)
+                have = anc[m] == last[j];
+            covered = have;
+        }
+        if (covered) continue;
+        if (i < TIDE_CUDA_Q)
+            at += (size_t)snprintf(buf + at, size - at, " q%d", i);
+        else
+            at += (size_t)snprintf(buf + at, size - at, " %s", i == TIDE_CUDA_Q ? "util" : "rail");
+    }
+    free(anc);
+}
+
 static bool capture(rank_t *k, cudaGraph_t *graph, cudaGraphExec_t *exec) {
     CU(cudaStreamBeginCapture(k->s, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
     const bool ok = calls(k, k->g, k->out);
+    /* The capture's state just before it ends, reported if the end fails: an invalidated
+     * capture points at a refused operation inside the calls, an active one with the end
+     * refused at work forked into the capture and never joined back. */
+    enum cudaStreamCaptureStatus cst = cudaStreamCaptureStatusNone;
+    unsigned long long cid = 0;
+    cudaGraph_t cg = NULL;
+    size_t ndeps = 0, nnodes = 0;
+    const cudaError_t qe = cudaStreamGetCaptureInfo(k->s, &cst, &cid, &cg, NULL, NULL, &ndeps);
+    if (qe == cudaSuccess && cg != NULL) (void)cudaGraphGetNodes(cg, NULL, &nnodes);
+    char joined[96] = "";
+    if (qe == cudaSuccess && cst != cudaStreamCaptureStatusNone)
+        unjoined_streams(k, k->s, cid, joined, sizeof(joined));
     const cudaError_t e = cudaStreamEndCapture(k->s, graph);
     if (!ok) return false;
-    CU(e, "cudaStreamEndCapture");
+    if (e != cudaSuccess) {
+        snprintf(k->err, 320,
+                 "cudaStreamEndCapture: %s (before the end: query %s, status %s, capture %llu, "
+                 "%zu nodes, caller stream depends on %zu; world streams left unjoined:%s)",
+                 cudaGetErrorString(e), cudaGetErrorString(qe),
+                 cst == cudaStreamCaptureStatusActive        ? "active"
+                 : cst == cudaStreamCaptureStatusInvalidated ? "invalidated"
+                                                             : "none",
+                 cid, nnodes, ndeps, joined[0] != '\0' ? joined : " none");
+        return false;
+    }
     CU(cudaGraphInstantiate(exec, *graph, 0), "cudaGraphInstantiate");
     return true;
 }
@@ -283,6 +397,7 @@ static bool setup(rank_t *k, const char *name, tide_comm_t *comm, bool eager_gro
     CU(cudaSetDevice(0), "cudaSetDevice");
     CU(cudaStreamCreateWithFlags(&k->s, cudaStreamNonBlocking), "cudaStreamCreate");
     CK(tide_comm_init_rank(TIDE_FABRIC_CUDA, 1, c->n, k->r, name, comm), "comm_init_rank");
+    k->comm = *comm;
     CK(tide_group_register(*comm, &c->cfg, &c->desc, &k->g), "register (captured group)");
     if (eager_group) CK(tide_group_register(*comm, &c->cfg, &c->desc, &k->e), "register (eager)");
     CU(cudaMalloc(&k->shard, c->shard_bytes), "cudaMalloc");
