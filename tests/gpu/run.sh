@@ -96,14 +96,16 @@ if want fsdp-layers; then
 fi
 # layer-gap (issue 25): where the one-process-per-rank collectives lose against the
 # single-process fabric at N = 8 under MPS: behind the common start gate with host-mapped
-# flags and with device flags, and behind per-process holds (the processes' start spread in
-# the figure); not in the default steps.
+# flags, with device flags and with device flags behind wait kernels (TIDE_CUDA_MP_FLAGS=host,
+# device, kernel: src/fabric/cuda/mp_flags.c), side by side in gap_single.txt, and behind
+# per-process holds (the processes' start spread in the figure); not in the default steps.
 if want layer-gap; then
     gap="python3 '$root/tests/gpu/bench_fsdp_layers.py' --lib '$b/libtide.so' --worlds 8 ${TIDE_GPU_LAYER_ARGS:-}"
     step layer-gap-host with_mps "$out/mps-gap-host" bash -c "set -o pipefail; $gap --json '$out/gap_host.json' | tee '$out/gap_host.txt'"
     step layer-gap-device with_mps "$out/mps-gap-device" env TIDE_CUDA_MP_FLAGS=device bash -c "set -o pipefail; $gap --json '$out/gap_device.json' | tee '$out/gap_device.txt'"
+    step layer-gap-kernel with_mps "$out/mps-gap-kernel" env TIDE_CUDA_MP_FLAGS=kernel bash -c "set -o pipefail; $gap --json '$out/gap_kernel.json' | tee '$out/gap_kernel.txt'"
     step layer-gap-hold with_mps "$out/mps-gap-hold" bash -c "set -o pipefail; $gap --start hold --json '$out/gap_hold.json' | tee '$out/gap_hold.txt'"
-    step layer-gap-single bash -c "set -o pipefail; python3 '$root/tests/gpu/bench_layer_single.py' --lib '$b/libtide.so' --worlds 8 ${TIDE_GPU_LAYER_ARGS:-} --mp-json '$out/gap_host.json' --mp-json '$out/gap_device.json' --mp-json '$out/gap_hold.json' | tee '$out/gap_single.txt'"
+    step layer-gap-single bash -c "set -o pipefail; python3 '$root/tests/gpu/bench_layer_single.py' --lib '$b/libtide.so' --worlds 8 ${TIDE_GPU_LAYER_ARGS:-} --mp-json '$out/gap_host.json' --mp-json '$out/gap_device.json' --mp-json '$out/gap_kernel.json' --mp-json '$out/gap_hold.json' | tee '$out/gap_single.txt'"
 fi
 if command -v compute-sanitizer >/dev/null; then
     want memcheck && step memcheck-fabric compute-sanitizer --tool memcheck --error-exitcode 3 \

@@ -276,6 +276,20 @@ static cudaError_t operand_alloc(void **p, size_t bytes, int r, const char *whic
 
 static bool rails_on(void);
 
+/* TIDE_CUDA_MP_FLAGS took effect (src/fabric/cuda/mp_flags.c): host flags live in the control
+ * block, device flags and kernel waits in the segments, and only kernel waits have the abort
+ * word's device address (else a run "with kernel waits" could test the default). */
+static bool flags_placement(const struct tide_fabric_arena *arena, char *err) {
+    const tide_mp_arena_t *a = (const tide_mp_arena_t *)arena;
+    const char *e = getenv("TIDE_CUDA_MP_FLAGS");
+    const char *want = e == NULL || e[0] == '\0' ? "host" : e;
+    const char *got = a->host_flags ? "host" : a->abort_dev != NULL ? "kernel" : "device";
+    const bool ok = strcmp(want, got) == 0 && (a->abort_dev == NULL || !a->host_flags);
+    if (!ok)
+        snprintf(err, 256, "register: TIDE_CUDA_MP_FLAGS=%s, the arena has %s flags", want, got);
+    return ok;
+}
+
 static bool child_case(tide_comm_t comm, case_t *c, int r, cudaStream_t s, char *err) {
     const tide_geom_t *g = &c->plan->geom;
     tide_group_t grp;
@@ -286,6 +300,10 @@ static bool child_case(tide_comm_t comm, case_t *c, int r, cudaStream_t s, char 
     if (((struct tide_group *)grp)->plan->rs.rail_lane != want_lane) {
         snprintf(err, 256, "register: the group's plan is %sthe rail lane, %s expected",
                  want_lane ? "not " : "", want_lane ? "the lane" : "the generic programs");
+        tide_group_deregister(grp);
+        return false;
+    }
+    if (!flags_placement(grp->arena, err)) {
         tide_group_deregister(grp);
         return false;
     }
@@ -347,6 +365,11 @@ static bool child_case(tide_comm_t comm, case_t *c, int r, cudaStream_t s, char 
         printf("  segments: %s\n", tide_cuda_mp_uses_vmm(grp->arena, 1 % c->n)
                                        ? "CUDA VMM (POSIX fd handles)"
                                        : "legacy cudaIpc");
+        const tide_mp_arena_t *ma = (const tide_mp_arena_t *)grp->arena;
+        const char *where = ma->host_flags          ? "host (control block), memory-op waits"
+                            : ma->abort_dev != NULL ? "device, wait kernels polling the abort"
+                                                    : "device, memory-op waits";
+        printf("  flags: %s\n", where);
     }
     CHILD_CK(tide_group_deregister(grp), "deregister");
     for (int e = 0; e < CALLS; ++e) {

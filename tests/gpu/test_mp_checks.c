@@ -9,6 +9,9 @@
  *       and a later call of the group fails too (the group is unusable on every rank).
  *   RS: call 0 agrees; in call 1 rank 3 passes alpha 0.5 where the others pass 1: every rank
  *       gets TIDE_ERR_INVALID_ARGUMENT naming alpha.
+ * Before them, one process checks the environment's check of TIDE_CUDA_MP_FLAGS
+ * (src/fabric/cuda/mp_flags.c): a misspelt value fails the communicator with
+ * TIDE_ERR_INVALID_ARGUMENT naming host, device and kernel; each of the three is accepted.
  * Nothing may hang: each child has a 60 s alarm, TIDE_TIMEOUT_MS is 5000.
  *
  * Exit status: 0 passed, 1 a rank saw something else (printed), 2 a setup failure.
@@ -20,6 +23,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define RANKS 4
@@ -57,8 +62,51 @@ static int child(int r, const char *name, checks_report_t *rep) {
     return 0;
 }
 
+/* One rank per communicator: world creation reads TIDE_CUDA_MP_FLAGS.  0 passed, else the
+ * step that failed (printed). */
+static int flags_env_child(const char *name) {
+    if (cudaSetDevice(0) != cudaSuccess) return 2;
+    tide_comm_t comm;
+    setenv("TIDE_CUDA_MP_FLAGS", "kernels", 1);
+    const tide_result_t bad = tide_comm_init_rank(TIDE_FABRIC_CUDA, 1, 1, 0, name, &comm);
+    if (bad != TIDE_ERR_INVALID_ARGUMENT || strstr(tide_get_last_error(), "kernels") == NULL ||
+        strstr(tide_get_last_error(), "host, device or kernel") == NULL) {
+        printf("FAIL: TIDE_CUDA_MP_FLAGS=kernels gave %s: %s\n", tide_get_error_string(bad),
+               tide_get_last_error());
+        return 3;
+    }
+    const char *good[] = {"host", "device", "kernel"};
+    for (int k = 0; k < 3; ++k) {
+        setenv("TIDE_CUDA_MP_FLAGS", good[k], 1);
+        char job[96];
+        snprintf(job, sizeof(job), "%s-%s", name, good[k]);
+        if (tide_comm_init_rank(TIDE_FABRIC_CUDA, 1, 1, 0, job, &comm) != TIDE_SUCCESS) {
+            printf("FAIL: TIDE_CUDA_MP_FLAGS=%s refused: %s\n", good[k], tide_get_last_error());
+            return 4 + k;
+        }
+        tide_comm_destroy(comm);
+    }
+    return 0;
+}
+
 int main(void) {
     setenv("TIDE_TIMEOUT_MS", "5000", 1);
+    {
+        char name[64];
+        snprintf(name, sizeof(name), "mpflags%ld", (long)getpid());
+        const pid_t pid = fork();
+        if (pid < 0) return 2;
+        if (pid == 0) {
+            alarm(60);
+            _exit(flags_env_child(name));
+        }
+        int st = 0;
+        waitpid(pid, &st, 0);
+        const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        printf("%s: TIDE_CUDA_MP_FLAGS is checked (exit status %d)\n", ok ? "ok  " : "FAIL",
+               WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        if (!ok) return 1;
+    }
     checks_report_t *rep = checks_report_new();
     if (rep == NULL) return 2;
     char name[64];

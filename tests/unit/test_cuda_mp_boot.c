@@ -395,6 +395,57 @@ static void test_control_block_flags(void **state) {
     tide_mp_ctl_poison(&c, 1);
 }
 
+/* A block whose abort word the devices poll (mp_ctl.h, "Polled abort word";
+ * TIDE_CUDA_MP_FLAGS=kernel): rank 0's choice reaches every rank whatever it passed, the block
+ * is whole pages without flags (nothing to poison), every rank's view of the abort word is
+ * the same memory, and the began counters name a rank whose device never began a call, as
+ * in a block with flags.  A block rank 0 opened without it stays unmapped on every rank. */
+static int polled_child(const char *name, int rank, int ranks) {
+    tide_mp_boot_t b;
+    if (tide_mp_boot_open(name, rank, ranks, 10000, &b) != TIDE_SUCCESS) return 10;
+    tide_mp_ctl_t c;
+    if (tide_mp_ctl_open_mapped(&b, 10000, 0, rank == 0, &c) != TIDE_SUCCESS) return 11;
+    if (!c.abort_polled || !tide_mp_ctl_device_mapped(&c)) return 12;
+    if (c.flags != NULL || c.flag_bytes != 0 || tide_mp_ctl_flags(&c, 0) != NULL) return 13;
+    if (c.bytes == 0 || c.bytes % 4096u != 0) return 14;
+    if (tide_mp_boot_barrier(&b, 1, 10000) != TIDE_SUCCESS) return 15;
+    tide_mp_ctl_poison(&c, (uint64_t)1 << 62); /* no flags: must leave the counters alone */
+    if (tide_mp_ctl_aborted(&c, NULL, 0) != -1) return 16;
+    tide_mp_ctl_enter(&c, 1, 0);
+    tide_mp_ctl_enqueued(&c, 1, 0);
+    if (rank != 2) tide_mp_ctl_began(&c, 1, 0);
+    if (tide_mp_boot_barrier(&b, 2, 10000) != TIDE_SUCCESS) return 17;
+    char why[256];
+    if (tide_mp_ctl_missing(&c, 1, 0, why, sizeof(why)) != 2) return 18;
+    if (strstr(why, "rank 2 (last: -1) enqueued reduce-scatter call 0 but its device never "
+                    "began") == NULL)
+        return 19;
+    if (tide_mp_boot_barrier(&b, 3, 10000) != TIDE_SUCCESS) return 20;
+    /* The word a device would poll: rank 1's store is every rank's. */
+    if (rank == 1 && !tide_mp_ctl_abort(&c, "rank 1 failed")) return 21;
+    if (tide_mp_boot_barrier(&b, 4, 10000) != TIDE_SUCCESS) return 22;
+    if (atomic_load(&c.hdr->abort) != 2u || tide_mp_ctl_aborted(&c, NULL, 0) != 1) return 23;
+    tide_mp_ctl_close(&c);
+    /* Rank 0 without it: nobody's block is mapped, whatever the others asked for. */
+    if (tide_mp_ctl_open_mapped(&b, 10000, 0, rank != 0, &c) != TIDE_SUCCESS) return 24;
+    if (c.abort_polled || tide_mp_ctl_device_mapped(&c)) return 25;
+    tide_mp_ctl_close(&c);
+    tide_mp_boot_close(&b);
+    return 0;
+}
+
+static void test_control_block_polled(void **state) {
+    (void)state;
+    char name[64];
+    job_name(name, sizeof(name), "p");
+    int status[16];
+    run_children(3, polled_child, name, status);
+    for (int r = 0; r < 3; ++r)
+        if (status[r] != 0) print_error("rank %d: step %d\n", r, status[r]);
+    for (int r = 0; r < 3; ++r)
+        assert_int_equal(status[r], 0);
+}
+
 /* A block that was never opened (the NCCL fabric's arenas): every call is safe and says
  * "no control block" (before, enter and enqueued wrote through NULL counters). */
 static void test_closed_control_block(void **state) {
@@ -431,6 +482,7 @@ int main(void) {
         cmocka_unit_test(test_control_block),
         cmocka_unit_test(test_argument_checks),
         cmocka_unit_test(test_control_block_flags),
+        cmocka_unit_test(test_control_block_polled),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

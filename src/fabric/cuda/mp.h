@@ -15,10 +15,11 @@
  *              (TIDE_CUDA_IPC=legacy forces this path)
  *   signals    a signal slot of the schedule (a signalling op some wait names) is a 64-bit flag
  *              in the recording rank's flag area (by default in the group's control block,
- *              host memory every process maps and registers with its device: mp_flags.c).  RECORD writes the call number e + 1 with
- *              cuStreamWriteValue64 (a release: prior work of the stream is visible first);
- *              WAIT is cuStreamWaitValue64(flag, e + 1, GEQ) on the waiter's stream, WAIT_PREV
- *              the same with e.  Flags only grow, so they are cumulative across calls like the
+ *              host memory every process maps and registers with its device: mp_flags.c).
+ *              RECORD writes the call number e + 1 with cuStreamWriteValue64 (a release:
+ *              prior work of the stream is visible first); WAIT is cuStreamWaitValue64(flag,
+ *              e + 1, GEQ) on the waiter's stream (with TIDE_CUDA_MP_FLAGS=kernel a wait
+ *              kernel instead, mp_flags.c), WAIT_PREV the same with e.  Flags only grow, so they are cumulative across calls like the
  *              program's counters, and one flag per slot serves every call.
  *   fences     each rank's flag area starts with one done flag per collective, written e + 1
  *              on the caller's stream when its call e ended; a call waits (on the device) for
@@ -44,7 +45,8 @@
  * rank whose device waits the poison released never reports that call as complete (the abort
  * is visible before the poison can be).  A hung rank that resumes fails at its next call.
  * Deregistration still unmaps and releases every segment and the control block.  With host
- * flags the poison is CPU stores (no stream work that could queue behind a blocked queue),
+ * flags the poison is CPU stores (no stream work that could queue behind a blocked queue);
+ * with kernel waits the abort word's own CPU store releases them (mp_flags.c);
  * and a watchdog thread per world (watchdog.c) bounds the device work of every call this
  * rank enqueued by TIDE_TIMEOUT_MS and follows an abort with the poison, while the host is
  * outside TIDE too.
@@ -118,13 +120,22 @@ typedef struct {
      * node only. */
     const struct tide_mp_rails_ops *rails;
     cudaStream_t rail_stream;
-    bool host_flags;                   /* TIDE_CUDA_MP_FLAGS: signal flags in host memory */
+    int flags;                         /* TIDE_CUDA_MP_FLAGS: TIDE_MP_FLAGS_* (mp_flags.c) */
     struct tide_mp_watchdog *watchdog; /* watchdog.c: device waits bounded off host calls */
     /* What carries this world's signals, fences, batches and rail puts (transport.h): the
      * ipc transport, or the nccl one on the NCCL fabric's worlds. */
     const struct tide_cuda_transport *transport;
     uint64_t graph_calls; /* calls captured into CUDA graphs on this world (mp_graph.c) */
 } tide_mp_world_t;
+
+/* Where the signal flags live and what a device wait is (TIDE_CUDA_MP_FLAGS, mp_flags.c);
+ * rank 0's choice holds for its groups.  DEVICE is 0: the NCCL fabric's worlds (calloc'ed,
+ * no environment read) keep their flags in device memory. */
+enum {
+    TIDE_MP_FLAGS_DEVICE = 0, /* "device": device segments, stream memory-op waits */
+    TIDE_MP_FLAGS_HOST = 1,   /* unset or "host" (default): the control block, memory-op waits */
+    TIDE_MP_FLAGS_KERNEL = 2, /* "kernel": device segments, wait kernels that poll the abort */
+};
 
 /* TIDE_CUDA_CE_BATCH (mp_batch.c): runs of copies that touch another device's memory (peer
  * pointers) as one cudaMemcpyBatchAsync, the copy engines' batch. */
@@ -229,6 +240,10 @@ typedef struct tide_mp_arena {
     tide_mp_ctl_t ctl;                    /* host memory shared by the group (mp_ctl.h) */
     bool host_flags;     /* flags[] are device addresses of the control block (mp_flags.c) */
     bool ctl_registered; /* the control block is registered with the device */
+    uint8_t *ctl_dev;    /* the registered block's device address, else NULL */
+    /* The abort word's device address when this arena's device waits are wait kernels that
+     * poll it (TIDE_CUDA_MP_FLAGS=kernel; a view's is NULL: its set's counts); else NULL. */
+    const uint32_t *abort_dev;
     struct tide_mp_wd_entry *wd; /* the watchdog's record of this arena (watchdog.c), or NULL */
     tide_mp_family_t fam[3];              /* [0]: AG, [1]: RS, [2]: a view's fence (mp_view.c) */
     /* Shared arenas (mp_view.c, docs/arena.md "Fabrics").  A set's arena reserves flag_areas
@@ -370,15 +385,23 @@ tide_result_t tide_cuda_mp_world_set_rails(tide_mp_world_t *w, const struct tide
 
 /* ------------------------------------------------------------------ flags (mp_flags.c) */
 
-/* TIDE_CUDA_MP_FLAGS: unset or "host" (default) true, "device" false. */
-tide_result_t tide_cuda_mp_env_flags(bool *host_out);
-/* After the segments and the control block: point flags[] at the block's flag areas when it
- * has them (registers the block with the device); else leave them in the segments. */
+/* TIDE_CUDA_MP_FLAGS: unset or "host" (default), "device" or "kernel" (TIDE_MP_FLAGS_*;
+ * TIDE_ERR_INVALID_ARGUMENT naming the three otherwise). */
+tide_result_t tide_cuda_mp_env_flags(int *flags_out);
+/* After the segments and the control block: register the block with the device when rank 0
+ * made it device-mapped (with flags: point flags[] at its flag areas; with a polled abort
+ * word: set abort_dev, the flags stay in the segments); else leave everything as it is. */
 tide_result_t tide_cuda_mp_flags_map(tide_mp_arena_t *a);
+/* s waits until each of the `count` flags reached value (>=): stream memory operations, or,
+ * when a's set polls its abort word (kernel waits), one wait kernel per
+ * TIDE_MP_GRAPH_WAIT_MAX flags that also ends at the abort word.  *waits_out += count. */
+tide_result_t tide_cuda_mp_flags_wait(tide_mp_arena_t *a, cudaStream_t s, const CUdeviceptr *flag,
+                                      int count, uint64_t value, uint64_t *waits_out);
 /* Before the control block is closed. */
 void tide_cuda_mp_flags_unmap(tide_mp_arena_t *a);
-/* With host flags: the stream s writes 1 + epoch into this rank's began counter of family f
- * in the control block (mp_ctl.h) when it gets there; nothing otherwise. */
+/* With a device-mapped control block (host flags, kernel waits): the stream s writes
+ * 1 + epoch into this rank's began counter of family f in the block (mp_ctl.h) when it gets
+ * there; nothing otherwise. */
 tide_result_t tide_cuda_mp_flags_began(tide_mp_arena_t *a, int f, uint64_t epoch,
                                        cudaStream_t s);
 /* Write the poison into every flag mapped here: CPU stores for host flags, else a memset on

@@ -17,6 +17,9 @@
 
 #define CTL_MAGIC 0x7469646cu /* "tidl" */
 
+/* The counters follow the header: 8-byte atomics. */
+_Static_assert(sizeof(tide_mp_ctl_hdr_t) % 8 == 0, "control block header size");
+
 static size_t counter_bytes(int ranks) {
     /* entered, enqueued, began: 2 ranks each; check_seq, check_sig: 4 ranks each */
     return sizeof(tide_mp_ctl_hdr_t) + 14u * (size_t)ranks * sizeof(uint64_t);
@@ -28,18 +31,18 @@ static size_t flags_offset(int ranks) {
     return (counter_bytes(ranks) + 4095u) / 4096u * 4096u;
 }
 
-static size_t ctl_bytes(int ranks, size_t flag_bytes) {
-    /* With flags, whole pages: the CUDA fabric registers the mapping with the device. */
-    return flag_bytes == 0
-               ? counter_bytes(ranks)
-               : (flags_offset(ranks) + (size_t)ranks * flag_bytes + 4095u) / 4096u * 4096u;
+static size_t ctl_bytes(int ranks, size_t flag_bytes, bool abort_polled) {
+    /* With flags or a polled abort word, whole pages: the CUDA fabric registers the mapping
+     * with the device. */
+    if (flag_bytes == 0) return abort_polled ? flags_offset(ranks) : counter_bytes(ranks);
+    return (flags_offset(ranks) + (size_t)ranks * flag_bytes + 4095u) / 4096u * 4096u;
 }
 
-/* Map the block behind fd.  rank 0 (init) sized it with its flag_bytes; the others learn the
- * size from the descriptor and check it against the header. */
+/* Map the block behind fd.  rank 0 (init) sized it with its flag_bytes and abort_polled; the
+ * others learn the size from the descriptor and check it against the header. */
 static tide_result_t ctl_map(int fd, int rank, int ranks, bool init, size_t flag_bytes,
-                             tide_mp_ctl_t *out) {
-    size_t bytes = ctl_bytes(ranks, flag_bytes);
+                             bool abort_polled, tide_mp_ctl_t *out) {
+    size_t bytes = ctl_bytes(ranks, flag_bytes, abort_polled);
     if (!init) {
         struct stat st;
         if (fstat(fd, &st) != 0)
@@ -61,10 +64,11 @@ static tide_result_t ctl_map(int fd, int rank, int ranks, bool init, size_t flag
         /* A fresh memfd reads as zeros: counters 0, no abort, every flag 0. */
         h->ranks = ranks;
         h->flag_bytes = (uint32_t)flag_bytes;
+        h->abort_polled = abort_polled ? 1u : 0u;
         atomic_store(&h->abort, 0u);
         h->magic = CTL_MAGIC;
     } else if (h->magic != CTL_MAGIC || h->ranks != ranks ||
-               bytes != ctl_bytes(ranks, h->flag_bytes)) {
+               bytes != ctl_bytes(ranks, h->flag_bytes, h->abort_polled != 0)) {
         const int theirs = h->ranks;
         munmap(p, bytes);
         return TIDE_ERR(TIDE_ERR_INTERNAL,
@@ -79,6 +83,7 @@ static tide_result_t ctl_map(int fd, int rank, int ranks, bool init, size_t flag
     out->check_sig = out->check_seq + 4 * ranks;
     out->began = out->check_sig + 4 * ranks;
     out->flag_bytes = h->flag_bytes;
+    out->abort_polled = h->abort_polled != 0;
     out->flags = h->flag_bytes > 0 ? (uint8_t *)p + flags_offset(ranks) : NULL;
     out->bytes = bytes;
     out->rank = rank;
@@ -92,6 +97,11 @@ tide_result_t tide_mp_ctl_open(tide_mp_boot_t *boot, int64_t timeout_ms, tide_mp
 
 tide_result_t tide_mp_ctl_open_flags(tide_mp_boot_t *boot, int64_t timeout_ms, size_t flag_bytes,
                                      tide_mp_ctl_t *out) {
+    return tide_mp_ctl_open_mapped(boot, timeout_ms, flag_bytes, false, out);
+}
+
+tide_result_t tide_mp_ctl_open_mapped(tide_mp_boot_t *boot, int64_t timeout_ms, size_t flag_bytes,
+                                      bool abort_polled, tide_mp_ctl_t *out) {
     const int me = boot->rank, n = boot->ranks;
     flag_bytes = (flag_bytes + 63u) / 64u * 64u;
     if (flag_bytes > UINT32_MAX) flag_bytes = 0; /* never: TIDE_MP_FLAG_BYTES is under 1 MiB */
@@ -103,10 +113,10 @@ tide_result_t tide_mp_ctl_open_flags(tide_mp_boot_t *boot, int64_t timeout_ms, s
         if (fd < 0)
             own = TIDE_ERR(TIDE_ERR_FABRIC, "cuda mp control block: memfd_create: %s",
                            strerror(errno));
-        else if (ftruncate(fd, (off_t)ctl_bytes(n, flag_bytes)) != 0)
+        else if (ftruncate(fd, (off_t)ctl_bytes(n, flag_bytes, abort_polled)) != 0)
             own = TIDE_ERR(TIDE_ERR_FABRIC, "cuda mp control block: ftruncate: %s",
                            strerror(errno));
-        if (own == TIDE_SUCCESS) own = ctl_map(fd, me, n, true, flag_bytes, out);
+        if (own == TIDE_SUCCESS) own = ctl_map(fd, me, n, true, flag_bytes, abort_polled, out);
     }
     /* Every rank says whether it is fine; rank 0's descriptor travels with its word.  (Out of
      * host memory here, the peers wait until their deadline.) */
@@ -133,7 +143,7 @@ tide_result_t tide_mp_ctl_open_flags(tide_mp_boot_t *boot, int64_t timeout_ms, s
         if (fds[0] < 0)
             res = TIDE_ERR(TIDE_ERR_INTERNAL, "cuda mp control block: rank 0 sent no descriptor");
         else
-            res = ctl_map(fds[0], me, n, false, 0, out);
+            res = ctl_map(fds[0], me, n, false, 0, false, out);
     }
     /* The mapping keeps the memory; no descriptor stays open. */
     for (int r = 0; r < n; ++r)
@@ -147,6 +157,10 @@ tide_result_t tide_mp_ctl_open_flags(tide_mp_boot_t *boot, int64_t timeout_ms, s
 void tide_mp_ctl_close(tide_mp_ctl_t *c) {
     if (c->hdr != NULL) munmap(c->hdr, c->bytes);
     memset(c, 0, sizeof(*c));
+}
+
+bool tide_mp_ctl_device_mapped(const tide_mp_ctl_t *c) {
+    return c->hdr != NULL && (c->flags != NULL || c->abort_polled);
 }
 
 uint8_t *tide_mp_ctl_flags(const tide_mp_ctl_t *c, int r) {
@@ -285,8 +299,8 @@ int tide_mp_ctl_missing(tide_mp_ctl_t *c, int f, uint64_t call, char *out, size_
                  strchr(list, ',') ? "s" : "", list, coll, (unsigned long long)call);
         return first;
     }
-    /* Only the device writes began, and only into a block it maps (one with flags). */
-    if (c->flags != NULL && list_ranks(c, c->began, f, call, list, sizeof(list), &first) > 0) {
+    /* Only the device writes began, and only into a block it maps. */
+    if (tide_mp_ctl_device_mapped(c) && list_ranks(c, c->began, f, call, list, sizeof(list), &first) > 0) {
         const bool many = strchr(list, ',') != NULL;
         snprintf(out, len,
                  "rank%s %s enqueued %s call %llu but %s device never began it (work queued "

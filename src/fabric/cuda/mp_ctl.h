@@ -16,7 +16,7 @@
  *   enqueued[f][r]  1 + the last call that rank r finished enqueueing
  *   began[f][r]     1 + the last call of family f whose device work rank r's stream reached
  *                   (written by the device, before the call's first device wait; only in a
- *                   block with flags, which the device maps: mp_flags.c)
+ *                   block the device maps, with flags or a polled abort word: mp_flags.c)
  *   abort word      0, or 1 + the rank that failed the group first; its message beside it.
  *   checks[f][k][r] rank r's arguments of its argument check number `seq` of family f, k =
  *                   seq mod 2: 1 + seq and the signature (fabric.h, call_check).  Two slots
@@ -38,6 +38,12 @@
  * releases every device wait of every process with plain CPU stores (tide_mp_ctl_poison)
  * instead of stream work that could queue behind a blocked queue.  Rank 0's flag_bytes
  * decides; the other ranks map what it created.
+ *
+ * Polled abort word.  Opened with abort_polled (TIDE_CUDA_MP_FLAGS=kernel), the block holds
+ * no flags (they stay in device memory) but says so to every rank: each registers it with its
+ * device like a block with flags, its device writes the began counters, and its wait kernels
+ * read the abort word, so that the word's CPU store releases them (mp_flags.c).  Rank 0's
+ * choice again decides for the group.
  */
 #ifndef TIDE_FABRIC_CUDA_MP_CTL_H_
 #define TIDE_FABRIC_CUDA_MP_CTL_H_
@@ -55,7 +61,9 @@ typedef struct {
     uint32_t magic;
     int32_t ranks;
     _Atomic uint32_t abort; /* 0; TIDE_MP_CTL_CLAIMED while the message is written; 1 + rank */
-    uint32_t flag_bytes; /* each rank's flag area in this block; 0: flags live elsewhere */
+    uint32_t flag_bytes;    /* each rank's flag area in this block; 0: flags live elsewhere */
+    uint32_t abort_polled;  /* 1: the group's device waits poll the abort word (see the top) */
+    uint32_t reserved;      /* 0; keeps the counters after the header 8-byte aligned */
     char msg[TIDE_MP_CTL_MSG];
     /* then _Atomic uint64_t entered[2][ranks], enqueued[2][ranks], check_seq[2][2][ranks],
      * check_sig[2][2][ranks], began[2][ranks] */
@@ -68,6 +76,7 @@ typedef struct {
     _Atomic uint64_t *entered, *enqueued, *check_seq, *check_sig, *began;
     uint8_t *flags;    /* rank 0's flag area, then rank 1's, ...; NULL: none in the block */
     size_t flag_bytes; /* bytes of each rank's flag area */
+    bool abort_polled; /* rank 0 opened it with abort_polled */
     size_t bytes;
     int rank, ranks;
 } tide_mp_ctl_t;
@@ -80,6 +89,14 @@ tide_result_t tide_mp_ctl_open(tide_mp_boot_t *boot, int64_t timeout_ms, tide_mp
  * passed (so that every rank signals through the same memory). */
 tide_result_t tide_mp_ctl_open_flags(tide_mp_boot_t *boot, int64_t timeout_ms, size_t flag_bytes,
                                      tide_mp_ctl_t *out);
+/* The same, and with abort_polled (rank 0's counts, as its flag_bytes does) a block the
+ * device maps without flags: whole pages, abort_polled set in every rank's view of it. */
+tide_result_t tide_mp_ctl_open_mapped(tide_mp_boot_t *boot, int64_t timeout_ms, size_t flag_bytes,
+                                      bool abort_polled, tide_mp_ctl_t *out);
+
+/* Whether the group's devices map the block (it has flags, or its abort word is polled):
+ * then the began counters are written. */
+bool tide_mp_ctl_device_mapped(const tide_mp_ctl_t *c);
 void tide_mp_ctl_close(tide_mp_ctl_t *c);
 
 /* Rank r's flag area in the block, or NULL when the block has none. */

@@ -1,14 +1,16 @@
 /*
- * mp_flags.c - where the one-process-per-rank fabric's signal flags live, and how a fail-stop
- * releases every device wait on them (docs/cuda-fabric.md, "Fail-stop").
+ * mp_flags.c - where the one-process-per-rank fabric's signal flags live, what a device wait
+ * on them is, and how a fail-stop releases every such wait (docs/cuda-fabric.md,
+ * "Fail-stop").  Three placements, TIDE_CUDA_MP_FLAGS, rank 0's choice for the group (it is
+ * carried in the control block it creates, mp_ctl.h):
  *
- * Host flags (the default, TIDE_CUDA_MP_FLAGS unset or "host").  Every rank's flag area is in
- * the group's control block (mp_ctl.h): host memory every process of the group maps.  Each
- * process registers its mapping with its device (cudaHostRegister, mapped), and its streams
- * signal (cuStreamWriteValue64) and wait (cuStreamWaitValue64) on the device addresses of
- * that memory.  The fail-stop's poison is then a plain CPU store (tide_mp_ctl_poison): it
- * cannot queue behind a blocked stream or hardware queue, and one rank's store releases the
- * waits of every process at once, whether or not its host is inside a TIDE call.
+ * Host flags (the default, unset or "host").  Every rank's flag area is in the group's
+ * control block (mp_ctl.h): host memory every process of the group maps.  Each process
+ * registers its mapping with its device (cudaHostRegister, mapped), and its streams signal
+ * (cuStreamWriteValue64) and wait (cuStreamWaitValue64) on the device addresses of that
+ * memory.  The fail-stop's poison is then a plain CPU store (tide_mp_ctl_poison): it cannot
+ * queue behind a blocked stream or hardware queue, and one rank's store releases the waits of
+ * every process at once, whether or not its host is inside a TIDE call.
  *
  * The cost: every signal is a device write to host memory over PCIe (posted, about a
  * microsecond until visible, behind a system-scope fence instead of a device-scope one), and
@@ -19,38 +21,69 @@
  * not on the critical path), so the added latency is some tens of microseconds per call at
  * worst, by that count.  Measured (bench/results/h100-2026-12-06g, a 386 MiB layer at N = 8
  * processes under MPS on one H100) it is more: device flags (TIDE_CUDA_MP_FLAGS=device) take
- * 0.26 ms (11%) off the reduce-scatter and 0.17 ms off the all-gather.  Host flags stay the
- * default for the fail-stop property above.
+ * 0.26 ms (11%) off the reduce-scatter and 0.17 ms off the all-gather.
  *
- * Device flags (TIDE_CUDA_MP_FLAGS=device, and the NCCL fabric, whose arenas have no control
- * block).  The poison is an asynchronous memset on the utility stream: it releases the waits
- * when that stream gets to run, which a blocked hardware queue can delay.
+ * Device flags ("device", and the NCCL fabric, whose arenas have no control block).  The
+ * flags stay behind each rank's arena in its device segment; signals and waits are the same
+ * stream memory operations on them.  The poison is an asynchronous memset on the utility
+ * stream: it releases the waits when that stream gets to run, which a blocked hardware queue
+ * can delay.
+ *
+ * Kernel waits ("kernel").  The flags stay in the device segments and signals are the same
+ * cuStreamWriteValue64, but every wait and fence is a one-thread wait kernel (the captured
+ * calls' kernel, mp_graph_kernels.h) that spins on the device flags with system-scope acquire
+ * loads and, every 32 spins, reads the group's abort word in the control block, which every
+ * process registers with its device for that (mp_ctl.h, "Polled abort word").  The abort word
+ * is published before any poison, so its CPU store (tide_mp_ctl_abort: by a failing caller,
+ * or the watchdog at TIDE_TIMEOUT_MS) is itself the release: every wait kernel of every
+ * process returns within a few microseconds of it, whatever the hardware queues hold.  The
+ * device poison of "device" is still written (harmless, and it releases the memory-op waits
+ * of anything outside these entries).  What it costs against "device" is to be measured
+ * (tests/gpu/run.sh, layer-gap): a kernel launch per wait instead of a stream memory
+ * operation, an SM slot per spinning wait (one thread each; nothing in the fabric needs its
+ * kernels co-resident, so a waiter never keeps the work it waits for off the GPU), and one
+ * PCIe read of the abort word per 32 spins.
+ *
+ * Which waits: the ipc transport's waits and fences (ipc.c), a view's sibling fence
+ * (mp_view.c) and the emulated rail transport's waits (mp_rails.c) all go through
+ * tide_cuda_mp_flags_wait.  A captured call keeps its own wait kernels (graph.c), bounded by
+ * their timeout and released by the poison.
  */
 #include "core/checks.h"
 #include "fabric/cuda/mp.h"
 
+#include "fabric/cuda/mp_graph_kernels.h"
+
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-tide_result_t tide_cuda_mp_env_flags(bool *host_out) {
+/* cuStreamBatchMemOp takes at most this many operations per call (a safe bound). */
+#define MEMOP_BATCH 128
+
+tide_result_t tide_cuda_mp_env_flags(int *flags_out) {
     const char *e = getenv("TIDE_CUDA_MP_FLAGS");
     if (e == NULL || e[0] == '\0' || strcmp(e, "host") == 0) {
-        *host_out = true;
+        *flags_out = TIDE_MP_FLAGS_HOST;
         return TIDE_SUCCESS;
     }
     if (strcmp(e, "device") == 0) {
-        *host_out = false;
+        *flags_out = TIDE_MP_FLAGS_DEVICE;
+        return TIDE_SUCCESS;
+    }
+    if (strcmp(e, "kernel") == 0) {
+        *flags_out = TIDE_MP_FLAGS_KERNEL;
         return TIDE_SUCCESS;
     }
     return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
-                    "cuda mp fabric: TIDE_CUDA_MP_FLAGS is \"%s\" (host or device)", e);
+                    "cuda mp fabric: TIDE_CUDA_MP_FLAGS is \"%s\" (host, device or kernel)", e);
 }
 
 tide_result_t tide_cuda_mp_flags_map(tide_mp_arena_t *a) {
     tide_mp_ctl_t *c = &a->ctl;
-    if (c->flags == NULL) return TIDE_SUCCESS; /* rank 0 chose device flags */
+    if (!tide_mp_ctl_device_mapped(c)) return TIDE_SUCCESS; /* rank 0 chose device flags */
     /* Every flag area of a rank (1 + one per view of a set: mp_view.c) is in its share. */
-    if (c->flag_bytes < tide_cuda_mp_flag_bytes(a))
+    if (c->flags != NULL && c->flag_bytes < tide_cuda_mp_flag_bytes(a))
         return TIDE_ERR(TIDE_ERR_INTERNAL,
                         "cuda mp fabric: the control block has %zu bytes of flags per rank, a "
                         "rank needs %llu",
@@ -62,9 +95,16 @@ tide_result_t tide_cuda_mp_flags_map(tide_mp_arena_t *a) {
     a->ctl_registered = true;
     void *dev = NULL;
     TIDE_CUDA_CALL(cudaHostGetDevicePointer(&dev, c->hdr, 0), "cudaHostGetDevicePointer");
+    a->ctl_dev = dev;
+    if (c->abort_polled) {
+        /* Kernel waits: the flags stay in the segments (flags[] as segments_create set it). */
+        a->abort_dev =
+            (const uint32_t *)(const void *)(a->ctl_dev + offsetof(tide_mp_ctl_hdr_t, abort));
+        return TIDE_SUCCESS;
+    }
     const int n = a->w->base.ranks;
     for (int r = 0; r < n; ++r)
-        a->flags[r] = (uint8_t *)dev + (tide_mp_ctl_flags(c, r) - (uint8_t *)c->hdr);
+        a->flags[r] = a->ctl_dev + (tide_mp_ctl_flags(c, r) - (uint8_t *)c->hdr);
     a->host_flags = true;
     return TIDE_SUCCESS;
 }
@@ -72,13 +112,11 @@ tide_result_t tide_cuda_mp_flags_map(tide_mp_arena_t *a) {
 tide_result_t tide_cuda_mp_flags_began(tide_mp_arena_t *a, int f, uint64_t epoch, cudaStream_t s) {
     /* Only a block the device maps (a view's own block is not) and only the two families it
      * counts (a view's fences are not counted). */
-    if (!a->host_flags || f > 1) return TIDE_SUCCESS;
+    if (a->ctl_dev == NULL || f > 1) return TIDE_SUCCESS;
     tide_mp_ctl_t *c = &a->ctl;
-    /* The block's device address, from rank 0's flag area (mapped at flags[0]). */
-    const uint8_t *dev =
-        (const uint8_t *)a->flags[0] - (tide_mp_ctl_flags(c, 0) - (uint8_t *)c->hdr);
     const uint8_t *host = (const uint8_t *)&c->began[f * c->ranks + c->rank];
-    const CUdeviceptr addr = (CUdeviceptr)(uintptr_t)(dev + (host - (const uint8_t *)c->hdr));
+    const CUdeviceptr addr =
+        (CUdeviceptr)(uintptr_t)(a->ctl_dev + (host - (const uint8_t *)c->hdr));
     /* A plain write: CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER would do (nothing needs ordering
      * before it), but the v2 stream memory operations that cuStreamWriteValue64 resolves to
      * since CUDA 12 refuse that flag with CUDA_ERROR_INVALID_VALUE. */
@@ -97,6 +135,8 @@ void tide_cuda_mp_flags_unmap(tide_mp_arena_t *a) {
         (void)cudaGetLastError();
     }
     a->ctl_registered = false;
+    a->ctl_dev = NULL;
+    a->abort_dev = NULL;
     a->host_flags = false;
 }
 
@@ -107,6 +147,8 @@ void tide_cuda_mp_flags_poison(tide_mp_arena_t *a) {
         tide_mp_ctl_poison(&s->ctl, TIDE_MP_POISON);
         return;
     }
+    /* Device flags, and kernel waits (whose release is the abort word itself: this memset
+     * only spares them the spins and releases any memory-op wait on these flags). */
     const int n = a->w->base.ranks;
     const uint64_t bytes = tide_cuda_mp_flag_bytes(a);
     /* The high half of every 8-byte flag: 0x40000000 << 32 = 2^62. */
@@ -115,4 +157,61 @@ void tide_cuda_mp_flags_poison(tide_mp_arena_t *a) {
             cuMemsetD2D32Async((CUdeviceptr)(uintptr_t)(s->flags[r] + 4), 8, 0x40000000u, 1,
                                (size_t)(bytes / 8), (CUstream)a->w->util);
     (void)cudaGetLastError();
+}
+
+static tide_result_t cu_failed(CUresult e, const char *what) {
+    const char *name = NULL;
+    cuGetErrorName(e, &name);
+    return TIDE_ERR(TIDE_ERR_FABRIC, "cuda mp fabric: %s: %s", what, name ? name : "?");
+}
+
+/* Kernel waits: one wait kernel per TIDE_MP_GRAPH_WAIT_MAX flags, the value fixed at enqueue
+ * (num NULL), no error word (the host reports the call: it sees the abort first), no device
+ * timeout (the watchdog publishes the abort at TIDE_TIMEOUT_MS, which ends the kernel). */
+static tide_result_t wait_kernels(const uint32_t *abort_word, cudaStream_t s,
+                                  const CUdeviceptr *flag, int count, uint64_t value) {
+    tide_mp_graph_wait_t w;
+    memset(&w, 0, sizeof(w));
+    w.abort = abort_word;
+    w.delta = (int64_t)value;
+    w.timeout_ns = TIDE_MP_GRAPH_NO_TIMEOUT;
+    w.slot = -1;
+    for (int i = 0; i < count; i += TIDE_MP_GRAPH_WAIT_MAX) {
+        w.count = count - i < TIDE_MP_GRAPH_WAIT_MAX ? count - i : TIDE_MP_GRAPH_WAIT_MAX;
+        for (int k = 0; k < w.count; ++k) {
+            w.rank[k] = -1;
+            w.flag[k] = (uint64_t)flag[i + k];
+        }
+        const cudaError_t e = tide_mp_graph_wait(&w, s);
+        if (e != cudaSuccess) return tide_cuda_error(e, __FILE__, __LINE__, "wait kernel");
+    }
+    return TIDE_SUCCESS;
+}
+
+tide_result_t tide_cuda_mp_flags_wait(tide_mp_arena_t *a, cudaStream_t s, const CUdeviceptr *flag,
+                                      int count, uint64_t value, uint64_t *waits_out) {
+    if (count <= 0) return TIDE_SUCCESS;
+    *waits_out += (uint64_t)count;
+    /* The set's word: a view waits on the set's segments and fails with the set (mp_view.c). */
+    const uint32_t *abort_word = tide_cuda_mp_set_of(a)->abort_dev;
+    if (abort_word != NULL) return wait_kernels(abort_word, s, flag, count, value);
+    if (count == 1) {
+        const CUresult e =
+            cuStreamWaitValue64((CUstream)s, flag[0], value, CU_STREAM_WAIT_VALUE_GEQ);
+        return e == CUDA_SUCCESS ? TIDE_SUCCESS : cu_failed(e, "cuStreamWaitValue64");
+    }
+    CUstreamBatchMemOpParams ops[MEMOP_BATCH];
+    for (int i = 0; i < count; i += MEMOP_BATCH) {
+        const int k = count - i < MEMOP_BATCH ? count - i : MEMOP_BATCH;
+        memset(ops, 0, (size_t)k * sizeof(ops[0]));
+        for (int j = 0; j < k; ++j) {
+            ops[j].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+            ops[j].waitValue.address = flag[i + j];
+            ops[j].waitValue.value64 = value;
+            ops[j].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+        }
+        const CUresult e = cuStreamBatchMemOp((CUstream)s, (unsigned)k, ops, 0);
+        if (e != CUDA_SUCCESS) return cu_failed(e, "cuStreamBatchMemOp(wait)");
+    }
+    return TIDE_SUCCESS;
 }

@@ -8,7 +8,9 @@
  * call: a peer that sees the value sees what the stream did before it (the kernels and copies
  * before a signal kernel completed before it started), and what follows a wait sees what the
  * peer did before its signal.  Flags live in host memory every process maps, or in the peers'
- * mapped segments (TIDE_CUDA_MP_FLAGS=device): both are plain global addresses here.
+ * mapped segments (TIDE_CUDA_MP_FLAGS=device or kernel): both are plain global addresses here.
+ * The wait kernel also carries the eager waits of TIDE_CUDA_MP_FLAGS=kernel (num, err NULL;
+ * abort set: mp_graph_kernels.h).
  */
 #include "fabric/cuda/mp_graph_kernels.h"
 
@@ -53,31 +55,40 @@ __global__ void signal_kernel(const uint64_t *num, const uint32_t *err, uint64_t
     store_release(flag, v);
 }
 
+/* Record why a wait of a replay failed (nothing in an eager wait, which has no error word). */
+__device__ void fail(const tide_mp_graph_wait_t &w, int i, uint32_t code) {
+    if (w.err == nullptr) return;
+    if (atomicCAS(w.err, 0u, code) == 0u) {
+        w.err[1] = (uint32_t)w.rank[i];
+        w.err[2] = (uint32_t)w.family;
+        w.err[3] = (uint32_t)w.slot;
+        __threadfence_system();
+    }
+}
+
 __global__ void wait_kernel(tide_mp_graph_wait_t w) {
-    const uint64_t target = *w.num + (uint64_t)w.delta, t0 = now_ns();
+    const uint64_t target = (w.num != nullptr ? *w.num : 0u) + (uint64_t)w.delta;
+    const uint64_t t0 = now_ns();
     for (int i = 0; i < w.count; ++i) {
         const uint64_t *flag = (const uint64_t *)w.flag[i];
         for (unsigned spin = 0;; ++spin) {
-            if (err_code(w.err) != 0) return; /* failed already: pass, the signals poison */
+            /* failed already: pass, the signals poison */
+            if (w.err != nullptr && err_code(w.err) != 0) return;
             const uint64_t v = load_acquire(flag);
             if (v >= POISON || (int64_t)(v - target) >= 0) {
                 if (v < POISON) break;
                 /* The poison: some rank failed; so does this replay. */
-                if (atomicCAS(w.err, 0u, (uint32_t)TIDE_MP_GRAPH_POISONED) == 0u) {
-                    w.err[1] = (uint32_t)w.rank[i];
-                    w.err[2] = (uint32_t)w.family;
-                    w.err[3] = (uint32_t)w.slot;
-                    __threadfence_system();
-                }
+                fail(w, i, TIDE_MP_GRAPH_POISONED);
                 return;
             }
-            if (now_ns() - t0 > w.timeout_ns) {
-                if (atomicCAS(w.err, 0u, (uint32_t)TIDE_MP_GRAPH_TIMEOUT) == 0u) {
-                    w.err[1] = (uint32_t)w.rank[i];
-                    w.err[2] = (uint32_t)w.family;
-                    w.err[3] = (uint32_t)w.slot;
-                    __threadfence_system();
-                }
+            /* A rank failed the group (eager kernel waits): the host reports the call, this
+             * stream drains.  Host memory over PCIe: read once per 32 spins, never on a wait
+             * that its flag ends at once. */
+            if (w.abort != nullptr && (spin & 31u) == 31u &&
+                *(const volatile uint32_t *)w.abort != 0u)
+                return;
+            if (w.timeout_ns != TIDE_MP_GRAPH_NO_TIMEOUT && now_ns() - t0 > w.timeout_ns) {
+                fail(w, i, TIDE_MP_GRAPH_TIMEOUT);
                 return;
             }
             if (spin > 32) __nanosleep(256);

@@ -18,7 +18,17 @@
  * the failed one is released within the timeout and fails as well, instead of reporting data
  * it never received.
  *
- * Plain C, shared by mp_graph.c, the ipc transport's graph entries and mp_graph_kernels.cu.
+ * The same wait kernel serves the eager calls of TIDE_CUDA_MP_FLAGS=kernel (mp_flags.c): there
+ * num is NULL (the value is delta itself, fixed at enqueue like a stream memory operation's),
+ * err is NULL (the host reports a failed call: the abort word is visible before any wait
+ * could be released by it), timeout_ns is TIDE_MP_GRAPH_NO_TIMEOUT (the host watchdog bounds
+ * the call), and abort is the device address of the group's abort word in the control block
+ * (mp_ctl.h), which the kernel reads every few dozen spins and at which it passes: a CPU
+ * store of that word releases every such wait of every process, whatever its stream's queue
+ * is doing.  A captured call passes abort NULL and keeps the behaviour above.
+ *
+ * Plain C, shared by mp_graph.c, the ipc transport's graph entries, mp_flags.c and
+ * mp_graph_kernels.cu.
  */
 #ifndef TIDE_FABRIC_CUDA_MP_GRAPH_KERNELS_H_
 #define TIDE_FABRIC_CUDA_MP_GRAPH_KERNELS_H_
@@ -42,12 +52,16 @@ enum {
     TIDE_MP_GRAPH_POISONED = 2, /* a wait found the poison: a rank failed */
 };
 
+/* timeout_ns of a wait that only the flags, the poison or the abort word end. */
+#define TIDE_MP_GRAPH_NO_TIMEOUT UINT64_MAX
+
 typedef struct {
-    const uint64_t *num; /* the family's call counter */
-    uint32_t *err;       /* device address of this rank's error word */
-    int64_t delta;       /* value = *num + delta */
-    uint64_t timeout_ns;
-    int family, slot; /* for the error word */
+    const uint64_t *num;   /* the family's call counter; NULL: the value is delta itself */
+    uint32_t *err;         /* device address of this rank's error word; NULL: none (eager) */
+    const uint32_t *abort; /* device address of the group's abort word, polled; NULL: none */
+    int64_t delta;         /* value = *num + delta (delta when num is NULL) */
+    uint64_t timeout_ns;   /* TIDE_MP_GRAPH_NO_TIMEOUT: none */
+    int family, slot;      /* for the error word */
     int count;
     int rank[TIDE_MP_GRAPH_WAIT_MAX];
     uint64_t flag[TIDE_MP_GRAPH_WAIT_MAX]; /* device addresses */
@@ -58,7 +72,8 @@ cudaError_t tide_mp_graph_tick(uint64_t *num, cudaStream_t s);
 /* After what s holds, *flag = *num + delta (the poison once *err is set). */
 cudaError_t tide_mp_graph_signal(const uint64_t *num, const uint32_t *err, uint64_t flag,
                                  int64_t delta, cudaStream_t s);
-/* s waits until every flag of w reached *num + delta (see the top for how else it ends). */
+/* s waits until every flag of w reached *num + delta, or delta without num (see the top for
+ * how else it ends). */
 cudaError_t tide_mp_graph_wait(const tide_mp_graph_wait_t *w, cudaStream_t s);
 
 #ifdef __cplusplus

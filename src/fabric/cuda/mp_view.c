@@ -29,8 +29,9 @@
  *
  * The fence on this fabric is the SIGNAL / WAIT (/ ZERO) program run by the execute in the
  * view's third family: a SIGNAL's RECORD writes the fence epoch + 1 into this rank's flag of
- * the slot, and every peer's WAIT reads it through its mapping (cuStreamWaitValue64), so a
- * rank passes only when every rank's caller stream reached the fence.  Because FSDP2
+ * the slot, and every peer's WAIT reads it through its mapping (cuStreamWaitValue64, or a
+ * wait kernel with TIDE_CUDA_MP_FLAGS=kernel: mp_flags.c), so a rank passes only when every
+ * rank's caller stream reached the fence.  Because FSDP2
  * enqueues all-gathers and reduce-scatters on different streams, a fence call first makes
  * the caller stream wait for this rank's done flag of the last call of every sibling view's
  * families (tide_cuda_mp_view_wait_siblings); the fence program after it then passes only
@@ -217,6 +218,13 @@ tide_result_t tide_cuda_mp_view_wait_siblings(tide_mp_arena_t *a, cudaStream_t c
         for (int f = 0; f < 3; ++f) {
             const int64_t last = v->fam[f].last_epoch;
             if (last < 0) continue;
+            if (tide_cuda_mp_set_of(a)->abort_dev != NULL) {
+                /* Kernel waits (mp_flags.c): one per flag, each with its own value. */
+                const CUdeviceptr flag = tide_cuda_mp_family_done_flag(v, me, f);
+                TIDE_CHECK(
+                    tide_cuda_mp_flags_wait(a, caller, &flag, 1, (uint64_t)last + 1, &st->waits));
+                continue;
+            }
             if (k == MEMOP_BATCH) {
                 TIDE_CHECK(memops(caller, ops, k, st));
                 k = 0;

@@ -124,7 +124,7 @@ tide_result_t tide_cuda_mp_world_create(int nodes, int gpus_per_node, int rank, 
     tide_result_t res = tide_cuda_mp_world_init(w);
     if (res == TIDE_SUCCESS) res = tide_cuda_mp_direct_env(&w->direct);
     if (res == TIDE_SUCCESS) res = env_rails(nodes, w);
-    if (res == TIDE_SUCCESS) res = tide_cuda_mp_env_flags(&w->host_flags);
+    if (res == TIDE_SUCCESS) res = tide_cuda_mp_env_flags(&w->flags);
     if (res == TIDE_SUCCESS)
         res = tide_mp_boot_open(name, rank, n, tide_fabric_timeout_ms(), &w->boot);
     if (res == TIDE_SUCCESS) res = tide_mp_watchdog_start(w);
@@ -299,9 +299,12 @@ static tide_result_t segments_create(tide_mp_arena_t *a, uint64_t bytes, uint64_
     for (int r = 0; r < n; ++r)
         fds[r] = -1;
     /* The control block first: every rank fails here together if any cannot set it up.  With
-     * host flags (rank 0's TIDE_CUDA_MP_FLAGS) it carries every rank's flag area. */
-    tide_result_t ctl = tide_mp_ctl_open_flags(
-        &w->boot, timeout, w->host_flags ? (size_t)tide_cuda_mp_flag_bytes(a) : 0, &a->ctl);
+     * host flags (rank 0's TIDE_CUDA_MP_FLAGS) it carries every rank's flag area; with kernel
+     * waits it says so, and every rank maps it for its wait kernels' abort word (mp_flags.c). */
+    tide_result_t ctl = tide_mp_ctl_open_mapped(
+        &w->boot, timeout,
+        w->flags == TIDE_MP_FLAGS_HOST ? (size_t)tide_cuda_mp_flag_bytes(a) : 0,
+        w->flags == TIDE_MP_FLAGS_KERNEL, &a->ctl);
     if (ctl != TIDE_SUCCESS) {
         free(all);
         free(fds);
@@ -351,7 +354,8 @@ static tide_result_t segments_create(tide_mp_arena_t *a, uint64_t bytes, uint64_
         TIDE_CUDA_CALL(cudaStreamSynchronize(w->util), "cudaStreamSynchronize(zero)");
         for (int r = 0; r < n; ++r)
             a->flags[r] = a->base.bases[r] + a->flags_off;
-        res = tide_cuda_mp_flags_map(a); /* the control block's flags instead (mp_flags.c) */
+        /* The control block's flags instead, or its abort word for kernel waits (mp_flags.c). */
+        res = tide_cuda_mp_flags_map(a);
     }
     /* Everybody mapped and zeroed, or everybody learns that someone failed. */
     const tide_result_t bar =

@@ -1,16 +1,13 @@
 /*
  * ipc.c - the ipc transport (ipc.h): signals and fences are flags in the group's flag areas,
- * written with cuStreamWriteValue64 (e + 1 for call e) and waited with cuStreamWaitValue64
- * (GEQ), so a poison (2^62, mp_flags.c) releases every wait; rail puts go to the world's rail
- * transport (mp_rails.c); runs of copies were planned for this call by mp_batch.c.
+ * written with cuStreamWriteValue64 (e + 1 for call e) and waited (GEQ) by
+ * tide_cuda_mp_flags_wait: cuStreamWaitValue64 / cuStreamBatchMemOp, so a poison (2^62,
+ * mp_flags.c) releases every wait, or with TIDE_CUDA_MP_FLAGS=kernel wait kernels that the
+ * group's abort word releases too; rail puts go to the world's rail transport (mp_rails.c);
+ * runs of copies were planned for this call by mp_batch.c.
  */
 #include "core/checks.h"
 #include "fabric/transport/ipc/ipc.h"
-
-#include <string.h>
-
-/* cuStreamBatchMemOp takes at most this many operations per call (a safe bound). */
-#define MEMOP_BATCH 128
 
 static tide_result_t cu_failed(CUresult e, const char *what) {
     const char *name = NULL;
@@ -27,9 +24,8 @@ tide_result_t tide_transport_flag_write(tide_cuda_call_t *c, cudaStream_t s, CUd
 
 tide_result_t tide_transport_flag_wait(tide_cuda_call_t *c, cudaStream_t s, CUdeviceptr flag,
                                        uint64_t value) {
-    ++c->st.waits;
-    const CUresult e = cuStreamWaitValue64((CUstream)s, flag, value, CU_STREAM_WAIT_VALUE_GEQ);
-    return e == CUDA_SUCCESS ? TIDE_SUCCESS : cu_failed(e, "cuStreamWaitValue64");
+    const tide_transport_ipc_t *x = c->tp_ctx;
+    return tide_cuda_mp_flags_wait(x->a, s, &flag, 1, value, &c->st.waits);
 }
 
 tide_result_t tide_transport_flags_record(tide_cuda_call_t *c, cudaStream_t s, int slot) {
@@ -53,27 +49,23 @@ tide_result_t tide_transport_flags_wait(tide_cuda_call_t *c, cudaStream_t s, int
 }
 
 /* The caller's stream waits until the done flag of every rank it fences (tide_cuda_mp_fenced)
- * reached call + 1: one cuStreamBatchMemOp per MEMOP_BATCH ranks. */
+ * reached call + 1: tide_cuda_mp_flags_wait per FENCE_CHUNK ranks (one cuStreamBatchMemOp
+ * each, or one wait kernel per TIDE_MP_GRAPH_WAIT_MAX). */
+#define FENCE_CHUNK 128
 tide_result_t tide_transport_flags_fence(tide_cuda_call_t *c, int rank, int64_t call) {
     const tide_transport_ipc_t *x = c->tp_ctx;
     const int n = x->a->w->base.ranks, f = tide_cuda_mp_family_index(x->a, x->fam);
     const cudaStream_t caller = tide_cuda_call_caller(c, rank);
-    CUstreamBatchMemOpParams ops[MEMOP_BATCH];
+    CUdeviceptr flags[FENCE_CHUNK];
     int k = 0;
     for (int r = 0; r <= n; ++r) {
-        if (k == MEMOP_BATCH || (r == n && k > 0)) {
-            c->st.waits += (uint64_t)k;
-            const CUresult e = cuStreamBatchMemOp((CUstream)caller, (unsigned)k, ops, 0);
-            if (e != CUDA_SUCCESS) return cu_failed(e, "cuStreamBatchMemOp(fence)");
+        if (k == FENCE_CHUNK || (r == n && k > 0)) {
+            TIDE_CHECK(
+                tide_cuda_mp_flags_wait(x->a, caller, flags, k, (uint64_t)call + 1, &c->st.waits));
             k = 0;
         }
-        if (r == n || !tide_cuda_mp_fenced(x->a, r)) continue;
-        memset(&ops[k], 0, sizeof(ops[k]));
-        ops[k].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
-        ops[k].waitValue.address = tide_cuda_mp_family_done_flag(x->a, r, f);
-        ops[k].waitValue.value64 = (uint64_t)call + 1;
-        ops[k].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
-        ++k;
+        if (r < n && tide_cuda_mp_fenced(x->a, r))
+            flags[k++] = tide_cuda_mp_family_done_flag(x->a, r, f);
     }
     return TIDE_SUCCESS;
 }
