@@ -11,7 +11,7 @@
 #                                      sum-variants): mps-tests fsdp-layers memcheck racecheck
 #                                      bench-kernels bench-fabric bench-torch
 #                                      bench-torch-unfused interference enqueue sum-variants
-#                                      tide-bench layer-gap
+#                                      tide-bench layer-gap (TIDE_GPU_GAP_RUNS, _WORLDS)
 #   TIDE_GPU_LAYER_ARGS="..."          extra bench_fsdp_layers / bench_layer_single arguments
 #                                      (e.g. "--sum-ctas 32 --landing-ctas 32")
 #   TIDE_GPU_LAYER_PUSHED=0            skip fsdp-layers' run with TIDE_CUDA_MP_DIRECT=0
@@ -100,12 +100,19 @@ fi
 # device, kernel: src/fabric/cuda/mp_flags.c), side by side in gap_single.txt, and behind
 # per-process holds (the processes' start spread in the figure); not in the default steps.
 if want layer-gap; then
-    gap="python3 '$root/tests/gpu/bench_fsdp_layers.py' --lib '$b/libtide.so' --worlds 8 ${TIDE_GPU_LAYER_ARGS:-}"
-    step layer-gap-host with_mps "$out/mps-gap-host" bash -c "set -o pipefail; $gap --json '$out/gap_host.json' | tee '$out/gap_host.txt'"
-    step layer-gap-device with_mps "$out/mps-gap-device" env TIDE_CUDA_MP_FLAGS=device bash -c "set -o pipefail; $gap --json '$out/gap_device.json' | tee '$out/gap_device.txt'"
-    step layer-gap-kernel with_mps "$out/mps-gap-kernel" env TIDE_CUDA_MP_FLAGS=kernel bash -c "set -o pipefail; $gap --json '$out/gap_kernel.json' | tee '$out/gap_kernel.txt'"
-    step layer-gap-hold with_mps "$out/mps-gap-hold" bash -c "set -o pipefail; $gap --start hold --json '$out/gap_hold.json' | tee '$out/gap_hold.txt'"
-    step layer-gap-single bash -c "set -o pipefail; python3 '$root/tests/gpu/bench_layer_single.py' --lib '$b/libtide.so' --worlds 8 ${TIDE_GPU_LAYER_ARGS:-} --mp-json '$out/gap_host.json' --mp-json '$out/gap_device.json' --mp-json '$out/gap_kernel.json' --mp-json '$out/gap_hold.json' | tee '$out/gap_single.txt'"
+    # TIDE_GPU_GAP_RUNS picks the runs (host device kernel hold; flags as named, "hold" = host
+    # flags behind per-process holds), TIDE_GPU_GAP_WORLDS the world sizes (default 8).
+    gap_worlds=${TIDE_GPU_GAP_WORLDS:-8} gap_json=""
+    for w in ${gap_worlds//,/ }; do
+        gap="python3 '$root/tests/gpu/bench_fsdp_layers.py' --lib '$b/libtide.so' --worlds $w ${TIDE_GPU_LAYER_ARGS:-}"
+        for run in ${TIDE_GPU_GAP_RUNS:-host device kernel hold}; do
+            flags=$run start=""
+            [ "$run" = hold ] && flags=host start="--start hold"
+            step layer-gap-$run-w$w with_mps "$out/mps-gap-$run-w$w" env TIDE_CUDA_MP_FLAGS=$flags bash -c "set -o pipefail; $gap $start --json '$out/gap_${run}_w$w.json' | tee '$out/gap_${run}_w$w.txt'"
+            gap_json="$gap_json --mp-json '$out/gap_${run}_w$w.json'"
+        done
+    done
+    step layer-gap-single bash -c "set -o pipefail; python3 '$root/tests/gpu/bench_layer_single.py' --lib '$b/libtide.so' --worlds $gap_worlds ${TIDE_GPU_LAYER_ARGS:-} $gap_json | tee '$out/gap_single.txt'"
 fi
 if command -v compute-sanitizer >/dev/null; then
     want memcheck && step memcheck-fabric compute-sanitizer --tool memcheck --error-exitcode 3 \
