@@ -379,23 +379,23 @@ static tide_result_t prologue(tide_cuda_call_t *c, int rank) {
     return tide_cuda_mp_direct_before(a, is->x.pp, is->b, caller, &c->st);
 }
 
-/* A captured call joins every thread its capture forked back into the caller's stream.  The
- * schedule's joins are the fewest that cover the rank's work through the threads' waits on
- * each other; in a capture those waits are kernels polling flags, not graph edges, so a
- * thread covered only through one would be left unjoined (cudaStreamEndCapture refuses
- * that).  Extra joins of an eager call would only cost stream waits, so eager calls keep the
- * schedule's. */
-static tide_result_t join_forked(tide_cuda_call_t *c, const tide_sched_cmd_t *cmds, int n) {
+/* A captured call joins every stream of the rank that its capture reached back into the
+ * caller's stream.  The schedule's joins are the fewest that cover the rank's work through the
+ * threads' waits on each other; in a capture those waits are kernels polling flags, not graph
+ * edges, so a thread covered only through one would be left unjoined (cudaStreamEndCapture
+ * refuses that).  Not only forked threads: a thread whose first command waits on a slot this
+ * rank records joins the capture through that event (graph.c, a graph edge) without a FORK.
+ * So the streams are asked, not the command list.  Extra joins of an eager call would only
+ * cost stream waits, so eager calls keep the schedule's. */
+static tide_result_t join_captured(tide_cuda_call_t *c) {
     const cudaStream_t caller = tide_cuda_call_caller(c, c->rank0);
-    bool forked[TIDE_CUDA_Q] = {false};
-    for (int i = 0; i < n; ++i) {
-        const int q = cmds[i].thread - c->rank0 * TIDE_CUDA_Q;
-        if (cmds[i].kind != TIDE_SCHED_CMD_FORK || q < 0 || q >= TIDE_CUDA_Q || forked[q])
-            continue;
-        forked[q] = true;
-        const cudaEvent_t end = c->end[q];
-        TIDE_CHECK(tide_cuda_call_record_event(c, end, tide_cuda_call_stream(c, cmds[i].thread)));
-        TIDE_CHECK(tide_cuda_call_wait_event(c, caller, end));
+    for (int q = 0; q < TIDE_CUDA_Q; ++q) {
+        const cudaStream_t s = tide_cuda_call_stream(c, c->rank0 * TIDE_CUDA_Q + q);
+        enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+        TIDE_CUDA_CALL(cudaStreamIsCapturing(s, &st), "cudaStreamIsCapturing(thread)");
+        if (st != cudaStreamCaptureStatusActive) continue;
+        TIDE_CHECK(tide_cuda_call_record_event(c, c->end[q], s));
+        TIDE_CHECK(tide_cuda_call_wait_event(c, caller, c->end[q]));
     }
     return TIDE_SUCCESS;
 }
@@ -414,7 +414,7 @@ static tide_result_t epilogue(tide_cuda_call_t *c) {
         TIDE_CUDA_CALL(cudaEventRecord(fam->user[TIDE_EVENT_READ_DONE], caller),
                        "cudaEventRecord(read-done)");
     }
-    if (c->graph) TIDE_CHECK(join_forked(c, is->x.pp->cmds[is->form], is->x.pp->num_cmds[is->form]));
+    if (c->graph) TIDE_CHECK(join_captured(c));
     /* The host and the watchdog wait on done events of eager calls only: a captured call's
      * record would be a point inside the capture, which neither may query (mp_graph.c). */
     if (!c->graph)
