@@ -368,12 +368,30 @@ static tide_result_t begin(tide_cuda_call_t *c, int rank) {
     return fi == 2 ? tide_cuda_mp_view_wait_siblings(a, caller, &c->st) : TIDE_SUCCESS;
 }
 
+/* A captured call brings every stream of the rank into the capture before any command.  The
+ * schedule forks a thread before its first op that touches memory or signals, not before
+ * its first WAIT: eagerly a wait is a memory operation with its value fixed at enqueue, and
+ * where it stands in the stream is all that matters.  Issued on a stream outside the capture,
+ * a captured call's wait kernel would run once, at capture time, and be missing from every
+ * replay (the replay's sums then read the peers' staging before their pushes of this replay
+ * landed).  Forking every thread after the counter tick and the fence costs graph edges only. */
+static tide_result_t fork_captured(tide_cuda_call_t *c, int rank) {
+    const cudaStream_t caller = tide_cuda_call_caller(c, rank);
+    const cudaEvent_t start = c->start[rank - c->rank0];
+    TIDE_CHECK(tide_cuda_call_record_event(c, start, caller));
+    for (int q = 0; q < TIDE_CUDA_Q; ++q)
+        TIDE_CHECK(tide_cuda_call_wait_event(c, tide_cuda_call_stream(c, rank * TIDE_CUDA_Q + q),
+                                             start));
+    return TIDE_SUCCESS;
+}
+
 /* The call's copy descriptors and direct mode's tables go up before the start record every
  * thread forks from. */
 static tide_result_t prologue(tide_cuda_call_t *c, int rank) {
     issue_t *is = c->owner;
     tide_mp_arena_t *a = is->x.a;
     const cudaStream_t caller = tide_cuda_call_caller(c, rank);
+    if (c->graph) TIDE_CHECK(fork_captured(c, rank));
     if (is->batch)
         TIDE_CHECK(tide_cuda_mp_batch_plan(a, is->x.pp, is->form, c->parity, caller, &c->st));
     return tide_cuda_mp_direct_before(a, is->x.pp, is->b, caller, &c->st);
@@ -383,9 +401,8 @@ static tide_result_t prologue(tide_cuda_call_t *c, int rank) {
  * caller's stream.  The schedule's joins are the fewest that cover the rank's work through the
  * threads' waits on each other; in a capture those waits are kernels polling flags, not graph
  * edges, so a thread covered only through one would be left unjoined (cudaStreamEndCapture
- * refuses that).  Not only forked threads: a thread whose first command waits on a slot this
- * rank records joins the capture through that event (graph.c, a graph edge) without a FORK.
- * So the streams are asked, not the command list.  Extra joins of an eager call would only
+ * refuses that).  Every thread was forked into the capture (fork_captured); the streams are
+ * asked all the same, so that a stream the capture reached otherwise is joined too.  Extra joins of an eager call would only
  * cost stream waits, so eager calls keep the schedule's. */
 static tide_result_t join_captured(tide_cuda_call_t *c) {
     const cudaStream_t caller = tide_cuda_call_caller(c, c->rank0);
