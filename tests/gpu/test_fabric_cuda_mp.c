@@ -16,8 +16,8 @@
  * reduce-scatter of an M = 1, L > 1 configuration must have taken it (stats.direct >= 1, the
  * same on every rank) and some configuration must have fused its outputs (2); with 0, none.
  * TIDE_TEST_MP_MANAGED=grads0 / out0 puts rank 0's gradients / output in memory that cannot
- * be exported (a stream-ordered pool allocation): then every rank must take the pushed path / direct sums without
- * fused outputs (1), never a mix.
+ * be exported (a stream-ordered pool allocation): then every rank must take the pushed path /
+ * direct sums without fused outputs (1), never a mix.
  *
  * The parent never touches CUDA: it draws every configuration's inputs, runs the CPU fabric
  * (a thread per rank) as the oracle, then forks the N ranks of a topology once; every child
@@ -60,16 +60,7 @@ static double now_s(void) {
 #define HOST_RAND_SEED 0x2545f4914f6cdd1dull
 #define HOST_RAND_WIDE_EXP 12
 #include "host_rand.h"
-
-/* Memory the children write and the parent reads. */
-static void *shared_alloc(size_t n) {
-    void *p = mmap(NULL, n > 0 ? n : 1, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-        fprintf(stderr, "FAIL: mmap %zu\n", n);
-        exit(2);
-    }
-    return p;
-}
+#include "cpu_oracle.h"
 
 typedef struct {
     int m, l, n;
@@ -87,8 +78,8 @@ typedef struct {
     float *out0[MAX_RANKS];
     uint8_t *land[2][CALLS][MAX_RANKS]; /* [0]: CPU (heap), [1]: CUDA mp (shared) */
     float *out[2][CALLS][MAX_RANKS];
-    char *child_error; /* shared, [MAX_RANKS][256] */
-    uint64_t *batched; /* shared, [MAX_RANKS]: copies the last AG and RS call ran in batches */
+    char *child_error;    /* shared, [MAX_RANKS][256] */
+    uint64_t *batched;    /* shared, [MAX_RANKS]: copies the last AG and RS call ran in batches */
     uint64_t *rail_steps; /* shared, [MAX_RANKS]: rail steps of the last AG and RS call */
     uint64_t *ce_batched; /* shared, [MAX_RANKS]: batched copies cudaMemcpyBatchAsync ran */
     uint64_t *sliced;     /* shared, [MAX_RANKS]: sum / landing launches past one per op */
@@ -175,86 +166,51 @@ static bool case_init(case_t *c, int m, int l, int v) {
 
 /* ------------------------------------------------------------------ the CPU fabric (oracle) */
 
-typedef struct {
-    case_t *c;
-    tide_comm_t comm;
-    int rank;
-    char error[256];
-} cpu_job_t;
-
-static void *cpu_rank(void *arg) {
-    cpu_job_t *j = arg;
-    case_t *c = j->c;
-    const int r = j->rank;
+static bool cpu_rank(void *ctx, tide_comm_t comm, int r, char *err, size_t len) {
+    case_t *c = ctx;
     tide_group_t grp;
-    if (tide_group_register(j->comm, &c->cfg, &c->desc, &grp) != TIDE_SUCCESS) {
-        snprintf(j->error, sizeof(j->error), "register: %s", tide_get_last_error());
-        return NULL;
+    if (tide_group_register(comm, &c->cfg, &c->desc, &grp) != TIDE_SUCCESS) {
+        snprintf(err, len, "register: %s", tide_get_last_error());
+        return false;
     }
-    for (int e = 0; e < CALLS && !j->error[0]; ++e) {
+    for (int e = 0; e < CALLS && !err[0]; ++e) {
         void *land = NULL;
         if (tide_all_gather(grp, c->shards[e][r], e % 2, NULL) != TIDE_SUCCESS ||
             tide_group_landing(grp, e % 2, &land) != TIDE_SUCCESS)
-            snprintf(j->error, sizeof(j->error), "all_gather %d: %s", e, tide_get_last_error());
+            snprintf(err, len, "all_gather %d: %s", e, tide_get_last_error());
         else
             memcpy(c->land[0][e][r], land, c->land_bytes);
     }
     float *out = xmalloc(c->out_bytes);
     memcpy(out, c->out0[r], c->out_bytes);
-    for (int e = 0; e < CALLS && !j->error[0]; ++e) {
+    for (int e = 0; e < CALLS && !err[0]; ++e) {
         if (tide_reduce_scatter(grp, (const void *const *)c->grads[e][r], out, c->alpha,
                                 c->accumulate[e], c->modes[e], NULL) != TIDE_SUCCESS)
-            snprintf(j->error, sizeof(j->error), "reduce_scatter %d: %s", e,
-                     tide_get_last_error());
+            snprintf(err, len, "reduce_scatter %d: %s", e, tide_get_last_error());
         else
             memcpy(c->out[0][e][r], out, c->out_bytes);
     }
     free(out);
     tide_group_deregister(grp);
-    return NULL;
-}
-
-static bool run_cpu(case_t *c) {
-    tide_comm_t comms[MAX_RANKS];
-    if (tide_comm_init_all(TIDE_FABRIC_CPU, c->m, c->l, comms) != TIDE_SUCCESS) {
-        fprintf(stderr, "FAIL: cpu comm_init_all: %s\n", tide_get_last_error());
-        return false;
-    }
-    pthread_t th[MAX_RANKS];
-    cpu_job_t jobs[MAX_RANKS];
-    for (int r = 0; r < c->n; ++r) {
-        jobs[r] = (cpu_job_t){.c = c, .comm = comms[r], .rank = r};
-        if (pthread_create(&th[r], NULL, cpu_rank, &jobs[r]) != 0) exit(2);
-    }
-    bool ok = true;
-    for (int r = 0; r < c->n; ++r) {
-        pthread_join(th[r], NULL);
-        if (jobs[r].error[0]) {
-            fprintf(stderr, "FAIL: %s: cpu rank %d: %s\n", c->what, r, jobs[r].error);
-            ok = false;
-        }
-    }
-    for (int r = 0; r < c->n; ++r)
-        tide_comm_destroy(comms[r]);
-    return ok;
+    return err[0] == 0;
 }
 
 /* ------------------------------------------------------------------ one rank process */
 
-#define CHILD_CK(call, what)                                                                      \
-    do {                                                                                          \
-        if ((call) != 0) {                                                                        \
-            snprintf(err, 256, "%s: %s", what, tide_get_last_error());                            \
-            return false;                                                                         \
-        }                                                                                         \
+#define CHILD_CK(call, what)                                                                       \
+    do {                                                                                           \
+        if ((call) != 0) {                                                                         \
+            snprintf(err, 256, "%s: %s", what, tide_get_last_error());                             \
+            return false;                                                                          \
+        }                                                                                          \
     } while (0)
-#define CHILD_CU(call, what)                                                                      \
-    do {                                                                                          \
-        cudaError_t e_ = (call);                                                                  \
-        if (e_ != cudaSuccess) {                                                                  \
-            snprintf(err, 256, "%s: %s", what, cudaGetErrorString(e_));                           \
-            return false;                                                                         \
-        }                                                                                         \
+#define CHILD_CU(call, what)                                                                       \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            snprintf(err, 256, "%s: %s", what, cudaGetErrorString(e_));                            \
+            return false;                                                                          \
+        }                                                                                          \
     } while (0)
 
 /* TIDE_TEST_MP_MANAGED: "grads0" / "out0" (see the top), else "". */
@@ -401,13 +357,6 @@ static int child_main(case_t *cases, int num, int m, int l, int r, const char *n
 
 /* ------------------------------------------------------------------ the matrix */
 
-static int first_diff(const void *a, const void *b, size_t n) {
-    const uint8_t *x = a, *y = b;
-    for (size_t i = 0; i < n; ++i)
-        if (x[i] != y[i]) return (int)i;
-    return -1;
-}
-
 static uint64_t batched_copies; /* over the matrix: batched copies of the last calls */
 static uint64_t rail_steps;     /* over the matrix: rail steps of the last calls */
 static uint64_t ce_batched;     /* over the matrix: batched copies run by cudaMemcpyBatchAsync */
@@ -440,11 +389,11 @@ static bool direct_check(const case_t *c) {
                           (sums ? c->direct[r] >= 1 : c->direct[r] == 0) &&
                           !(strcmp(managed_env(), "out0") == 0 && c->direct[r] == 2);
         if (!good) {
-            fprintf(stderr, "FAIL: %s: rank %d's last RS call took path %llu (rank 0: %llu; "
-                            "want %s; TIDE_CUDA_MP_DIRECT %s, TIDE_TEST_MP_MANAGED %s)\n",
-                    c->what, r, (unsigned long long)c->direct[r],
-                    (unsigned long long)c->direct[0], sums ? ">= 1 on every rank" : "0",
-                    direct_on() ? "on" : "0", managed_env());
+            fprintf(stderr,
+                    "FAIL: %s: rank %d's last RS call took path %llu (rank 0: %llu; "
+                    "want %s; TIDE_CUDA_MP_DIRECT %s, TIDE_TEST_MP_MANAGED %s)\n",
+                    c->what, r, (unsigned long long)c->direct[r], (unsigned long long)c->direct[0],
+                    sums ? ">= 1 on every rank" : "0", direct_on() ? "on" : "0", managed_env());
             ok = false;
         }
     }
@@ -457,7 +406,8 @@ static bool run_topology(int m, int l, int *configs, double budget_end) {
     int num = 0;
     for (int v = 0; v < MAX_CONFIGS && now_s() < budget_end; ++v) {
         if (!case_init(&cases[num], m, l, v)) continue;
-        if (!run_cpu(&cases[num])) return false;
+        if (!cpu_oracle_run(cases[num].m, cases[num].l, cpu_rank, &cases[num], cases[num].what))
+            return false;
         ++num;
     }
     char name[64];
@@ -486,15 +436,15 @@ static bool run_topology(int m, int l, int *configs, double budget_end) {
         case_t *c = &cases[k];
         for (int e = 0; e < CALLS && ok; ++e)
             for (int r = 0; r < n && ok; ++r) {
-                int d = first_diff(c->land[0][e][r], c->land[1][e][r], c->land_bytes);
+                long d = first_diff(c->land[0][e][r], c->land[1][e][r], c->land_bytes);
                 if (d >= 0) {
-                    fprintf(stderr, "FAIL: %s: AG call %d rank %d differs at byte %d\n", c->what,
+                    fprintf(stderr, "FAIL: %s: AG call %d rank %d differs at byte %ld\n", c->what,
                             e, r, d);
                     ok = false;
                 }
                 d = first_diff(c->out[0][e][r], c->out[1][e][r], c->out_bytes);
                 if (d >= 0) {
-                    fprintf(stderr, "FAIL: %s: RS call %d rank %d differs at float %d: %a vs %a\n",
+                    fprintf(stderr, "FAIL: %s: RS call %d rank %d differs at float %ld: %a vs %a\n",
                             c->what, e, r, d / 4, (double)c->out[0][e][r][d / 4],
                             (double)c->out[1][e][r][d / 4]);
                     ok = false;
@@ -504,9 +454,9 @@ static bool run_topology(int m, int l, int *configs, double budget_end) {
          * rails each must have issued steps, without them none. */
         for (int r = 0; r < n && ok; ++r)
             if ((rails_on() && m > 1) != (c->rail_steps[r] > 0)) {
-                fprintf(stderr, "FAIL: %s: rank %d issued %llu rail steps (TIDE_CUDA_MP_RAILS %s)\n",
-                        c->what, r, (unsigned long long)c->rail_steps[r],
-                        rails_on() ? "1" : "unset");
+                fprintf(
+                    stderr, "FAIL: %s: rank %d issued %llu rail steps (TIDE_CUDA_MP_RAILS %s)\n",
+                    c->what, r, (unsigned long long)c->rail_steps[r], rails_on() ? "1" : "unset");
                 ok = false;
             }
         if (ok) ok = direct_check(c);
@@ -552,8 +502,9 @@ static int matrix(double seconds, int only_m, int only_l) {
     const char *ce = getenv("TIDE_CUDA_CE_BATCH");
     const bool ce_all = ce != NULL && strcmp(ce, "all") == 0;
     if (ce_all ? ce_batched != batched_copies || (!per_op && ce_batched == 0) : ce_batched != 0) {
-        fprintf(stderr, "FAIL: %llu of %llu batched copies ran as cudaMemcpyBatchAsync with "
-                        "TIDE_CUDA_CE_BATCH=%s\n",
+        fprintf(stderr,
+                "FAIL: %llu of %llu batched copies ran as cudaMemcpyBatchAsync with "
+                "TIDE_CUDA_CE_BATCH=%s\n",
                 (unsigned long long)ce_batched, (unsigned long long)batched_copies,
                 ce ? ce : "(unset)");
         ok = false;
@@ -737,8 +688,7 @@ static int repeat_child(int n, int r, const char *name, int calls, repeat_report
     cfg.nodes = 1;
     cfg.gpus_per_node = n;
     tide_group_t grp;
-    if (tide_group_register(comm, &cfg, &desc, &grp) != TIDE_SUCCESS)
-        return repeat_fail(rep, r, 4);
+    if (tide_group_register(comm, &cfg, &desc, &grp) != TIDE_SUCCESS) return repeat_fail(rep, r, 4);
     const tide_geom_t *g = &grp->plan->geom;
     void *shard = NULL, *grads[2] = {NULL, NULL};
     float *out = NULL;
@@ -799,8 +749,8 @@ static int repeat_test(int n, int calls) {
     for (int r = 0; r < n; ++r) {
         int st = 0;
         waitpid(pids[r], &st, 0);
-        const bool good = WIFEXITED(st) && WEXITSTATUS(st) == 0 && rep->step[r] == 0 &&
-                          rep->got[r] == want;
+        const bool good =
+            WIFEXITED(st) && WEXITSTATUS(st) == 0 && rep->step[r] == 0 && rep->got[r] == want;
         if (good)
             printf("ok   rank %d: %d AG + %d RS calls in %.2f s\n", r, calls, calls,
                    rep->seconds[r]);
@@ -813,8 +763,8 @@ static int repeat_test(int n, int calls) {
                    (double)want);
         ok = ok && good;
     }
-    printf("%s: %d processes x %d AG + RS calls on one GPU (%.1f s)%s\n", ok ? "PASS" : "FAIL",
-           n, calls, now_s() - t0,
+    printf("%s: %d processes x %d AG + RS calls on one GPU (%.1f s)%s\n", ok ? "PASS" : "FAIL", n,
+           calls, now_s() - t0,
            getenv("CUDA_MPS_PIPE_DIRECTORY") ? " (CUDA_MPS_PIPE_DIRECTORY set)" : "");
     return ok ? 0 : 1;
 }
@@ -912,7 +862,8 @@ static int enqueue_test(void) {
         int st = 0;
         waitpid(pids[r], &st, 0);
         ok = ok && WIFEXITED(st) && WEXITSTATUS(st) == 0;
-        if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) fprintf(stderr, "rank %d: status %d\n", r, st);
+        if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+            fprintf(stderr, "rank %d: status %d\n", r, st);
     }
     if (!ok) return 1;
     const char *b = getenv("TIDE_CUDA_BATCH");

@@ -49,20 +49,12 @@
 #define HOST_RAND_SEED 0x9e3779b97f4a7c15ull
 #define HOST_RAND_WIDE_EXP 12
 #include "host_rand.h"
+#include "cpu_oracle.h"
 
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void *shared_alloc(size_t n) {
-    void *p = mmap(NULL, n > 0 ? n : 1, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-        fprintf(stderr, "FAIL: mmap %zu\n", n);
-        exit(2);
-    }
-    return p;
 }
 
 typedef struct {
@@ -144,59 +136,25 @@ static void case_init(case_t *c, int n) {
 
 /* ------------------------------------------------------------------ the CPU fabric (oracle) */
 
-typedef struct {
-    case_t *c;
-    tide_comm_t comm;
-    int rank;
-    char error[256];
-} cpu_job_t;
-
-static void *cpu_rank(void *arg) {
-    cpu_job_t *j = arg;
-    case_t *c = j->c;
-    const int r = j->rank;
+static bool cpu_rank(void *ctx, tide_comm_t comm, int r, char *err, size_t len) {
+    case_t *c = ctx;
     tide_group_t grp;
-    if (tide_group_register(j->comm, &c->cfg, &c->desc, &grp) != TIDE_SUCCESS) {
-        snprintf(j->error, sizeof(j->error), "register: %s", tide_get_last_error());
-        return NULL;
+    if (tide_group_register(comm, &c->cfg, &c->desc, &grp) != TIDE_SUCCESS) {
+        snprintf(err, len, "register: %s", tide_get_last_error());
+        return false;
     }
-    for (int k = 0; k < SETS && !j->error[0]; ++k) {
+    for (int k = 0; k < SETS && !err[0]; ++k) {
         void *land = NULL;
         if (tide_all_gather(grp, c->shard[k][r], 0, NULL) != TIDE_SUCCESS ||
             tide_group_landing(grp, 0, &land) != TIDE_SUCCESS ||
             tide_reduce_scatter(grp, (const void *const *)c->grad[k][r], c->out_cpu[k][r], c->alpha,
                                 0, TIDE_RS_IN_PLACE, NULL) != TIDE_SUCCESS)
-            snprintf(j->error, sizeof(j->error), "call %d: %s", k, tide_get_last_error());
+            snprintf(err, len, "call %d: %s", k, tide_get_last_error());
         else
             memcpy(c->land_cpu[k][r], land, c->land_bytes);
     }
     tide_group_deregister(grp);
-    return NULL;
-}
-
-static bool run_cpu(case_t *c) {
-    tide_comm_t comms[MAX_RANKS];
-    if (tide_comm_init_all(TIDE_FABRIC_CPU, 1, c->n, comms) != TIDE_SUCCESS) {
-        fprintf(stderr, "FAIL: cpu comm_init_all: %s\n", tide_get_last_error());
-        return false;
-    }
-    pthread_t th[MAX_RANKS];
-    cpu_job_t jobs[MAX_RANKS];
-    for (int r = 0; r < c->n; ++r) {
-        jobs[r] = (cpu_job_t){.c = c, .comm = comms[r], .rank = r};
-        if (pthread_create(&th[r], NULL, cpu_rank, &jobs[r]) != 0) exit(2);
-    }
-    bool ok = true;
-    for (int r = 0; r < c->n; ++r) {
-        pthread_join(th[r], NULL);
-        if (jobs[r].error[0]) {
-            fprintf(stderr, "FAIL: cpu rank %d: %s\n", r, jobs[r].error);
-            ok = false;
-        }
-    }
-    for (int r = 0; r < c->n; ++r)
-        tide_comm_destroy(comms[r]);
-    return ok;
+    return err[0] == 0;
 }
 
 /* ------------------------------------------------------------------ one rank process */
@@ -467,13 +425,6 @@ static int child_main(case_t *c, int r, const char *name) {
 
 /* ------------------------------------------------------------------ replays, compared */
 
-static long first_diff(const void *a, const void *b, size_t n) {
-    const uint8_t *x = a, *y = b;
-    for (size_t i = 0; i < n; ++i)
-        if (x[i] != y[i]) return (long)i;
-    return -1;
-}
-
 static bool same(const char *what, int n_ranks, int set, int r, const void *got, const void *want,
                  size_t bytes) {
     const long d = first_diff(got, want, bytes);
@@ -486,7 +437,7 @@ static bool same(const char *what, int n_ranks, int set, int r, const void *got,
 static int replay_test(int n) {
     case_t *c = xmalloc(sizeof(*c));
     case_init(c, n);
-    if (!run_cpu(c)) return 2;
+    if (!cpu_oracle_run(1, c->n, cpu_rank, c, "oracle")) return 2;
     char name[64];
     snprintf(name, sizeof(name), "mpgraph%ld_%d", (long)getpid(), n);
     pid_t pids[MAX_RANKS];
