@@ -85,6 +85,9 @@ def _not_now(root):
     if modes:
         return ("its forward runs under TorchDispatchMode %s (TIDE's collectives bypass the "
                 "dispatcher, the mode would not see them)" % ", ".join(modes))
+    if _capturing():
+        return ("its forward runs in a CUDA graph capture (enable() registers memory and "
+                "runs collectives, which a capture may not contain)")
     for name, _m, pg in _param_groups(root):
         why = _busy(name, pg)
         if why is not None:
@@ -97,6 +100,27 @@ def _dispatch_modes():
     from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
     return [type(m).__name__ for m in _get_current_dispatch_mode_stack()]
+
+
+def _capturing():
+    """Whether the current CUDA stream is being captured into a CUDA graph."""
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def _on_stock_now():
+    """Why a served group's collective runs on stock FSDP2 for this call (None when it need
+    not): a user TorchDispatchMode (TIDE's collectives bypass the dispatcher, so the mode
+    would not see them), or a CUDA graph capture on the current stream (the groups tide.fsdp
+    registers share an arena, and shared-arena calls are not captured by any fabric yet:
+    docs/fsdp.md, "CUDA graphs"; stock FSDP2's NCCL collectives are captured instead)."""
+    modes = _dispatch_modes()
+    if modes:
+        return "a TorchDispatchMode is active (%s)" % ", ".join(modes)
+    if _capturing():
+        return "a CUDA graph capture is under way (tide.fsdp does not capture its calls yet)"
+    return None
 
 
 def uninstall():

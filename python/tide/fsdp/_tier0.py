@@ -15,10 +15,14 @@ the registered ones (e.g. a backward where only some parameters have gradients) 
 stock collectives, which is always correct.
 """
 
+import logging
+
 import torch
 import torch.distributed as dist
 
 from .. import _lib
+
+logger = logging.getLogger("tide.fsdp")
 
 
 class Tier0Group:
@@ -51,7 +55,8 @@ class Tier0Group:
                 return torch.empty(*size, dtype=dtype, device=device)
 
             def __call__(self, output_tensor, input_tensor, group, async_op=False):
-                if output_tensor is state.landing0 and group.size() == state.world:
+                if (output_tensor is state.landing0 and group.size() == state.world
+                        and not state.captured("all-gathers")):
                     return state.all_gather(input_tensor)
                 return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group,
                                                    async_op=async_op)
@@ -61,7 +66,8 @@ class Tier0Group:
                 return torch.empty(*size, dtype=dtype, device=device)
 
             def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
-                if state.owns_rs(output_tensor, input_tensor, group):
+                if (state.owns_rs(output_tensor, input_tensor, group)
+                        and not state.captured("reduce-scatters")):
                     return state.reduce_scatter(output_tensor, input_tensor, op)
                 return dist.reduce_scatter_tensor(output=output_tensor, input=input_tensor,
                                                   group=group, op=op, async_op=async_op)
@@ -69,9 +75,29 @@ class Tier0Group:
         self.ag_comm = TideAllGather()
         self.rs_comm = TideReduceScatter()
         self.calls = {"all_gather": 0, "reduce_scatter": 0}
+        self._capture_logged = False
         self.out = torch.empty(g.out_numel, dtype=torch.float32, device=g.device)
         param_group._all_gather_comm = self.ag_comm
         param_group._reduce_scatter_comm = self.rs_comm
+
+    def captured(self, what):
+        """Whether this call is being captured into a CUDA graph: then it runs on the stock
+        collective (into the same buffer), since the fabrics do not capture the shared
+        arena's calls; said once per group, in the log and in enabled(model).fallbacks."""
+        from . import _auto
+
+        if not _auto._capturing():
+            return False
+        if not self._capture_logged:
+            self._capture_logged = True
+            why = "a CUDA graph capture is under way (tide.fsdp does not capture its calls yet)"
+            logger.warning("tide.fsdp: %s %s with stock FSDP2 for such calls: %s",
+                           self.spec.name, what, why)
+            sink = getattr(self, "fallback_sink", None)
+            if sink is not None:
+                sink.append((self.spec.name, "calls on stock FSDP2: " + why))
+        self.calls["stock_captured"] = self.calls.get("stock_captured", 0) + 1
+        return True
 
     def owns_ag(self, size, dtype, device):
         numel = 1

@@ -329,9 +329,9 @@ class Tier1Group:
                                "enable(..., tier=0)")
         self.check_params(fsdp_params)
         args = (group, async_op, copy_in_stream, all_gather_stream, device, all_gather_comm)
-        modes = _auto._dispatch_modes()
-        if modes:
-            return self._gather_on_stock(fsdp_params, args, modes)
+        why = _auto._on_stock_now()
+        if why is not None:
+            return self._gather_on_stock(fsdp_params, args, why)
         if self.ring.claim(self.slot_key, self) is not None:
             # The landing is held by a live group (an order other than the planned one, e.g.
             # prefetching two groups ahead): gather when the parameters are waited for, by
@@ -353,15 +353,15 @@ class Tier1Group:
             return _TideAllGatherResult(result)
         return self._land(fsdp_params, *args)
 
-    def _gather_on_stock(self, fsdp_params, args, modes):
+    def _gather_on_stock(self, fsdp_params, args, why):
         """An all-gather under a TorchDispatchMode (CommDebugMode, ...): TIDE's collectives
         bypass the dispatcher, so the mode would not see them, and a mode that keeps
         parameter tensors (CommDebugMode's module tracker keeps param.data) would alias the
-        landing.  This call runs on stock FSDP2 memory; the dispatcher's copy-out binds the
-        parameters to it, and the reshard drops it."""
+        landing.  Or in a CUDA graph capture, which the shared arena's calls refuse.  This
+        call runs on stock FSDP2 memory; the dispatcher's copy-out binds the parameters to
+        it, and the reshard drops it."""
         if not self._mode_logged:
             self._mode_logged = True
-            why = "a TorchDispatchMode is active (%s)" % ", ".join(modes)
             logger.warning("tide.fsdp: %s gathers with stock FSDP2 for this call: %s (and "
                            "every such call)", self.spec.name, why)
             sink = getattr(self, "fallback_sink", None)
@@ -545,9 +545,9 @@ class Tier1Group:
         grad_dtype = unsharded_grads[0].dtype
         if reduce_scatter_group is None:
             return None  # never registered that way; stock handles it
-        modes = _auto._dispatch_modes()
-        if modes:  # see _gather_on_stock
-            self._log_fallback("a TorchDispatchMode is active (%s)" % ", ".join(modes))
+        why = _auto._on_stock_now()
+        if why is not None:  # see _gather_on_stock
+            self._log_fallback(why)
             self.calls["stock_reduce"] += 1
             return None
         # all_reduce_group is set for HSDP only (FSDP2 passes it for meshes with a replicate
