@@ -1,0 +1,89 @@
+/*
+ * cpu_oracle.h - what the one-process-per-rank GPU tests share around their oracle: the CPU
+ * fabric's ranks run on threads of the parent process (one call of the test's rank function
+ * each, before the ranks are forked), process-shared memory the forked ranks write their
+ * results into, and the byte comparison of what they wrote.  Header-only, plain C.
+ */
+#ifndef TIDE_TESTS_GPU_CPU_ORACLE_H_
+#define TIDE_TESTS_GPU_CPU_ORACLE_H_
+
+#include "tide.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+
+#define CPU_ORACLE_MAX_RANKS 64
+
+/* One rank of the oracle: on failure it writes why into err (len bytes) and returns false. */
+typedef bool (*cpu_oracle_rank_fn)(void *ctx, tide_comm_t comm, int rank, char *err, size_t len);
+
+typedef struct {
+    cpu_oracle_rank_fn fn;
+    void *ctx;
+    tide_comm_t comm;
+    int rank;
+    char error[256];
+} cpu_oracle_job_t;
+
+static void *cpu_oracle_thread(void *arg) {
+    cpu_oracle_job_t *j = (cpu_oracle_job_t *)arg;
+    if (!j->fn(j->ctx, j->comm, j->rank, j->error, sizeof(j->error)) && !j->error[0])
+        snprintf(j->error, sizeof(j->error), "failed");
+    return NULL;
+}
+
+/* The CPU fabric's nodes x gpus_per_node ranks, each running fn(ctx, ...) on its own thread;
+ * false (each failure printed, naming `what` and the rank) if any rank failed. */
+static bool cpu_oracle_run(int nodes, int gpus_per_node, cpu_oracle_rank_fn fn, void *ctx,
+                           const char *what) {
+    const int n = nodes * gpus_per_node;
+    if (n < 1 || n > CPU_ORACLE_MAX_RANKS) {
+        fprintf(stderr, "FAIL: %s: %d ranks for the CPU oracle\n", what, n);
+        return false;
+    }
+    tide_comm_t comms[CPU_ORACLE_MAX_RANKS];
+    if (tide_comm_init_all(TIDE_FABRIC_CPU, nodes, gpus_per_node, comms) != TIDE_SUCCESS) {
+        fprintf(stderr, "FAIL: %s: cpu comm_init_all: %s\n", what, tide_get_last_error());
+        return false;
+    }
+    pthread_t th[CPU_ORACLE_MAX_RANKS];
+    cpu_oracle_job_t jobs[CPU_ORACLE_MAX_RANKS];
+    for (int r = 0; r < n; ++r) {
+        jobs[r] = (cpu_oracle_job_t){.fn = fn, .ctx = ctx, .comm = comms[r], .rank = r};
+        if (pthread_create(&th[r], NULL, cpu_oracle_thread, &jobs[r]) != 0) exit(2);
+    }
+    bool ok = true;
+    for (int r = 0; r < n; ++r) {
+        pthread_join(th[r], NULL);
+        if (jobs[r].error[0]) {
+            fprintf(stderr, "FAIL: %s: cpu rank %d: %s\n", what, r, jobs[r].error);
+            ok = false;
+        }
+    }
+    for (int r = 0; r < n; ++r)
+        tide_comm_destroy(comms[r]);
+    return ok;
+}
+
+/* The first byte at which a and b differ, -1 if none of the n do. */
+static long first_diff(const void *a, const void *b, size_t n) {
+    const unsigned char *x = (const unsigned char *)a, *y = (const unsigned char *)b;
+    for (size_t i = 0; i < n; ++i)
+        if (x[i] != y[i]) return (long)i;
+    return -1;
+}
+
+/* n bytes every forked rank shares with the parent (zeroed); exit status 2 on failure. */
+static void *shared_alloc(size_t n) {
+    void *p = mmap(NULL, n > 0 ? n : 1, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        fprintf(stderr, "FAIL: mmap %zu\n", n);
+        exit(2);
+    }
+    return p;
+}
+
+#endif /* TIDE_TESTS_GPU_CPU_ORACLE_H_ */
