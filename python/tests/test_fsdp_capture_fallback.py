@@ -79,34 +79,43 @@ def _same_params(tide, stock):
         assert torch.equal(a, b)
 
 
+def _said(tide, name):
+    """What enabled(model).fallbacks says of group `name` about the capture."""
+    return [why for fqn, why in tide["fallbacks"] if fqn == name and "CUDA graph capture" in why]
+
+
+def _check_groups(recs, tier, check):
+    """Every rank ran, TIDE served `tier` groups, check(name, calls, tide) holds for each, and
+    the parameters are stock's."""
+    for rec in recs:
+        assert rec["ok"], rec.get("traceback")
+        stock, tide = rec["result"]["stock"], rec["result"]["tide"]
+        assert tide["calls"], "nothing was served"
+        for name, got_tier, calls in tide["calls"]:
+            assert got_tier == tier, (name, got_tier)
+            # Steps 0 and 3 on TIDE; steps 1 and 2 on stock.
+            assert calls.get("reduce_scatter", 0) == STEPS - len(CAPTURED), (name, calls)
+            check(name, calls, tide)
+        _same_params(tide, stock)
+
+
 def _tier1(rank, world):
     return {"stock": _train(rank, world, False), "tide": _train(rank, world, True)}
 
 
 def test_tier1_calls_in_a_capture_run_on_stock(tmp_path):
-    recs = fsdp_harness.run(2, _tier1, tmp_path)
-    for rec in recs:
-        assert rec["ok"], rec.get("traceback")
-        stock, tide = rec["result"]["stock"], rec["result"]["tide"]
-        assert tide["calls"], "nothing was served"
-        for name, tier, calls in tide["calls"]:
-            assert tier == 1, (name, tier)
-            # Steps 0 and 3 on TIDE; steps 1 and 2 (forward gather, backward re-gather and
-            # reduction) on stock.
-            assert calls.get("reduce_scatter", 0) == STEPS - len(CAPTURED), (name, calls)
-            assert calls.get("stock_reduce", 0) == len(CAPTURED), (name, calls)
-            assert calls.get("stock_all_gather", 0) >= len(CAPTURED), (name, calls)
-            gathers = [line for line in tide["lines"]
-                       if line.startswith("tide.fsdp: %s gathers with stock" % name)
-                       and "CUDA graph capture" in line]
-            reduces = [line for line in tide["lines"]
-                       if line.startswith("tide.fsdp: %s reduces with stock" % name)
-                       and "CUDA graph capture" in line]
-            assert len(gathers) == 1 and len(reduces) == 1, tide["lines"]
-            said = [why for fqn, why in tide["fallbacks"]
-                    if fqn == name and "CUDA graph capture" in why]
-            assert len(said) == 2, tide["fallbacks"]
-        _same_params(tide, stock)
+    def check(name, calls, tide):
+        # The forward's gather, the backward's re-gather and the reduction of steps 1, 2.
+        assert calls.get("stock_reduce", 0) == len(CAPTURED), (name, calls)
+        assert calls.get("stock_all_gather", 0) >= len(CAPTURED), (name, calls)
+        for verb in ("gathers", "reduces"):
+            said = [line for line in tide["lines"]
+                    if line.startswith("tide.fsdp: %s %s with stock" % (name, verb))
+                    and "CUDA graph capture" in line]
+            assert len(said) == 1, tide["lines"]
+        assert len(_said(tide, name)) == 2, tide["fallbacks"]
+
+    _check_groups(fsdp_harness.run(2, _tier1, tmp_path), 1, check)
 
 
 def _tier0(rank, world):
@@ -114,19 +123,11 @@ def _tier0(rank, world):
 
 
 def test_tier0_calls_in_a_capture_run_on_stock(tmp_path):
-    recs = fsdp_harness.run(2, _tier0, tmp_path)
-    for rec in recs:
-        assert rec["ok"], rec.get("traceback")
-        stock, tide = rec["result"]["stock"], rec["result"]["tide"]
-        assert tide["calls"], "nothing was served"
-        for name, tier, calls in tide["calls"]:
-            assert tier == 0, (name, tier)
-            assert calls.get("reduce_scatter", 0) == STEPS - len(CAPTURED), (name, calls)
-            assert calls.get("stock_captured", 0) >= 2 * len(CAPTURED), (name, calls)
-            said = [why for fqn, why in tide["fallbacks"]
-                    if fqn == name and "CUDA graph capture" in why]
-            assert len(said) == 1, tide["fallbacks"]
-        _same_params(tide, stock)
+    def check(name, calls, tide):
+        assert calls.get("stock_captured", 0) >= 2 * len(CAPTURED), (name, calls)
+        assert len(_said(tide, name)) == 1, tide["fallbacks"]
+
+    _check_groups(fsdp_harness.run(2, _tier0, tmp_path), 0, check)
 
 
 SWITCH_CAPTURED = (0, 1)
