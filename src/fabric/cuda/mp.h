@@ -19,8 +19,9 @@
  *              RECORD writes the call number e + 1 with cuStreamWriteValue64 (a release:
  *              prior work of the stream is visible first); WAIT is cuStreamWaitValue64(flag,
  *              e + 1, GEQ) on the waiter's stream (with TIDE_CUDA_MP_FLAGS=kernel a wait
- *              kernel instead, mp_flags.c), WAIT_PREV the same with e.  Flags only grow, so they are cumulative across calls like the
- *              program's counters, and one flag per slot serves every call.
+ *              kernel instead, mp_flags.c), WAIT_PREV the same with e.  Flags only grow, so
+ *              they are cumulative across calls like the program's counters, and one flag
+ *              per slot serves every call.
  *   fences     each rank's flag area starts with one done flag per collective, written e + 1
  *              on the caller's stream when its call e ended; a call waits (on the device) for
  *              every rank's done flag of call e - 2 (STEADY) or e - 1 (FRESH): the fence the

@@ -402,8 +402,8 @@ static tide_result_t prologue(tide_cuda_call_t *c, int rank) {
  * threads' waits on each other; in a capture those waits are kernels polling flags, not graph
  * edges, so a thread covered only through one would be left unjoined (cudaStreamEndCapture
  * refuses that).  Every thread was forked into the capture (fork_captured); the streams are
- * asked all the same, so that a stream the capture reached otherwise is joined too.  Extra joins of an eager call would only
- * cost stream waits, so eager calls keep the schedule's. */
+ * asked all the same, so that a stream the capture reached otherwise is joined too.  Extra
+ * joins of an eager call would only cost stream waits, so eager calls keep the schedule's. */
 static tide_result_t join_captured(tide_cuda_call_t *c) {
     const cudaStream_t caller = tide_cuda_call_caller(c, c->rank0);
     for (int q = 0; q < TIDE_CUDA_Q; ++q) {

@@ -48,14 +48,11 @@ static tide_result_t cu_check(CUresult e, const char *what) {
 }
 
 /* A wait on a flag: cuStreamWaitValue64, or a wait kernel with TIDE_CUDA_MP_FLAGS=kernel
- * (mp_flags.c; its failure names the wait kernel, not `w`). */
+ * (mp_flags.c, which names the failed operation). */
 static tide_result_t wait_geq(tide_mp_arena_t *a, cudaStream_t s, CUdeviceptr flag,
-                              uint64_t value, const char *w) {
-    if (tide_cuda_mp_set_of(a)->abort_dev != NULL) {
-        uint64_t waits = 0;
-        return tide_cuda_mp_flags_wait(a, s, &flag, 1, value, &waits);
-    }
-    return cu_check(cuStreamWaitValue64((CUstream)s, flag, value, CU_STREAM_WAIT_VALUE_GEQ), w);
+                              uint64_t value) {
+    uint64_t waits = 0;
+    return tide_cuda_mp_flags_wait(a, s, &flag, 1, value, &waits);
 }
 
 static tide_result_t write_value(cudaStream_t s, CUdeviceptr flag, uint64_t value,
@@ -238,8 +235,7 @@ static tide_result_t wait_credits(tide_mp_arena_t *a, const tide_mp_rails_call_t
             const int slot = c->pp->sched.op_slot[op_id(&c->pp->sched, me, cr->queue, cr->op)];
             flag = tide_cuda_mp_slot_flag(a, me, c->fidx, slot);
         }
-        TIDE_CHECK(wait_geq(a, rail, flag, (uint64_t)(e - cr->delta + 1),
-                            "cuStreamWaitValue64(credit)"));
+        TIDE_CHECK(wait_geq(a, rail, flag, (uint64_t)(e - cr->delta + 1)));
     }
     return TIDE_SUCCESS;
 }
@@ -291,8 +287,8 @@ static tide_result_t emulated_transfer(tide_mp_arena_t *a, const tide_mp_rails_p
         TIDE_CHECK(tide_cuda_mp_rails_resolve(a, c, me, &x->src, x->bank_dep, x->bytes, &src));
         TIDE_CHECK(tide_cuda_mp_rails_resolve(a, c, x->dst_rank, &x->dst, x->bank_dep, x->bytes,
                                               &dst));
-        TIDE_CHECK(wait_geq(a, rail, tide_cuda_mp_rail_flag(a, x->dst_rank, c->fidx, step, 0),
-                            value, "cuStreamWaitValue64(rail posted)"));
+        TIDE_CHECK(
+            wait_geq(a, rail, tide_cuda_mp_rail_flag(a, x->dst_rank, c->fidx, step, 0), value));
         if (x->bytes > 0)
             TIDE_CUDA_CALL(cudaMemcpyAsync(dst, src, (size_t)x->bytes, cudaMemcpyDefault, rail),
                            "cudaMemcpyAsync(rail send)");
@@ -302,8 +298,7 @@ static tide_result_t emulated_transfer(tide_mp_arena_t *a, const tide_mp_rails_p
     for (int k = st->first_recv; k < st->first_recv + st->num_recvs; ++k) {
         const int from = rr->recvs[k].src_rank;
         if (k > st->first_recv && rr->recvs[k - 1].src_rank == from) continue;
-        TIDE_CHECK(wait_geq(a, rail, tide_cuda_mp_rail_flag(a, from, c->fidx, step, 1), value,
-                            "cuStreamWaitValue64(rail sent)"));
+        TIDE_CHECK(wait_geq(a, rail, tide_cuda_mp_rail_flag(a, from, c->fidx, step, 1), value));
     }
     return TIDE_SUCCESS;
 }
