@@ -102,6 +102,7 @@ static void view_free(tide_mp_arena_t *v) {
     tide_mp_watchdog_remove(v); /* before the events it reads go (no-op if never added) */
     for (int f = 0; f < 3; ++f)
         tide_cuda_mp_family_free(&v->fam[f]);
+    tide_cuda_mp_graph_free(v); /* its captured calls' counters, tables and events */
     tide_mp_ctl_close(&v->ctl);
     free(v->flags);
     free(v);
