@@ -52,8 +52,8 @@
 #include <unistd.h>
 
 #define REPLAYS 20
-#define WARM 2                  /* eager rounds before the capture */
-#define SETS (WARM + REPLAYS)   /* input sets: WARM eager rounds, then one per replay */
+#define WARM 2                /* eager rounds before the capture */
+#define SETS (WARM + REPLAYS) /* input sets: WARM eager rounds, then one per replay */
 #define BURST 10
 #define MAX_RANKS 8
 #define NG 3 /* groups of the set: A, B, C */
@@ -559,8 +559,8 @@ static int replay_test(int n) {
                 continue;
             }
             wrong += compare(c, "replay vs CPU", set, r, &c->gpu[0][set][r], &c->cpu[set][r]);
-            wrong += compare(c, "replay vs eager set", set, r, &c->gpu[0][set][r],
-                             &c->gpu[1][set][r]);
+            wrong +=
+                compare(c, "replay vs eager set", set, r, &c->gpu[0][set][r], &c->gpu[1][set][r]);
             wrong += compare(c, "eager set vs CPU", set, r, &c->gpu[1][set][r], &c->cpu[set][r]);
         }
     printf("%s N=%d: %d replays of one graph holding a set's round (3 AG + 2 RS In-Place of two "
@@ -569,8 +569,8 @@ static int replay_test(int n) {
            wrong == 0 ? "ok  " : "FAIL", n, REPLAYS, wrong);
     int bwrong = 0, awrong = 0;
     for (int r = 0; r < n; ++r) {
-        bwrong += compare(c, "after the burst vs CPU", SETS - 1, r, &c->burst[r],
-                          &c->cpu[SETS - 1][r]);
+        bwrong +=
+            compare(c, "after the burst vs CPU", SETS - 1, r, &c->burst[r], &c->cpu[SETS - 1][r]);
         awrong += compare(c, "replay after the refusals vs CPU", SETS - 1, r, &c->after[r],
                           &c->cpu[SETS - 1][r]);
     }

@@ -537,7 +537,8 @@ tide_result_t tide_cuda_mp_graph_capture(tide_mp_arena_t *a, tide_mp_family_t *f
                                          tide_mp_prepared_t *pp, uint64_t e, int parity);
 /* The captured call (capture `key`) was enqueued: the family, and a view's whole set, is
  * replay-only from now on. */
-void tide_cuda_mp_graph_enqueued(tide_mp_arena_t *a, tide_mp_family_t *fam, unsigned long long key);
+void tide_cuda_mp_graph_enqueued(tide_mp_arena_t *a, tide_mp_family_t *fam,
+                                 unsigned long long key);
 /* At the end of a captured call of family fi (every stream of the rank joined into caller):
  * the event a sibling view's captured fence waits on (views of a set only). */
 tide_result_t tide_cuda_mp_graph_end(tide_mp_arena_t *a, int fi, cudaStream_t caller);

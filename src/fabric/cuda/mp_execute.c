@@ -565,7 +565,8 @@ tide_result_t tide_cuda_mp_execute(struct tide_fabric_arena *arena, const tide_p
     tide_mp_family_t *fam = &a->fam[fi];
     /* A replay that failed on the device fails the group at the next call (mp_graph.c). */
     tide_result_t res = a->graph != NULL ? tide_cuda_mp_graph_check(a) : TIDE_SUCCESS;
-    if (res == TIDE_SUCCESS) res = record_call(a, fam, pi, prog, binding, caller, captured ? key : 0);
+    if (res == TIDE_SUCCESS)
+        res = record_call(a, fam, pi, prog, binding, caller, captured ? key : 0);
     if (prev >= 0 && prev != w->device) (void)cudaSetDevice(prev);
     return res;
 }

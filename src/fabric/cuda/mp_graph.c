@@ -200,8 +200,9 @@ static tide_result_t local_events(tide_mp_arena_t *a, tide_mp_family_t *fam,
     struct tide_mp_graph *g = a->graph;
     const int me = a->w->base.rank, pi = (int)(pp - fam->prep);
     /* As call_init in mp_execute.c numbers the call's flag area. */
-    const int fidx = tide_cuda_mp_family_index(a, fam) == 2 ? TIDE_MP_FENCE_FIDX
-                                                            : tide_cuda_mp_flags_index(fam->coll, pi);
+    const int fidx = tide_cuda_mp_family_index(a, fam) == 2
+                         ? TIDE_MP_FENCE_FIDX
+                         : tide_cuda_mp_flags_index(fam->coll, pi);
     const int n = pp->sched.num_slots;
     if (g->local[fidx] == NULL || g->local_slots[fidx] < n) {
         /* The fence's two variants share the area: grown to the larger one. */
@@ -289,7 +290,8 @@ tide_result_t tide_cuda_mp_graph_capture(tide_mp_arena_t *a, tide_mp_family_t *f
     return res;
 }
 
-void tide_cuda_mp_graph_enqueued(tide_mp_arena_t *a, tide_mp_family_t *fam, unsigned long long key) {
+void tide_cuda_mp_graph_enqueued(tide_mp_arena_t *a, tide_mp_family_t *fam,
+                                 unsigned long long key) {
     const int fi = tide_cuda_mp_family_index(a, fam);
     a->graph->captured[fi] = true;
     a->graph->key[fi] = key;
@@ -359,8 +361,10 @@ tide_result_t tide_cuda_mp_graph_check(tide_mp_arena_t *a) {
     const char *fam = f >= 0 && f < 3 ? family_name[f] : "?";
     char what[96];
     if (slot == -2)
-        snprintf(what, sizeof(what), "rank %d's end of a sibling group's last %s call (the "
-                 "cross-group fence)", rank, fam);
+        snprintf(what, sizeof(what),
+                 "rank %d's end of a sibling group's last %s call (the "
+                 "cross-group fence)",
+                 rank, fam);
     else if (slot < 0)
         snprintf(what, sizeof(what), "rank %d's end of the previous %s call (the fence)", rank,
                  fam);
