@@ -98,6 +98,7 @@ typedef struct {
     res_t gpu[2][SETS][MAX_RANKS];
     res_t burst[MAX_RANKS], after[MAX_RANKS];
     char *err;              /* [MAX_RANKS][400] */
+    int *fences;            /* [MAX_RANKS]: cross-group fences of the captured round */
     pthread_barrier_t *bar; /* process-shared */
 } case_t;
 
@@ -163,6 +164,7 @@ static void case_init(case_t *c, int n) {
         res_alloc(c, &c->after[r], true);
     }
     c->err = shared_alloc(MAX_RANKS * 400);
+    c->fences = shared_alloc(MAX_RANKS * sizeof(int));
     c->bar = shared_alloc(sizeof(pthread_barrier_t));
     pthread_barrierattr_t at;
     pthread_barrierattr_init(&at);
@@ -441,7 +443,19 @@ static int child_main(case_t *c, int r, const char *name) {
     if (!setup(k, name, &comm)) return 1;
     cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;
+    uint64_t before[NC];
+    for (int i = 0; i < NC; ++i)
+        before[i] = k->set[0].g[i]->fences;
     if (!capture(k, &graph, &exec)) return 1;
+    /* Each of A and B ran a fence inside the capture, or the test does not test them. */
+    for (int i = 0; i < NC; ++i) {
+        if (k->set[0].g[i]->fences == before[i]) {
+            snprintf(k->err, 400, "no cross-group fence of group %s in the captured round",
+                     i == 0 ? "A" : "B");
+            return 1;
+        }
+        c->fences[r] += (int)(k->set[0].g[i]->fences - before[i]);
+    }
     for (int set = WARM; set < SETS; ++set) {
         if (!upload(k, set)) return 1;
         if (cudaGraphLaunch(exec, k->ag) != cudaSuccess) {
@@ -547,6 +561,7 @@ static int replay_test(int n) {
         }
     }
     if (!ok) return 1;
+    printf("ok   N=%d: %d cross-group fences captured per round (rank 0)\n", n, c->fences[0]);
     printf("ok   N=%d: eager calls of a captured set (a captured group, a group never called, "
            "an eager fence) and a fence in a second capture are refused (TIDE_ERR_UNSUPPORTED)\n",
            n);
