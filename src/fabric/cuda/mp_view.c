@@ -38,6 +38,10 @@
  * when every rank did the same, as the single-process fabric's wait on its families' fence
  * events does: a slot handed from one group's reduce-scatter to another group's all-gather
  * is then ordered on every rank, whatever stream each call was made on.
+ *
+ * Captured into a CUDA graph (mp_graph.c, "Views of a set"), the sibling waits become graph
+ * edges to siblings' calls of the same capture and fixed-value waits on eager ones
+ * (tide_cuda_mp_graph_wait_siblings), and the whole set is replay-only from then on.
  */
 #include "core/checks.h"
 #include "fabric/cuda/mp.h"
