@@ -144,8 +144,9 @@ tide_result_t tide_cuda_mp_graph_arrive(tide_mp_arena_t *a, int fi, bool ready, 
                         me);
     if (!ready)
         return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
-                        "cuda mp fabric: rank %d: the first call of a program (all-gather, or a "
-                        "reduce-scatter mode) cannot be captured into a CUDA graph: it allocates "
+                        "cuda mp fabric: rank %d: the first call of a program (all-gather, a "
+                        "reduce-scatter mode, or a cross-group fence variant) cannot be captured "
+                        "into a CUDA graph: it allocates "
                         "and uploads the program's device state; call it once outside the "
                         "capture first",
                         me);
