@@ -539,6 +539,12 @@ tide_result_t tide_cuda_mp_graph_capture(tide_mp_arena_t *a, tide_mp_family_t *f
  * replay-only from now on. */
 void tide_cuda_mp_graph_enqueued(tide_mp_arena_t *a, tide_mp_family_t *fam,
                                  unsigned long long key);
+/* The first nodes of a captured call of family fi (capture `key`) on caller: the family's
+ * counter tick, after (views of a set) an edge to the family's previous call when that was
+ * captured in the same capture (its calls may come from several streams: a fence from the
+ * all-gather's and the reduce-scatter's). */
+tide_result_t tide_cuda_mp_graph_begin(tide_mp_arena_t *a, int fi, unsigned long long key,
+                                       cudaStream_t caller);
 /* At the end of a captured call of family fi (every stream of the rank joined into caller):
  * the event a sibling view's captured fence waits on (views of a set only). */
 tide_result_t tide_cuda_mp_graph_end(tide_mp_arena_t *a, int fi, cudaStream_t caller);

@@ -361,8 +361,7 @@ static tide_result_t begin(tide_cuda_call_t *c, int rank) {
     const cudaStream_t caller = tide_cuda_call_caller(c, rank);
     /* A captured call numbers itself on the device (mp_graph.c); no host follows a replay. */
     if (c->graph) {
-        TIDE_CUDA_CALL(tide_mp_graph_tick(&a->graph->num[fi], caller),
-                       "captured call's counter kernel");
+        TIDE_CHECK(tide_cuda_mp_graph_begin(a, fi, is->key, caller));
         return fi == 2 ? tide_cuda_mp_graph_wait_siblings(a, caller, is->key, &c->st)
                        : TIDE_SUCCESS;
     }

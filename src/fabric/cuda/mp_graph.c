@@ -302,6 +302,22 @@ void tide_cuda_mp_graph_enqueued(tide_mp_arena_t *a, tide_mp_family_t *fam,
 
 /* ------------------------------------------------------------------ views of a set */
 
+/* The counter is one device word that each captured call of the family increments and its
+ * kernels read after: two calls of one family must not overlap on the device.  A view's fence
+ * is called from the all-gather's stream and from the reduce-scatter's, which nothing else
+ * orders inside a graph before the tick (the previous fence call's done flags are waited on
+ * after it, through the counter), so its call waits for the previous one's end first (an
+ * edge; implied anyway by that wait on every rank's done flag, so it costs no concurrency). */
+tide_result_t tide_cuda_mp_graph_begin(tide_mp_arena_t *a, int fi, unsigned long long key,
+                                       cudaStream_t caller) {
+    const struct tide_mp_graph *g = a->graph;
+    if (a->parent != NULL && g->captured[fi] && g->key[fi] == key)
+        TIDE_CUDA_CALL(cudaStreamWaitEvent(caller, g->end_ev[fi], 0),
+                       "cudaStreamWaitEvent(the family's previous captured call)");
+    TIDE_CUDA_CALL(tide_mp_graph_tick(&g->num[fi], caller), "captured call's counter kernel");
+    return TIDE_SUCCESS;
+}
+
 tide_result_t tide_cuda_mp_graph_end(tide_mp_arena_t *a, int fi, cudaStream_t caller) {
     if (a->parent == NULL) return TIDE_SUCCESS;
     TIDE_CUDA_CALL(cudaEventRecord(a->graph->end_ev[fi], caller), "cudaEventRecord(captured end)");
