@@ -341,11 +341,15 @@ static tide_result_t run(struct tide_group *g, const tide_program_t *prog, const
     }
     if (use != NULL) {
         res = tide_set_fence(g, use, stream);
-        if (res != TIDE_SUCCESS) {
+        /* A fence the fabric refused (TIDE_ERR_UNSUPPORTED, say an eager call on a set whose
+         * calls were captured into a CUDA graph) enqueued nothing on any rank, as a refused
+         * call: the set stays usable. */
+        if (res != TIDE_SUCCESS && res != TIDE_ERR_INVALID_ARGUMENT &&
+            res != TIDE_ERR_UNSUPPORTED) {
             poison(g, res);
             poison_set(g, res);
-            return res;
         }
+        if (res != TIDE_SUCCESS) return res;
     }
     res = g->comm->ops->execute(g->arena, prog, b, stream);
     if (res == TIDE_SUCCESS) {

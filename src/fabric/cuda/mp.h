@@ -256,6 +256,9 @@ typedef struct tide_mp_arena {
     int num_views;
     struct tide_mp_arena **views;
     struct tide_mp_graph *graph; /* captured calls' state (mp_graph.c), or NULL: none ever */
+    /* A set's arena: some view's call was captured, so every view's eager calls are refused
+     * until deregistration (mp_graph.c: the set is replay-only as a whole). */
+    bool set_captured;
 } tide_mp_arena_t;
 
 /* Captured calls of an arena (mp_graph.c), created at its first capture. */
@@ -267,11 +270,19 @@ struct tide_mp_graph {
     int64_t timeout_ms; /* TIDE_TIMEOUT_MS at the last capture: the device waits' bound */
     bool captured[3];   /* the family has captured calls: eager calls are refused */
     bool num_set[3];    /* the family's counter was set */
+    /* A view of a set (mp_view.c): the capture (tide_cuda_graph_key: its id + 1) of the
+     * family's last captured call, and an event recorded at that call's end inside its
+     * capture (after every stream of the rank joined), which a sibling view's captured fence
+     * in the same capture waits on: a graph edge (mp_graph.c, tide_cuda_mp_graph_wait_siblings). */
+    unsigned long long key[3];
+    cudaEvent_t end_ev[3];
     struct tide_mp_graph_mem *mem; /* device tables of captured calls */
     /* [flag area][slot]: an event for each slot this rank both records and waits on, or NULL:
-     * such a wait is a graph edge (cudaStreamWaitEvent) instead of a wait kernel. */
-    cudaEvent_t *local[TIDE_MP_PREPS];
-    int local_slots[TIDE_MP_PREPS];
+     * such a wait is a graph edge (cudaStreamWaitEvent) instead of a wait kernel.  Flag area
+     * TIDE_MP_FENCE_FIDX is a view's fence family's (its two variants share it: grown to
+     * the larger one's slots). */
+    cudaEvent_t *local[TIDE_MP_PREPS + 1];
+    int local_slots[TIDE_MP_PREPS + 1];
 };
 
 extern const struct tide_fabric_ops tide_fabric_cuda_mp_ops;
@@ -519,13 +530,30 @@ void tide_cuda_mp_set_broken(tide_mp_arena_t *a, const char *msg);
  * the call's program was prepared.  An eager call costs one capture query while nothing was
  * captured on the world. */
 tide_result_t tide_cuda_mp_graph_arrive(tide_mp_arena_t *a, int fi, bool ready,
-                                        cudaStream_t caller, bool *captured_out);
+                                        cudaStream_t caller, bool *captured_out,
+                                        unsigned long long *key_out);
 /* Capture time, outside the capture, after the call was bound: the family's counter (first
  * capture), the call's gradient pointer row on the device, its sums bound to it. */
 tide_result_t tide_cuda_mp_graph_capture(tide_mp_arena_t *a, tide_mp_family_t *fam,
                                          tide_mp_prepared_t *pp, uint64_t e, int parity);
-/* The captured call was enqueued: the family is replay-only from now on. */
-void tide_cuda_mp_graph_enqueued(tide_mp_arena_t *a, tide_mp_family_t *fam);
+/* The captured call (capture `key`) was enqueued: the family, and a view's whole set, is
+ * replay-only from now on. */
+void tide_cuda_mp_graph_enqueued(tide_mp_arena_t *a, tide_mp_family_t *fam,
+                                 unsigned long long key);
+/* The first nodes of a captured call of family fi (capture `key`) on caller: the family's
+ * counter tick, after (views of a set) an edge to the family's previous call when that was
+ * captured in the same capture (its calls may come from several streams: a fence from the
+ * all-gather's and the reduce-scatter's). */
+tide_result_t tide_cuda_mp_graph_begin(tide_mp_arena_t *a, int fi, unsigned long long key,
+                                       cudaStream_t caller);
+/* At the end of a captured call of family fi (every stream of the rank joined into caller):
+ * the event a sibling view's captured fence waits on (views of a set only). */
+tide_result_t tide_cuda_mp_graph_end(tide_mp_arena_t *a, int fi, cudaStream_t caller);
+/* The captured form of tide_cuda_mp_view_wait_siblings (a view's captured fence, capture
+ * `key`): a graph edge to each sibling family's last call captured in this capture, a wait
+ * kernel on the done flag (fixed value) of one whose last call was eager. */
+tide_result_t tide_cuda_mp_graph_wait_siblings(tide_mp_arena_t *a, cudaStream_t caller,
+                                               unsigned long long key, tide_cuda_stats_t *st);
 /* A device wait of a replay failed (this rank's error word): fail stop with its message
  * (TIDE_ERR_TIMEOUT); TIDE_SUCCESS when none did. */
 tide_result_t tide_cuda_mp_graph_check(tide_mp_arena_t *a);

@@ -295,7 +295,8 @@ typedef struct {
     tide_transport_ipc_t x;
     const tide_binding_t *b;
     int form;
-    bool batch; /* the call's copies are planned into batches (mp_batch.c) */
+    bool batch;             /* the call's copies are planned into batches (mp_batch.c) */
+    unsigned long long key; /* a captured call's capture (tide_cuda_graph_key), else 0 */
 } issue_t;
 
 static const void **row_want(tide_cuda_call_t *c, int rank) {
@@ -360,9 +361,9 @@ static tide_result_t begin(tide_cuda_call_t *c, int rank) {
     const cudaStream_t caller = tide_cuda_call_caller(c, rank);
     /* A captured call numbers itself on the device (mp_graph.c); no host follows a replay. */
     if (c->graph) {
-        TIDE_CUDA_CALL(tide_mp_graph_tick(&a->graph->num[fi], caller),
-                       "captured call's counter kernel");
-        return TIDE_SUCCESS;
+        TIDE_CHECK(tide_cuda_mp_graph_begin(a, fi, is->key, caller));
+        return fi == 2 ? tide_cuda_mp_graph_wait_siblings(a, caller, is->key, &c->st)
+                       : TIDE_SUCCESS;
     }
     TIDE_CHECK(tide_mp_watchdog_begin(a, fi, c->parity, c->epoch, caller));
     return fi == 2 ? tide_cuda_mp_view_wait_siblings(a, caller, &c->st) : TIDE_SUCCESS;
@@ -431,7 +432,12 @@ static tide_result_t epilogue(tide_cuda_call_t *c) {
         TIDE_CUDA_CALL(cudaEventRecord(fam->user[TIDE_EVENT_READ_DONE], caller),
                        "cudaEventRecord(read-done)");
     }
-    if (c->graph) TIDE_CHECK(join_captured(c));
+    if (c->graph) {
+        TIDE_CHECK(join_captured(c));
+        /* A sibling view's captured fence waits on this point (mp_graph.c). */
+        TIDE_CHECK(tide_cuda_mp_graph_end(is->x.a, tide_cuda_mp_family_index(is->x.a, fam),
+                                          caller));
+    }
     /* The host and the watchdog wait on done events of eager calls only: a captured call's
      * record would be a point inside the capture, which neither may query (mp_graph.c). */
     if (!c->graph)
@@ -446,7 +452,9 @@ static const tide_cuda_call_hooks_t hooks = {
 };
 
 static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
-                             const tide_binding_t *b, cudaStream_t caller, bool captured) {
+                             const tide_binding_t *b, cudaStream_t caller,
+                             unsigned long long key) {
+    const bool captured = key != 0;
     tide_mp_world_t *w = a->w;
     tide_mp_prepared_t *pp = &fam->prep[pi];
     const uint64_t e = b->epoch;
@@ -475,6 +483,7 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     is.b = b;
     is.form = form;
     is.batch = w->batch && pp->batch.cap > 0 && !captured;
+    is.key = key;
     tide_cuda_call_t *c = &is.c;
     if (captured) {
         c->tp = &tide_transport_ipc_graph;
@@ -484,7 +493,7 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     TIDE_CHECK(tide_cuda_call_enqueue(c, &hooks, fence, pp->cmds[form], pp->num_cmds[form],
                                       is.batch ? pp->batch.action : NULL));
     if (captured) {
-        tide_cuda_mp_graph_enqueued(a, fam);
+        tide_cuda_mp_graph_enqueued(a, fam, key);
     } else {
         fam->done_epoch[par] = (int64_t)e;
         tide_mp_watchdog_enqueued(a, tide_cuda_mp_family_index(a, fam), par, e);
@@ -497,8 +506,9 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
 
 static tide_result_t record_call(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
                                  const tide_program_t *prog, const tide_binding_t *b,
-                                 cudaStream_t caller, bool captured) {
+                                 cudaStream_t caller, unsigned long long key) {
     const int r = b->rank;
+    const bool captured = key != 0;
     if (fam->broken != TIDE_SUCCESS) return broken_error(fam, r);
     if ((int64_t)b->epoch != fam->last_epoch + 1)
         return TIDE_ERR(TIDE_ERR_INTERNAL, "cuda mp fabric: rank %d calls call %llu after %lld",
@@ -521,7 +531,7 @@ static tide_result_t record_call(tide_mp_arena_t *a, tide_mp_family_t *fam, int 
     TIDE_CHECK(bind_rank(fam, pp, prog, b));
     if (captured) TIDE_CHECK(tide_cuda_mp_graph_capture(a, fam, pp, b->epoch, (int)(b->epoch % 2)));
     tide_cuda_call_ctas(b, &fam->sum_ctas, &fam->landing_ctas);
-    TIDE_CHECK(enqueue(a, fam, pi, b, caller, captured));
+    TIDE_CHECK(enqueue(a, fam, pi, b, caller, key));
     if (fi < 2) tide_mp_ctl_enqueued(&a->ctl, fi, b->epoch);
     /* An abort published while we enqueued (this rank was stopped in the middle, say): the
      * call may be released by the poison, so it must not report success. */
@@ -539,7 +549,9 @@ tide_result_t tide_cuda_mp_execute(struct tide_fabric_arena *arena, const tide_p
      * its two programs. */
     const int fi = tide_cuda_family_of(prog), pi = tide_cuda_prep_of(prog);
     bool captured = false;
-    TIDE_CHECK(tide_cuda_mp_graph_arrive(a, fi, a->fam[fi].prep[pi].ready, caller, &captured));
+    unsigned long long key = 0;
+    TIDE_CHECK(
+        tide_cuda_mp_graph_arrive(a, fi, a->fam[fi].prep[pi].ready, caller, &captured, &key));
     if (caller == NULL) caller = cudaStreamLegacy;
     if (fi == 2 && a->parent == NULL)
         return TIDE_ERR(TIDE_ERR_INTERNAL,
@@ -552,7 +564,8 @@ tide_result_t tide_cuda_mp_execute(struct tide_fabric_arena *arena, const tide_p
     tide_mp_family_t *fam = &a->fam[fi];
     /* A replay that failed on the device fails the group at the next call (mp_graph.c). */
     tide_result_t res = a->graph != NULL ? tide_cuda_mp_graph_check(a) : TIDE_SUCCESS;
-    if (res == TIDE_SUCCESS) res = record_call(a, fam, pi, prog, binding, caller, captured);
+    if (res == TIDE_SUCCESS)
+        res = record_call(a, fam, pi, prog, binding, caller, captured ? key : 0);
     if (prev >= 0 && prev != w->device) (void)cudaSetDevice(prev);
     return res;
 }
@@ -571,7 +584,7 @@ tide_result_t tide_cuda_mp_sync_family(tide_mp_arena_t *a, int f) {
          * caller waits for its launches on their stream (every device wait of a replay is
          * bounded: mp_graph_kernels.h), then this reports a replay's failure or another
          * rank's. */
-        if (f < 2 && a->graph->captured[f]) return follow_abort(a);
+        if (a->graph->captured[f]) return follow_abort(a);
     }
     if (fam->last_epoch < 0) return TIDE_SUCCESS;
     char what[96];

@@ -26,13 +26,27 @@
  *    and sets this rank's error word; the host reports it, and fails the group (abort word,
  *    poison), at the group's next call or sync.
  *
+ *  - Views of a set (mp_view.c): the fence program is a third family like the others (its
+ *    own counter, num[2]; its own flag area, TIDE_MP_FENCE_FIDX).  Its sibling waits
+ *    (tide_cuda_mp_view_wait_siblings: this rank's done flag of each sibling family's last
+ *    call in enqueue order) become tide_cuda_mp_graph_wait_siblings: for a sibling family
+ *    whose last call was captured in the same capture, a graph edge to the event recorded at
+ *    that call's end (tide_cuda_mp_graph_end); for one whose last call was eager (before any
+ *    capture of the set), a wait kernel on its done flag with the fixed value last + 1,
+ *    right for every replay since nothing of that family runs eagerly again.  A sibling
+ *    family captured later in the same graph needs no wait at all: replays of a rank are
+ *    launched one after the other (a precondition), so the previous replay's call ended.
+ *
  * Restrictions, each refused with TIDE_ERR_UNSUPPORTED before anything is enqueued: a family
- * (all-gather, reduce-scatter) with a captured call can only be replayed from then on (its
- * eager calls are refused until the group is deregistered: the host no longer knows the
- * device's call numbers); the first call of a program (prepare allocates and uploads); groups
- * on a shared arena (a view's fence waits on its sibling views' last calls, which the host
- * numbers); rail transports; the NCCL fabric; a call while another capture holds the world's
- * streams, and an eager call while a capture does.
+ * with a captured call can only be replayed from then on (its eager calls are refused until
+ * the group is deregistered: the host no longer knows the device's call numbers), and for a
+ * view of a set so is every family of every view of the set (an eager fence would wait on a
+ * captured sibling's done flag with a host number); a captured fence whose sibling family's
+ * last call was captured in another capture (the calls of one set must be captured in one
+ * graph: an edge cannot cross graphs, and a device counter read at run time does not say
+ * which replay of the other graph ended); the first call of a program (prepare allocates and
+ * uploads); rail transports (sets refuse them at registration too); the NCCL fabric; a call
+ * while another capture holds the world's streams, and an eager call while a capture does.
  */
 #include "core/checks.h"
 #include "fabric/cuda/graph.h"
@@ -51,13 +65,32 @@ struct tide_mp_graph_mem {
 
 static const char *const family_name[3] = {"all-gather", "reduce-scatter", "cross-group fence"};
 
+/* A captured fence of view a in capture `key`: every sibling family whose last call was
+ * captured must have been captured in this capture (mp_graph.c, top). */
+static tide_result_t siblings_check(const tide_mp_arena_t *a, unsigned long long key) {
+    const tide_mp_arena_t *p = a->parent;
+    for (int i = 0; p->views != NULL && i < p->num_views; ++i) {
+        const tide_mp_arena_t *v = p->views[i];
+        if (v == NULL || v == a || v->graph == NULL) continue;
+        for (int f = 0; f < 3; ++f)
+            if (v->graph->captured[f] && v->graph->key[f] != key)
+                return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
+                                "cuda mp fabric: rank %d: calls of one set must be captured in "
+                                "one graph: this cross-group fence waits on the last %s call of "
+                                "the set's view %d, which was captured in another capture",
+                                a->w->base.rank, family_name[f], i);
+    }
+    return TIDE_SUCCESS;
+}
+
 tide_result_t tide_cuda_mp_graph_arrive(tide_mp_arena_t *a, int fi, bool ready, cudaStream_t caller,
-                                        bool *captured_out) {
+                                        bool *captured_out, unsigned long long *key_out) {
     tide_mp_world_t *w = a->w;
     const int me = w->base.rank;
     unsigned long long key = 0;
     TIDE_CHECK(tide_cuda_graph_key("cuda mp fabric", me, caller, "the caller's stream is", &key));
     *captured_out = false;
+    *key_out = 0;
     if (key == 0 && w->graph_calls == 0) return TIDE_SUCCESS; /* eager, nothing ever captured */
     if (key != 0 && w->transport != &tide_transport_ipc)
         return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
@@ -82,21 +115,28 @@ tide_result_t tide_cuda_mp_graph_arrive(tide_mp_arena_t *a, int fi, bool ready, 
     }
     const struct tide_mp_graph *g = a->graph;
     if (key == 0) {
-        if (g != NULL && fi < 2 && g->captured[fi])
+        if (g != NULL && g->captured[fi])
             return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
                             "cuda mp fabric: rank %d: this group's %s calls were captured into a "
                             "CUDA graph: they can only be replayed (launch the graph) until the "
                             "group is deregistered, not called eagerly",
                             me, family_name[fi]);
+        if (a->parent != NULL && a->parent->set_captured)
+            return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
+                            "cuda mp fabric: rank %d: calls of this group's set were captured "
+                            "into a CUDA graph: every group of the set can only be replayed "
+                            "(launch the graph) until it is deregistered, not called eagerly "
+                            "(a %s call here)",
+                            me, family_name[fi]);
         return TIDE_SUCCESS;
     }
-    if (fi == 2 || a->parent != NULL || a->flag_areas > 1)
-        return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
-                        "cuda mp fabric: rank %d: calls of groups on a shared arena cannot be "
-                        "captured into a CUDA graph on this fabric (the arena's fence waits on "
-                        "every group's last call, which the host numbers); register the group "
-                        "on its own arena to capture it",
+    /* A set's own arena runs no call (mp_view.c); a view's calls are served below. */
+    if ((fi == 2 && a->parent == NULL) || (a->parent == NULL && a->flag_areas > 1))
+        return TIDE_ERR(TIDE_ERR_INTERNAL,
+                        "cuda mp fabric: rank %d: a captured call on a set's arena, not on one "
+                        "of its views",
                         me);
+    if (fi == 2) TIDE_CHECK(siblings_check(a, key));
     if (w->rails != NULL)
         return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
                         "cuda mp fabric: rank %d: calls cannot be captured into a CUDA graph with "
@@ -104,12 +144,14 @@ tide_result_t tide_cuda_mp_graph_arrive(tide_mp_arena_t *a, int fi, bool ready, 
                         me);
     if (!ready)
         return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
-                        "cuda mp fabric: rank %d: the first call of a program (all-gather, or a "
-                        "reduce-scatter mode) cannot be captured into a CUDA graph: it allocates "
+                        "cuda mp fabric: rank %d: the first call of a program (all-gather, a "
+                        "reduce-scatter mode, or a cross-group fence variant) cannot be captured "
+                        "into a CUDA graph: it allocates "
                         "and uploads the program's device state; call it once outside the "
                         "capture first",
                         me);
     *captured_out = true;
+    *key_out = key;
     return TIDE_SUCCESS;
 }
 
@@ -158,12 +200,21 @@ static tide_result_t local_events(tide_mp_arena_t *a, tide_mp_family_t *fam,
                                   tide_mp_prepared_t *pp) {
     struct tide_mp_graph *g = a->graph;
     const int me = a->w->base.rank, pi = (int)(pp - fam->prep);
-    const int fidx = tide_cuda_mp_flags_index(fam->coll, pi);
-    if (g->local[fidx] != NULL) return TIDE_SUCCESS;
+    /* As call_init in mp_execute.c numbers the call's flag area. */
+    const int fidx = tide_cuda_mp_family_index(a, fam) == 2
+                         ? TIDE_MP_FENCE_FIDX
+                         : tide_cuda_mp_flags_index(fam->coll, pi);
     const int n = pp->sched.num_slots;
-    g->local[fidx] = calloc(n > 0 ? (size_t)n : 1, sizeof(cudaEvent_t));
-    if (g->local[fidx] == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: slot events");
-    g->local_slots[fidx] = n;
+    if (g->local[fidx] == NULL || g->local_slots[fidx] < n) {
+        /* The fence's two variants share the area: grown to the larger one. */
+        const int old = g->local[fidx] != NULL ? g->local_slots[fidx] : 0;
+        cudaEvent_t *ev = realloc(g->local[fidx], (size_t)(n > 0 ? n : 1) * sizeof(cudaEvent_t));
+        if (ev == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: slot events");
+        for (int i = old; i < (n > 0 ? n : 1); ++i)
+            ev[i] = NULL;
+        g->local[fidx] = ev;
+        g->local_slots[fidx] = n;
+    }
     for (int f = 0; f < TIDE_SCHED_FORMS; ++f)
         for (int i = 0; i < pp->num_cmds[f]; ++i) {
             const tide_sched_cmd_t *cmd = &pp->cmds[f][i];
@@ -196,6 +247,9 @@ static tide_result_t capture_state(tide_mp_arena_t *a, tide_mp_family_t *fam,
         g->num_set[fi] = true;
     }
     TIDE_CHECK(local_events(a, fam, pp));
+    if (a->parent != NULL && g->end_ev[fi] == NULL)
+        TIDE_CUDA_CALL(cudaEventCreateWithFlags(&g->end_ev[fi], cudaEventDisableTiming),
+                       "cudaEventCreateWithFlags(captured call's end)");
     if (!pp->sched.has_sum || fam->own_dev[parity] == NULL) return TIDE_SUCCESS;
     const int nr = fam->row_len, me = a->w->base.rank;
     void *dev = NULL;
@@ -237,9 +291,79 @@ tide_result_t tide_cuda_mp_graph_capture(tide_mp_arena_t *a, tide_mp_family_t *f
     return res;
 }
 
-void tide_cuda_mp_graph_enqueued(tide_mp_arena_t *a, tide_mp_family_t *fam) {
-    a->graph->captured[tide_cuda_mp_family_index(a, fam)] = true;
+void tide_cuda_mp_graph_enqueued(tide_mp_arena_t *a, tide_mp_family_t *fam,
+                                 unsigned long long key) {
+    const int fi = tide_cuda_mp_family_index(a, fam);
+    a->graph->captured[fi] = true;
+    a->graph->key[fi] = key;
+    if (a->parent != NULL) a->parent->set_captured = true;
     ++a->w->graph_calls;
+}
+
+/* ------------------------------------------------------------------ views of a set */
+
+/* The counter is one device word that each captured call of the family increments and its
+ * kernels read after: two calls of one family must not overlap on the device.  A view's fence
+ * is called from the all-gather's stream and from the reduce-scatter's, which nothing else
+ * orders inside a graph before the tick (the previous fence call's done flags are waited on
+ * after it, through the counter), so its call waits for the previous one's end first (an
+ * edge; implied anyway by that wait on every rank's done flag, so it costs no concurrency). */
+tide_result_t tide_cuda_mp_graph_begin(tide_mp_arena_t *a, int fi, unsigned long long key,
+                                       cudaStream_t caller) {
+    const struct tide_mp_graph *g = a->graph;
+    if (a->parent != NULL && g->captured[fi] && g->key[fi] == key)
+        TIDE_CUDA_CALL(cudaStreamWaitEvent(caller, g->end_ev[fi], 0),
+                       "cudaStreamWaitEvent(the family's previous captured call)");
+    TIDE_CUDA_CALL(tide_mp_graph_tick(&g->num[fi], caller), "captured call's counter kernel");
+    return TIDE_SUCCESS;
+}
+
+tide_result_t tide_cuda_mp_graph_end(tide_mp_arena_t *a, int fi, cudaStream_t caller) {
+    if (a->parent == NULL) return TIDE_SUCCESS;
+    TIDE_CUDA_CALL(cudaEventRecord(a->graph->end_ev[fi], caller), "cudaEventRecord(captured end)");
+    return TIDE_SUCCESS;
+}
+
+tide_result_t tide_cuda_mp_graph_wait_siblings(tide_mp_arena_t *a, cudaStream_t caller,
+                                               unsigned long long key, tide_cuda_stats_t *st) {
+    const tide_mp_arena_t *p = a->parent;
+    const struct tide_mp_graph *g = a->graph;
+    const int me = a->w->base.rank;
+    for (int i = 0; p->views != NULL && i < p->num_views; ++i) {
+        const tide_mp_arena_t *v = p->views[i];
+        if (v == NULL || v == a) continue;
+        for (int f = 0; f < 3; ++f) {
+            const int64_t last = v->fam[f].last_epoch;
+            if (last < 0) continue;
+            if (v->graph != NULL && v->graph->captured[f]) {
+                /* Checked at arrival (siblings_check): the same capture. */
+                if (v->graph->key[f] != key)
+                    return TIDE_ERR(TIDE_ERR_INTERNAL,
+                                    "cuda mp fabric: rank %d: a sibling's call of another capture",
+                                    me);
+                TIDE_CUDA_CALL(cudaStreamWaitEvent(caller, v->graph->end_ev[f], 0),
+                               "cudaStreamWaitEvent(sibling's captured call)");
+                continue;
+            }
+            /* Eager, before any capture of the set: its done value is final. */
+            tide_mp_graph_wait_t w;
+            memset(&w, 0, sizeof(w));
+            w.num = NULL;
+            w.err = g->err_dev;
+            w.delta = last + 1;
+            w.timeout_ns = (uint64_t)g->timeout_ms * 1000000u;
+            w.family = f;
+            w.slot = -2; /* named as a sibling's end by tide_cuda_mp_graph_check */
+            w.count = 1;
+            w.rank[0] = me;
+            w.flag[0] = (uint64_t)tide_cuda_mp_family_done_flag(v, me, f);
+            ++st->waits;
+            const cudaError_t e = tide_mp_graph_wait(&w, caller);
+            if (e != cudaSuccess)
+                return tide_cuda_error(e, __FILE__, __LINE__, "captured sibling wait kernel");
+        }
+    }
+    return TIDE_SUCCESS;
 }
 
 /* ------------------------------------------------------------------ failure */
@@ -253,7 +377,12 @@ tide_result_t tide_cuda_mp_graph_check(tide_mp_arena_t *a) {
     const int rank = (int)err[1], f = (int)err[2], slot = (int)err[3], me = a->w->base.rank;
     const char *fam = f >= 0 && f < 3 ? family_name[f] : "?";
     char what[96];
-    if (slot < 0)
+    if (slot == -2)
+        snprintf(what, sizeof(what),
+                 "rank %d's end of a sibling group's last %s call (the "
+                 "cross-group fence)",
+                 rank, fam);
+    else if (slot < 0)
         snprintf(what, sizeof(what), "rank %d's end of the previous %s call (the fence)", rank,
                  fam);
     else
@@ -282,11 +411,13 @@ void tide_cuda_mp_graph_free(tide_mp_arena_t *a) {
         if (m->dev != NULL) (void)cudaFree(m->dev);
         free(m);
     }
-    for (int f = 0; f < TIDE_MP_PREPS; ++f) {
+    for (int f = 0; f < TIDE_MP_PREPS + 1; ++f) {
         for (int i = 0; g->local[f] != NULL && i < g->local_slots[f]; ++i)
             if (g->local[f][i] != NULL) (void)cudaEventDestroy(g->local[f][i]);
         free(g->local[f]);
     }
+    for (int f = 0; f < 3; ++f)
+        if (g->end_ev[f] != NULL) (void)cudaEventDestroy(g->end_ev[f]);
     if (g->num != NULL) (void)cudaFree(g->num);
     if (g->err_host != NULL) (void)cudaFreeHost(g->err_host);
     (void)cudaGetLastError();

@@ -38,6 +38,10 @@
  * when every rank did the same, as the single-process fabric's wait on its families' fence
  * events does: a slot handed from one group's reduce-scatter to another group's all-gather
  * is then ordered on every rank, whatever stream each call was made on.
+ *
+ * Captured into a CUDA graph (mp_graph.c, "Views of a set"), the sibling waits become graph
+ * edges to siblings' calls of the same capture and fixed-value waits on eager ones
+ * (tide_cuda_mp_graph_wait_siblings), and the whole set is replay-only from then on.
  */
 #include "core/checks.h"
 #include "fabric/cuda/mp.h"
@@ -102,6 +106,7 @@ static void view_free(tide_mp_arena_t *v) {
     tide_mp_watchdog_remove(v); /* before the events it reads go (no-op if never added) */
     for (int f = 0; f < 3; ++f)
         tide_cuda_mp_family_free(&v->fam[f]);
+    tide_cuda_mp_graph_free(v); /* its captured calls' counters, tables and events */
     tide_mp_ctl_close(&v->ctl);
     free(v->flags);
     free(v);

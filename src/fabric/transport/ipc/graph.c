@@ -54,7 +54,10 @@ static tide_result_t graph_wait(tide_cuda_call_t *c, cudaStream_t s, int slot, b
     const tide_transport_ipc_t *x = c->tp_ctx;
     const int owner = x->pp->sched.slot_thread[slot] / TIDE_CUDA_Q; /* no rails (mp_graph.c) */
     const cudaEvent_t ev = x->a->graph->local[x->fidx][slot];
-    if (!prev && ev != NULL) return tide_cuda_call_wait_event(c, s, ev);
+    /* The owner is checked too: a view's two fence variants share one flag area's events
+     * (mp_graph.c, local_events), and the other variant may record this slot itself. */
+    if (!prev && ev != NULL && owner == x->a->w->base.rank)
+        return tide_cuda_call_wait_event(c, s, ev);
     tide_mp_graph_wait_t w;
     wait_init(&w, c, slot, prev ? (int64_t)c->epoch : (int64_t)c->epoch + 1);
     w.count = 1;
