@@ -9,6 +9,7 @@
 
 #include "tide.h"
 
+#include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -85,5 +86,24 @@ static void *shared_alloc(size_t n) {
     }
     return p;
 }
+
+/* In a forked rank's function whose rank_t `k` has an error buffer `k->err` of len bytes: a
+ * failed library call (CPU_ORACLE_CK) or CUDA call (CPU_ORACLE_CU) is described there and the
+ * function returns false; the parent prints it. */
+#define CPU_ORACLE_CK(call, what, len)                                                             \
+    do {                                                                                           \
+        if ((call) != 0) {                                                                         \
+            snprintf(k->err, len, "%s: %s", what, tide_get_last_error());                          \
+            return false;                                                                          \
+        }                                                                                          \
+    } while (0)
+#define CPU_ORACLE_CU(call, what, len)                                                             \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            snprintf(k->err, len, "%s: %s", what, cudaGetErrorString(e_));                         \
+            return false;                                                                          \
+        }                                                                                          \
+    } while (0)
 
 #endif /* TIDE_TESTS_GPU_CPU_ORACLE_H_ */

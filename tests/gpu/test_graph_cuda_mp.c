@@ -169,21 +169,8 @@ typedef struct {
     char *err;
 } rank_t;
 
-#define CK(call, what)                                                                             \
-    do {                                                                                           \
-        if ((call) != 0) {                                                                         \
-            snprintf(k->err, 320, "%s: %s", what, tide_get_last_error());                          \
-            return false;                                                                          \
-        }                                                                                          \
-    } while (0)
-#define CU(call, what)                                                                             \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            snprintf(k->err, 320, "%s: %s", what, cudaGetErrorString(e_));                         \
-            return false;                                                                          \
-        }                                                                                          \
-    } while (0)
+#define CK(call, what) CPU_ORACLE_CK(call, what, 320)
+#define CU(call, what) CPU_ORACLE_CU(call, what, 320)
 
 /* Input set `set` into the operands, on the rank's stream. */
 static bool upload(rank_t *k, int set) {

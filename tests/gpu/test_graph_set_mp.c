@@ -65,14 +65,8 @@
 #define HOST_RAND_WIDE_EXP 12
 #include "host_rand.h"
 
-static void *shared_alloc(size_t n) {
-    void *p = mmap(NULL, n > 0 ? n : 1, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-        fprintf(stderr, "FAIL: mmap %zu\n", n);
-        exit(2);
-    }
-    return p;
-}
+#include "cpu_oracle.h"
+
 
 /* One round's results of one rank: the three landings and the two outputs. */
 typedef struct {
@@ -175,17 +169,18 @@ static void case_init(case_t *c, int n) {
 
 /* ------------------------------------------------------------------ the CPU fabric (oracle) */
 
+/* One oracle rank: its case and rank, and where a failure is described. */
 typedef struct {
     case_t *c;
-    tide_comm_t comm;
     int rank;
-    char error[256];
+    char *error;
+    size_t len;
 } cpu_job_t;
 
 #define CPU_TRY(call, what)                                                                        \
     do {                                                                                           \
         if ((call) != TIDE_SUCCESS) {                                                              \
-            snprintf(j->error, sizeof(j->error), "set %d, %s: %s", k, what,                        \
+            snprintf(j->error, j->len, "set %d, %s: %s", k, what,                        \
                      tide_get_last_error());                                                       \
             return false;                                                                          \
         }                                                                                          \
@@ -218,44 +213,22 @@ static bool cpu_round(cpu_job_t *j, tide_group_t *gs, int k) {
     return true;
 }
 
-static void *cpu_rank(void *arg) {
-    cpu_job_t *j = arg;
+static bool cpu_rank(void *ctx, tide_comm_t comm, int rank, char *err, size_t len) {
+    cpu_job_t job = {.c = ctx, .rank = rank, .error = err, .len = len}, *j = &job;
     tide_group_t gs[NG];
-    if (tide_groups_register(j->comm, NG, j->c->entries, gs) != TIDE_SUCCESS) {
-        snprintf(j->error, sizeof(j->error), "groups_register: %s", tide_get_last_error());
-        return NULL;
-    }
-    for (int k = 0; k < SETS && cpu_round(j, gs, k); ++k) {
-    }
-    for (int i = 0; i < NG; ++i)
-        tide_group_deregister(gs[i]);
-    return NULL;
-}
-
-static bool run_cpu(case_t *c) {
-    tide_comm_t comms[MAX_RANKS];
-    if (tide_comm_init_all(TIDE_FABRIC_CPU, 1, c->n, comms) != TIDE_SUCCESS) {
-        fprintf(stderr, "FAIL: cpu comm_init_all: %s\n", tide_get_last_error());
+    if (tide_groups_register(comm, NG, j->c->entries, gs) != TIDE_SUCCESS) {
+        snprintf(err, len, "groups_register: %s", tide_get_last_error());
         return false;
     }
-    pthread_t th[MAX_RANKS];
-    cpu_job_t jobs[MAX_RANKS];
-    for (int r = 0; r < c->n; ++r) {
-        jobs[r] = (cpu_job_t){.c = c, .comm = comms[r], .rank = r};
-        if (pthread_create(&th[r], NULL, cpu_rank, &jobs[r]) != 0) exit(2);
-    }
     bool ok = true;
-    for (int r = 0; r < c->n; ++r) {
-        pthread_join(th[r], NULL);
-        if (jobs[r].error[0]) {
-            fprintf(stderr, "FAIL: cpu rank %d: %s\n", r, jobs[r].error);
-            ok = false;
-        }
-    }
-    for (int r = 0; r < c->n; ++r)
-        tide_comm_destroy(comms[r]);
+    for (int k = 0; k < SETS && ok; ++k)
+        ok = cpu_round(j, gs, k);
+    for (int i = 0; i < NG; ++i)
+        tide_group_deregister(gs[i]);
     return ok;
 }
+
+static bool run_cpu(case_t *c) { return cpu_oracle_run(1, c->n, cpu_rank, c, "oracle"); }
 
 /* ------------------------------------------------------------------ one rank process */
 
@@ -276,21 +249,8 @@ typedef struct {
     char *err;
 } rank_t;
 
-#define CK(call, what)                                                                             \
-    do {                                                                                           \
-        if ((call) != 0) {                                                                         \
-            snprintf(k->err, 400, "%s: %s", what, tide_get_last_error());                          \
-            return false;                                                                          \
-        }                                                                                          \
-    } while (0)
-#define CU(call, what)                                                                             \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            snprintf(k->err, 400, "%s: %s", what, cudaGetErrorString(e_));                         \
-            return false;                                                                          \
-        }                                                                                          \
-    } while (0)
+#define CK(call, what) CPU_ORACLE_CK(call, what, 400)
+#define CU(call, what) CPU_ORACLE_CU(call, what, 400)
 
 /* Input set `set` into the operands; returns once they are on the device (both streams'
  * later work then reads them). */
@@ -503,12 +463,6 @@ static int child_main(case_t *c, int r, const char *name) {
 
 /* ------------------------------------------------------------------ compared */
 
-static long first_diff(const void *a, const void *b, size_t n) {
-    const uint8_t *x = a, *y = b;
-    for (size_t i = 0; i < n; ++i)
-        if (x[i] != y[i]) return (long)i;
-    return -1;
-}
 
 static const char *const land_name[NL] = {"AG A (forward)", "AG B", "AG A (backward)"};
 static const char *const out_name[NC] = {"RS A", "RS B"};
