@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define CPU_ORACLE_MAX_RANKS 64
 
@@ -85,6 +87,46 @@ static void *shared_alloc(size_t n) {
         exit(2);
     }
     return p;
+}
+
+/* Forks n rank processes, rank r exiting with child(ctx, r, name) and killed by an alarm after
+ * alarm_s seconds (a hang is a failure, not a stuck job), and waits for them all; false if any
+ * failed, each failure printed with what its rank wrote to errs[r * len]. */
+static inline bool cpu_oracle_fork(int n, unsigned alarm_s, int (*child)(void *, int, const char *),
+                                   void *ctx, const char *name, const char *errs, size_t len) {
+    pid_t pids[CPU_ORACLE_MAX_RANKS];
+    for (int r = 0; r < n && r < CPU_ORACLE_MAX_RANKS; ++r) {
+        pids[r] = fork();
+        if (pids[r] < 0) exit(2);
+        if (pids[r] == 0) {
+            alarm(alarm_s);
+            _exit(child(ctx, r, name));
+        }
+    }
+    bool ok = true;
+    for (int r = 0; r < n && r < CPU_ORACLE_MAX_RANKS; ++r) {
+        int st = 0;
+        waitpid(pids[r], &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            printf("FAIL N=%d rank %d: %s%s\n", n, r,
+                   WIFSIGNALED(st) ? "killed by a signal (alarm: a hang?) " : "",
+                   errs[r * len] ? errs + r * len : "exited non-zero");
+            ok = false;
+        }
+    }
+    return ok;
+}
+
+/* The worlds a replay test runs: N = 2 and 4, or only `only` (--ranks N) when it is not 0;
+ * the worst of test(N)'s statuses, 2 for an N outside 1..max. */
+static inline int cpu_oracle_worlds(int only, int max, int (*test)(int)) {
+    if (only < 0 || only > max) {
+        fprintf(stderr, "--ranks N: 1 <= N <= %d\n", max);
+        return 2;
+    }
+    if (only != 0) return test(only);
+    const int a = test(2), b = test(4);
+    return a > b ? a : b;
 }
 
 /* In a forked rank's function whose rank_t `k` has an error buffer `k->err` of len bytes: a

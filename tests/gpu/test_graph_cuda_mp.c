@@ -421,32 +421,15 @@ static bool same(const char *what, int n_ranks, int set, int r, const void *got,
     return false;
 }
 
+static int child_entry(void *c, int r, const char *name) { return child_main(c, r, name); }
+
 static int replay_test(int n) {
     case_t *c = xmalloc(sizeof(*c));
     case_init(c, n);
     if (!cpu_oracle_run(1, c->n, cpu_rank, c, "oracle")) return 2;
     char name[64];
     snprintf(name, sizeof(name), "mpgraph%ld_%d", (long)getpid(), n);
-    pid_t pids[MAX_RANKS];
-    for (int r = 0; r < n; ++r) {
-        pids[r] = fork();
-        if (pids[r] == 0) {
-            alarm(120); /* a hang is a failure, not a stuck job */
-            _exit(child_main(c, r, name));
-        }
-    }
-    bool ok = true;
-    for (int r = 0; r < n; ++r) {
-        int st = 0;
-        waitpid(pids[r], &st, 0);
-        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-            printf("FAIL N=%d rank %d: %s%s\n", n, r,
-                   WIFSIGNALED(st) ? "killed by a signal (alarm: a hang?) " : "",
-                   c->err[r * 320] ? c->err + r * 320 : "exited non-zero");
-            ok = false;
-        }
-    }
-    if (!ok) return 1;
+    if (!cpu_oracle_fork(n, 120, child_entry, c, name, c->err, 320)) return 1;
     printf("ok   N=%d: capturing a program's first call and an eager call of a captured family "
            "are refused (TIDE_ERR_UNSUPPORTED)\n",
            n);
@@ -573,18 +556,7 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--kill") == 0) return kill_test();
         if (strcmp(argv[i], "--ranks") == 0 && i + 1 < argc) only = atoi(argv[++i]);
     }
-    if (only < 0 || only > MAX_RANKS) {
-        fprintf(stderr, "--ranks N: 1 <= N <= %d\n", MAX_RANKS);
-        return 2;
-    }
-    int worst = 0;
-    const int ns[2] = {2, 4};
-    for (int i = 0; i < 2; ++i) {
-        if (only != 0 && ns[i] != only) continue;
-        const int rc = replay_test(ns[i]);
-        if (rc > worst) worst = rc;
-    }
-    if (only != 0 && only != 2 && only != 4) worst = replay_test(only);
+    const int worst = cpu_oracle_worlds(only, MAX_RANKS, replay_test);
     printf("%s\n", worst == 0 ? "PASS: captured TIDE-AG / TIDE-RS replays on the one-process-per-"
                                 "rank CUDA fabric"
                               : "FAIL");
