@@ -8,9 +8,10 @@ g // G of the job (G = the job's ranks per node), and the group is M x L when th
 form M consecutive runs of L ranks each, on M distinct nodes.  So an expert subgroup
 {0, 8, 16, 24} of a job with 8 ranks per node is 4 x 1 (the library then runs its rail lane),
 {0..7} is 1 x 8 and {0, 1, 8, 9} is 2 x 2.  Within a node's run any order of local ranks is
-accepted: the library's local index l is the position in the run (the fabrics place a rank
-by its process, not by l), and nothing in the programs depends on which physical GPU of
-the node holds it.  Groups with no such M x L (a node holding more of the group's ranks than
+accepted: the library's local index l is the position in the run, and the fabrics place a
+rank by its process, not by l.  A group whose nodes hold different local positions ({0, 9}
+of nodes of 8: 2 x 1) pairs rail peers that sit on different rails of real hardware, which
+can only cost speed.  Groups with no such M x L (a node holding more of the group's ranks than
 another, nodes interleaved in the group-rank order, more than TIDE_MAX_GPUS_PER_NODE ranks on
 one node) get a reason instead, and enable() leaves them on stock FSDP2: the library cannot
 express them, and any guess would give a wrong topology.
