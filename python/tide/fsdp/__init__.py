@@ -230,9 +230,9 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
     available), 1 or 0; nodes / gpus_per_node: the job's node layout (every rank of the
     default process group; default: $LOCAL_WORLD_SIZE, else one node of <= 8 ranks, nodes
     of 8 beyond), from which each process group's M x L is read off the global ranks it
-    holds (_topology.py: an expert subgroup with one rank per node is M x 1 and runs the
-    rail lane; a group with no uniform node-major M x L stays on stock FSDP2, listed in
-    fallbacks); a layout that covers the one process group a call serves but not the job
+    holds (_topology.py: an expert subgroup with one rank per node is M x 1, the rail lane
+    where its fabric runs it; a group with no uniform node-major M x L stays on stock
+    FSDP2, listed in fallbacks); a layout that covers the one process group a call serves but not the job
     is that group's topology, as before; tuning: per-group knobs (see _tuning.py and
     docs/fsdp.md): None or "solver" (the sizing solver per group size), "default" (the
     planner's defaults), a dict of tide_config_t tuning fields for every group, or a

@@ -6,8 +6,8 @@ The C library numbers a communicator's ranks node-major: rank r = node m * L + l
 topology is therefore read off its global ranks in group-rank order: rank g sits on node
 g // G of the job (G = the job's ranks per node), and the group is M x L when those nodes
 form M consecutive runs of L ranks each, on M distinct nodes.  So an expert subgroup
-{0, 8, 16, 24} of a job with 8 ranks per node is 4 x 1 (the library then runs its rail lane),
-{0..7} is 1 x 8 and {0, 1, 8, 9} is 2 x 2.  Within a node's run any order of local ranks is
+{0, 8, 16, 24} of a job with 8 ranks per node is 4 x 1 (the rail lane, on the fabrics that
+run it), {0..7} is 1 x 8 and {0, 1, 8, 9} is 2 x 2.  Within a node's run any order of local ranks is
 accepted: the library's local index l is the position in the run, and the fabrics place a
 rank by its process, not by l.  A group whose nodes hold different local positions ({0, 9}
 of nodes of 8: 2 x 1) pairs rail peers that sit on different rails of real hardware, which
