@@ -234,9 +234,10 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
     where its fabric runs it; a group with no uniform node-major M x L stays on stock
     FSDP2, listed in fallbacks); a layout that covers the one process group a call
     serves but not the job is that group's topology, as before; tuning: per-group knobs
-    (see _tuning.py and docs/fsdp.md): None or "solver" (the sizing solver per group size), "default" (the
-    planner's defaults), a dict of tide_config_t tuning fields for every group, or a
-    callable (group name, fp32 shard bytes) -> such a dict.  reduce_in_fp32: False (the
+    (see _tuning.py and docs/fsdp.md): None or "solver" (the sizing solver per group
+    size), "default" (the planner's defaults), a dict of tide_config_t tuning fields for
+    every group, or a callable (group name, fp32 shard bytes) -> such a dict.
+    reduce_in_fp32: False (the
     default) rounds each reduction to the MixedPrecisionPolicy's reduce dtype where stock
     FSDP2 rounds (stock's result; bit for bit at world 2); True keeps TIDE-RS's fp32 sum
     for a bf16 reduce dtype (Tier 1; see _rounding.py)."""
