@@ -224,6 +224,11 @@ typedef struct {
 
 TIDE_API tide_result_t tide_plan_get_summary(tide_plan_t plan, tide_plan_summary_t *summary_out);
 
+/* The programs that serve the plan, AUTO resolved: TIDE_LANE_RAIL (the rail lane) or
+ * TIDE_LANE_GENERIC.  A registered group's plan (tide_group_plan) also says what its fabric
+ * runs: AUTO falls back to GENERIC where the fabric does not run the lane. */
+TIDE_API tide_result_t tide_plan_get_lane(tide_plan_t plan, tide_lane_t *lane_out);
+
 /* Regions of the per-rank arena, in layout order. */
 typedef enum {
     TIDE_REGION_LANDING0 = 0,   /* all-gather ring slot 0 (N S) */

@@ -77,23 +77,29 @@ class TinyMoE(nn.Module):
         return self.head(self.norm(x)).float()
 
 
-def build(rank, world, ep_size=2, seed=0, exact=False, mp=None):
+def build(rank, world, ep_size=2, seed=0, exact=False, mp=None, strided=False):
     """TinyMoE wrapped as expert-parallel FSDP2: experts fully_shard over the rank's expert
-    group (a 2-D mesh's inner dimension), every block and the root over the full mesh."""
+    group (a 2-D mesh's inner dimension: world 4, ranks {0, 1} and {2, 3}; strided: its outer
+    dimension, ranks {0, 2} and {1, 3}, one rank per node of a job with two ranks per node),
+    every block and the root over the full mesh."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     torch.manual_seed(seed)
     model = TinyMoE(exact=exact)
-    group = rank // ep_size
+    group = rank % (world // ep_size) if strided else rank // ep_size
     g = torch.Generator().manual_seed(1000 + group)
     with torch.no_grad():
         for block in model.layers:
             for p in block.experts.parameters():
                 p.copy_(torch.randn(p.shape, generator=g) * p.shape[-1] ** -0.5)
     world_mesh = init_device_mesh("cpu", (world,))
-    ep_mesh = init_device_mesh("cpu", (world // ep_size, ep_size),
-                               mesh_dim_names=("ep", "efsdp"))["efsdp"]
+    if strided:
+        ep_mesh = init_device_mesh("cpu", (ep_size, world // ep_size),
+                                   mesh_dim_names=("efsdp", "ep"))["efsdp"]
+    else:
+        ep_mesh = init_device_mesh("cpu", (world // ep_size, ep_size),
+                                   mesh_dim_names=("ep", "efsdp"))["efsdp"]
     kw = {}
     if mp is not None:
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=mp[0], reduce_dtype=mp[1])

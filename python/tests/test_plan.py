@@ -160,6 +160,22 @@ def test_padding_and_cast_geometry():
         assert plan.region("resident").bytes == 0
 
 
+def test_plan_lane():
+    # AUTO resolves to the rail lane exactly at L = 1, M >= 2 (docs/protocol.md); the arena
+    # then has no receive stage (the generic one has (M - 1) S, none at M = 1).
+    for (m, l), want in {(2, 1): "rail", (5, 1): "rail", (1, 2): "generic",
+                         (2, 2): "generic", (1, 1): "generic"}.items():
+        with tide.Plan(tide.Config(m, l), [(5, 3)]) as plan:
+            assert plan.lane == want, (m, l)
+            assert (plan.region("recv_stage").bytes == 0) == (want == "rail" or m == 1)
+    with tide.Plan(tide.Config(4, 1, lane="generic"), [(5, 3)]) as plan:
+        assert plan.lane == "generic"
+    plan = tide.Plan(tide.Config(2, 1), [(5, 3)])
+    plan.close()
+    with pytest.raises(ValueError):
+        plan.lane
+
+
 def test_pack_shard_and_split_output():
     import numpy as np
 

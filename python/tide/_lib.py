@@ -359,6 +359,7 @@ _PROTOTYPES = {
                                         _p(ctypes.c_uint64)]),
     "tide_plan_get_summary": (_res, [_void_p, _p(PlanSummaryStruct)]),
     "tide_plan_get_region": (_res, [_void_p, ctypes.c_int, _p(RegionInfoStruct)]),
+    "tide_plan_get_lane": (_res, [_void_p, _p(ctypes.c_int)]),
     "tide_region_name": (ctypes.c_char_p, [ctypes.c_int]),
     "tide_memory_bounds": (_res, [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                                   _p(MemoryBoundsStruct)]),

@@ -219,6 +219,15 @@ class Plan(_lib.Closeable):
         return dict(self._summary)
 
     @property
+    def lane(self):
+        """The programs that serve the plan, "rail" (the rail lane) or "generic": the
+        config's lane with AUTO resolved (tide_plan_get_lane).  On a registered group's plan
+        (TorchGroup.plan) it is what the group runs, the fabric's choice included."""
+        lane = ctypes.c_int()
+        _lib.call("tide_plan_get_lane", self._h(), ctypes.byref(lane))
+        return LANES[lane.value]
+
+    @property
     def num_params(self):
         return len(self.shapes)
 

@@ -242,6 +242,14 @@ tide_result_t tide_plan_get_summary(tide_plan_t plan, tide_plan_summary_t *summa
     return TIDE_SUCCESS;
 }
 
+tide_result_t tide_plan_get_lane(tide_plan_t plan, tide_lane_t *lane_out) {
+    tide_error_clear();
+    TIDE_ARG_CHECK(plan != NULL, "plan is NULL");
+    TIDE_ARG_CHECK(lane_out != NULL, "lane_out is NULL");
+    *lane_out = plan->rs.rail_lane ? TIDE_LANE_RAIL : TIDE_LANE_GENERIC;
+    return TIDE_SUCCESS;
+}
+
 tide_result_t tide_plan_get_region(tide_plan_t plan, tide_region_t region,
                                    tide_region_info_t *info_out) {
     tide_error_clear();

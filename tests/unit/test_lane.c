@@ -48,9 +48,15 @@ static void test_selection(void **state) {
             const bool want = l == 1 && m >= 2;
             assert_int_equal(plan->rs.rail_lane, want);
             assert_int_equal(plan->config.lane, want ? TIDE_LANE_RAIL : TIDE_LANE_GENERIC);
+            /* What callers read (tide_plan_get_lane) says the same. */
+            tide_lane_t got = TIDE_LANE_AUTO;
+            assert_tide(TIDE_SUCCESS, tide_plan_get_lane(plan, &got));
+            assert_int_equal(got, want ? TIDE_LANE_RAIL : TIDE_LANE_GENERIC);
             tide_plan_destroy(plan);
             plan = lane_plan(m, l, 1, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16, TIDE_LANE_GENERIC);
             assert_false(plan->rs.rail_lane);
+            assert_tide(TIDE_SUCCESS, tide_plan_get_lane(plan, &got));
+            assert_int_equal(got, TIDE_LANE_GENERIC);
             tide_plan_destroy(plan);
             /* RAIL where it does not apply is an error naming the topology. */
             tide_group_desc_t g = {NUM_PARAMS, k_shapes, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16,
@@ -68,6 +74,11 @@ static void test_selection(void **state) {
     tide_config_t c = config_of(4, 1, TIDE_RS_IN_PLACE, (tide_lane_t)3);
     tide_plan_t p = NULL;
     assert_tide(TIDE_ERR_INVALID_ARGUMENT, tide_plan_create(&c, &g, &p));
+    tide_lane_t lane;
+    assert_tide(TIDE_ERR_INVALID_ARGUMENT, tide_plan_get_lane(NULL, &lane));
+    p = lane_plan(2, 1, 1, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16, TIDE_LANE_AUTO);
+    assert_tide(TIDE_ERR_INVALID_ARGUMENT, tide_plan_get_lane(p, NULL));
+    tide_plan_destroy(p);
 }
 
 /* ------------------------------------------------------------------ memory */

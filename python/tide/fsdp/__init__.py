@@ -23,7 +23,8 @@ fully_shard submodule) it chooses:
 
 Groups on different shard process groups (a dense part on the full mesh and experts on an
 expert sub-mesh; every replica of an HSDP mesh) get one communicator per process group, all
-in one enable().  Ranks whose groups disagree (shapes, dtypes, tier, mode, topology) abort
+in one enable(), each on the topology its global ranks have in the job's node layout
+(_topology.py).  Ranks whose groups disagree (shapes, dtypes, tier, mode, topology) abort
 enable() with a RuntimeError on every rank before anything is registered.
 """
 
@@ -37,7 +38,7 @@ import torch.distributed as dist
 
 from .. import _lib
 from ..torch_binding import Comm
-from . import _compile, _internals, _pool, _ring, _tier0, _tier1, _tuning
+from . import _compile, _internals, _pool, _ring, _tier0, _tier1, _topology, _tuning
 
 logger = logging.getLogger("tide.fsdp")
 
@@ -226,11 +227,17 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
            reduce_in_fp32=False):
     """Switch `module`'s FSDP2 parameter groups to TIDE (collective; see the module doc).
     Returns an Enabled record.  mode: "in_place" or "slot_reuse"; tier: None (best
-    available), 1 or 0; nodes / gpus_per_node: the topology (default: see
-    tide.torch_binding.default_topology); tuning: per-group knobs (see _tuning.py and
-    docs/fsdp.md): None or "solver" (the sizing solver per group size), "default" (the
-    planner's defaults), a dict of tide_config_t tuning fields for every group, or a
-    callable (group name, fp32 shard bytes) -> such a dict.  reduce_in_fp32: False (the
+    available), 1 or 0; nodes / gpus_per_node: the job's node layout (every rank of the
+    default process group; default: $LOCAL_WORLD_SIZE, else one node of <= 8 ranks, nodes
+    of 8 beyond), from which each process group's M x L is read off the global ranks it
+    holds (_topology.py: an expert subgroup with one rank per node is M x 1, the rail lane
+    where its fabric runs it; a group with no uniform node-major M x L stays on stock
+    FSDP2, listed in fallbacks); a layout that covers the one process group a call
+    serves but not the job is that group's topology, as before; tuning: per-group knobs
+    (see _tuning.py and docs/fsdp.md): None or "solver" (the sizing solver per group
+    size), "default" (the planner's defaults), a dict of tide_config_t tuning fields for
+    every group, or a callable (group name, fp32 shard bytes) -> such a dict.
+    reduce_in_fp32: False (the
     default) rounds each reduction to the MixedPrecisionPolicy's reduce dtype where stock
     FSDP2 rounds (stock's result; bit for bit at world 2); True keeps TIDE-RS's fp32 sum
     for a bf16 reduce dtype (Tier 1; see _rounding.py)."""
@@ -290,11 +297,19 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
                               [f[0] for f in fallbacks]), "the TIDE group signatures")
         module._tide_fsdp = Enabled(mode, None, [], fallbacks, None)
         return module._tide_fsdp
+    # Each process group's M x L from the global ranks it holds and the job's layout
+    # (_topology.py); a group with none stays on stock FSDP2.
+    topologies = _topology.topologies([shard_pg for shard_pg, _e in by_pg], nodes,
+                                      gpus_per_node)
+    # What every process group agrees on besides its own groups: the contract's fallbacks,
+    # the same on every rank of the job.  Later refusals (plan, topology) belong to one
+    # process group and may differ between the groups a rank is in and those of its peers.
+    agreed = [f[0] for f in fallbacks]
     done = []  # [(pg, comm, states, ring)]
     try:
-        for shard_pg, entries in by_pg:
-            comm, states, ring = _enable_on(module, shard_pg, entries, tier, mode, nodes,
-                                            gpus_per_node, tuning, reduce_in_fp32, fallbacks)
+        for (shard_pg, entries), topology in zip(by_pg, topologies):
+            comm, states, ring = _enable_on(module, shard_pg, entries, tier, mode, topology,
+                                            tuning, reduce_in_fp32, fallbacks, agreed)
             if comm is not None:
                 done.append((shard_pg, comm, states, ring))
     except BaseException:
@@ -316,18 +331,28 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
     return module._tide_fsdp
 
 
-def _enable_on(module, pg0, specs, tier, mode, nodes, gpus_per_node, tuning, reduce_in_fp32,
-               fallbacks):
+def _enable_on(module, pg0, specs, tier, mode, topology, tuning, reduce_in_fp32, fallbacks,
+               agreed):
     """Agreement, planning and registration of the groups `specs` [(spec, pg, module)] of
-    one shard process group `pg0` (collective over it).  Returns (comm, states, ring), comm
-    None when the library planned none of them."""
-    nodes, gpus_per_node = _topology(pg0, nodes, gpus_per_node)
-    configs = [_tuning.config_for(spec, nodes, gpus_per_node, mode, tuning)
-               for spec, _pg, _m in specs]
-    _agree(pg0, (tier, mode, bool(reduce_in_fp32), nodes, gpus_per_node,
+    one shard process group `pg0` (collective over it) on `topology`, ((M, L), None) or
+    (None, why not).  Returns (comm, states, ring), comm None when the library planned none
+    of them."""
+    shape, why = topology
+    nodes, gpus_per_node = shape if shape is not None else (None, None)
+    configs = [] if why is not None else [
+        _tuning.config_for(spec, nodes, gpus_per_node, mode, tuning) for spec, _pg, _m in specs]
+    # Also when the group has no topology: a rank that computed one (a job launched with
+    # another $LOCAL_WORLD_SIZE on some ranks) raises here rather than waiting alone.
+    _agree(pg0, (tier, mode, bool(reduce_in_fp32), nodes, gpus_per_node, why,
                  [s.key() for s, _, _m in specs],
-                 [_tuning.fields(c) for c in configs], [f[0] for f in fallbacks]),
+                 [_tuning.fields(c) for c in configs], agreed),
            "the TIDE group signatures")
+    if why is not None:
+        why = "no TIDE topology for its process group: " + why
+        logger.warning("tide.fsdp: groups %s stay on stock FSDP2: %s",
+                       ", ".join(spec.name for spec, _pg, _m in specs), why)
+        fallbacks.extend((spec.name, why) for spec, _pg, _m in specs)
+        return None, [], None
     # The library plans every group locally first: a group it does not serve is refused on
     # every rank alike, before any collective, and stays on stock FSDP2.
     kept = []
@@ -402,12 +427,6 @@ def _register_tier1(module, comm, kept, mode):
     # Accounting only: never fails enable (one log line when it cannot be set up).
     ring.counted = _pool.count(comm, groups)
     return states, ring
-
-
-def _topology(pg, nodes, gpus_per_node):
-    from ..torch_binding import default_topology
-
-    return default_topology(dist.get_world_size(pg), nodes, gpus_per_node)
 
 
 def disable(module):
