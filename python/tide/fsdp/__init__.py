@@ -37,7 +37,7 @@ import torch.distributed as dist
 
 from .. import _lib
 from ..torch_binding import Comm
-from . import _compile, _internals, _pool, _ring, _tier0, _tier1, _tuning
+from . import _compile, _graph, _internals, _pool, _ring, _tier0, _tier1, _tuning
 
 logger = logging.getLogger("tide.fsdp")
 
@@ -64,10 +64,12 @@ class GroupSpec:
 
 
 class Enabled:
-    """What enable() did: `groups` [(fqn, tier)], `fallbacks` [(fqn, reason)], `mode`."""
+    """What enable() did: `groups` [(fqn, tier)], `fallbacks` [(fqn, reason)], `mode`,
+    `capture` ("stock" or "tide": what a CUDA graph capture of a step gets, _graph.py)."""
 
     def __init__(self, mode, comm, states, fallbacks, pg, ring=None):
         self.mode = mode
+        self.capture = "stock"
         self.ring = ring
         self.comm = comm
         self.states = states
@@ -223,7 +225,7 @@ def _agree(pg, payload, what):
 
 
 def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, tuning=None,
-           reduce_in_fp32=False):
+           reduce_in_fp32=False, capture=None):
     """Switch `module`'s FSDP2 parameter groups to TIDE (collective; see the module doc).
     Returns an Enabled record.  mode: "in_place" or "slot_reuse"; tier: None (best
     available), 1 or 0; nodes / gpus_per_node: the topology (default: see
@@ -233,7 +235,10 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
     callable (group name, fp32 shard bytes) -> such a dict.  reduce_in_fp32: False (the
     default) rounds each reduction to the MixedPrecisionPolicy's reduce dtype where stock
     FSDP2 rounds (stock's result; bit for bit at world 2); True keeps TIDE-RS's fp32 sum
-    for a bf16 reduce dtype (Tier 1; see _rounding.py)."""
+    for a bf16 reduce dtype (Tier 1; see _rounding.py).  capture: what a CUDA graph capture
+    of a step gets: "stock" (the default; None reads $TIDE_FSDP_CAPTURE) runs the served
+    groups' calls made during a capture on stock FSDP2; "tide" captures TIDE-AG / TIDE-RS
+    into the graph where the C layer can (_graph.py; docs/fsdp.md, "CUDA graphs")."""
     from torch.distributed.fsdp import FSDPModule
 
     if not isinstance(module, FSDPModule):
@@ -245,6 +250,7 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
     if mode not in _MODES:
         raise ValueError("mode: expected 'in_place' or 'slot_reuse', got %r" % (mode,))
     mode = _MODES[mode]
+    capture = _graph.capture_mode(capture)
     groups = _param_groups(module)
     for name, _m, pg in groups:
         if any(id(fp) in _tier1._OWNERS for fp in pg.fsdp_params) or getattr(
@@ -286,15 +292,17 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
         agree_pg = next((getattr(pg.mesh_info, "shard_process_group", None)
                          for _n, _m2, pg in groups), None)
         if agree_pg is not None and dist.get_world_size(agree_pg) >= 2:
-            _agree(agree_pg, (tier, mode, bool(reduce_in_fp32), [], [],
+            _agree(agree_pg, (tier, mode, bool(reduce_in_fp32), capture, [], [],
                               [f[0] for f in fallbacks]), "the TIDE group signatures")
         module._tide_fsdp = Enabled(mode, None, [], fallbacks, None)
+        module._tide_fsdp.capture = capture
         return module._tide_fsdp
     done = []  # [(pg, comm, states, ring)]
     try:
         for shard_pg, entries in by_pg:
             comm, states, ring = _enable_on(module, shard_pg, entries, tier, mode, nodes,
-                                            gpus_per_node, tuning, reduce_in_fp32, fallbacks)
+                                            gpus_per_node, tuning, reduce_in_fp32, fallbacks,
+                                            capture)
             if comm is not None:
                 done.append((shard_pg, comm, states, ring))
     except BaseException:
@@ -303,6 +311,7 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
         raise
     if not done:
         module._tide_fsdp = Enabled(mode, None, [], fallbacks, None)
+        module._tide_fsdp.capture = capture
         return module._tide_fsdp
     if tier == 1:
         _tier1.install()
@@ -310,6 +319,7 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
     module._tide_fsdp = Enabled(mode, comm0, [st for d in done for st in d[2]], fallbacks,
                                 pg0, ring0)
     module._tide_fsdp.comms = [(d[0], d[1]) for d in done]
+    module._tide_fsdp.capture = capture
     for st in module._tide_fsdp.states:  # calls that fall back later are listed there too
         st.fallback_sink = fallbacks
     logger.info("tide.fsdp: enabled %s", module._tide_fsdp)
@@ -317,14 +327,14 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
 
 
 def _enable_on(module, pg0, specs, tier, mode, nodes, gpus_per_node, tuning, reduce_in_fp32,
-               fallbacks):
+               fallbacks, capture="stock"):
     """Agreement, planning and registration of the groups `specs` [(spec, pg, module)] of
     one shard process group `pg0` (collective over it).  Returns (comm, states, ring), comm
     None when the library planned none of them."""
     nodes, gpus_per_node = _topology(pg0, nodes, gpus_per_node)
     configs = [_tuning.config_for(spec, nodes, gpus_per_node, mode, tuning)
                for spec, _pg, _m in specs]
-    _agree(pg0, (tier, mode, bool(reduce_in_fp32), nodes, gpus_per_node,
+    _agree(pg0, (tier, mode, bool(reduce_in_fp32), capture, nodes, gpus_per_node,
                  [s.key() for s, _, _m in specs],
                  [_tuning.fields(c) for c in configs], [f[0] for f in fallbacks]),
            "the TIDE group signatures")
@@ -345,11 +355,13 @@ def _enable_on(module, pg0, specs, tier, mode, nodes, gpus_per_node, tuning, red
     ring = None
     try:
         if tier == 1:
-            states, ring = _register_tier1(module, comm, kept, mode)
+            states, ring = _register_tier1(module, comm, kept, mode, capture)
         else:
+            graphs = _graph.Graphs(capture, comm, shared=False)  # Tier 0: groups alone
             for spec, pg, _m, config in kept:
-                states.append(_tier0.Tier0Group(pg, comm, spec, mode,
+                states.append(_tier0.Tier0Group(pg, comm, spec, mode, graphs,
                                                 **_tuning.fields(config)))
+            graphs.members = list(states)
     except BaseException:
         _abandon(comm, states)
         raise
@@ -380,7 +392,7 @@ def _abandon(comm, states):
         pass
 
 
-def _register_tier1(module, comm, kept, mode):
+def _register_tier1(module, comm, kept, mode, capture="stock"):
     """Tier1Groups of `kept` [(spec, pg, module, config)], in execution order, on one
     shared arena where the library can (_ring.py)."""
     slots = _ring.positions([_ring.lifetime(pg, m is module)
@@ -389,6 +401,7 @@ def _register_tier1(module, comm, kept, mode):
                                                  [k[3] for k in kept],
                                                  [k[0].name for k in kept], slots)
     ring = _ring.Ring(shared, reg_entries)
+    ring.graphs = _graph.Graphs(capture, comm, shared)
     states = []
     try:
         for (spec, pg, _m, _config), g, slot in zip(kept, groups, slots):
@@ -399,6 +412,7 @@ def _register_tier1(module, comm, kept, mode):
             st.release()
         _ring.close_quietly(groups)
         raise
+    ring.graphs.members = list(states)
     # Accounting only: never fails enable (one log line when it cannot be set up).
     ring.counted = _pool.count(comm, groups)
     return states, ring

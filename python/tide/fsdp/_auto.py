@@ -110,16 +110,26 @@ def _capturing():
 
 
 def _on_stock_now():
-    """Why a served group's collective runs on stock FSDP2 for this call (None when it need
-    not): a user TorchDispatchMode (TIDE's collectives bypass the dispatcher, so the mode
-    would not see them), or a CUDA graph capture on the current stream (the groups tide.fsdp
-    registers share an arena, and shared-arena calls are not captured by any fabric yet:
-    docs/fsdp.md, "CUDA graphs"; stock FSDP2's NCCL collectives are captured instead)."""
+    """Why a served group's collective runs on stock FSDP2 for this call when TIDE does not
+    capture (None when it need not): a user TorchDispatchMode (_dispatch_reason), or a CUDA
+    graph capture on the current stream (enable(capture="stock"), the default: stock FSDP2's
+    NCCL collectives are captured instead; with capture="tide" the group's _graph.Graphs
+    decides, see _graph.py)."""
+    why = _dispatch_reason()
+    if why is None and _capturing():
+        from ._graph import OFF_REASON
+
+        return OFF_REASON
+    return why
+
+
+def _dispatch_reason():
+    """Why a served group's collective runs on stock FSDP2 whatever the capture: a user
+    TorchDispatchMode is active (TIDE's collectives bypass the dispatcher, so the mode would
+    not see them); None when none is."""
     modes = _dispatch_modes()
     if modes:
         return "a TorchDispatchMode is active (%s)" % ", ".join(modes)
-    if _capturing():
-        return "a CUDA graph capture is under way (tide.fsdp does not capture its calls yet)"
     return None
 
 
