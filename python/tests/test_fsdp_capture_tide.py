@@ -9,6 +9,8 @@ be compared with stock's).  What is checked is the adapter's routing (tide.fsdp.
 - opt-in on, two eager steps first: every call of the captured step runs TIDE (counted as
   captured_*), none on stock; eager steps after the capture run on stock FSDP2 with one
   reason per group (the library refuses them); a second capture runs on stock;
+- opt-in on, one eager step only: the cross-group fence variant that FSDP2's first
+  reduce-scatter of a backward needs has not run yet, so that call runs on stock;
 - opt-in on, the first step captured (no warm-up): every call on stock, with the reason, and
   the eager steps after it on TIDE (nothing was captured);
 - opt-in off (the default): the capture runs on stock as before, the steps after on TIDE;
@@ -154,6 +156,23 @@ def test_capture_without_warm_up_stays_on_stock(tmp_path):
             assert tide["steps"][-1][name]["captured_all_gather"] == 0
             assert _said_once(tide, name, "ran no eager"), tide["fallbacks"]
             assert not _reasons(tide, name, "were captured"), tide["fallbacks"]
+
+
+@pytest.mark.parametrize("mode", ["in_place", "slot_reuse"])
+def test_fence_variant_not_run_eagerly_stays_on_stock(tmp_path, mode):
+    # One eager step only: the first reduce-scatter of FSDP2's backward (the last block's)
+    # had no earlier reduce-scatter to hand over from, so its fence variant never ran; in
+    # the captured step 1 it needs it: that reduction runs on stock, every other call TIDE.
+    for tide in _results(tmp_path, mode=mode, captured=(1,)):
+        fenced = [name for name in tide["steps"][0]
+                  if _reasons(tide, name, "cross-group fence (variant 1) never ran eagerly")]
+        assert fenced, tide["fallbacks"]
+        for name in tide["steps"][0]:
+            assert _delta(tide, 1, name, "stock_all_gather") == 0
+            assert _delta(tide, 1, name, "captured_all_gather") >= 1
+            cold = name in fenced
+            assert _delta(tide, 1, name, "stock_reduce") == int(cold), tide["steps"][1][name]
+            assert _delta(tide, 1, name, "captured_reduce_scatter") == int(not cold)
 
 
 def test_second_capture_runs_on_stock(tmp_path):
