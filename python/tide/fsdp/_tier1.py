@@ -364,7 +364,8 @@ class Tier1Group:
         """An all-gather under a TorchDispatchMode (CommDebugMode, ...): TIDE's collectives
         bypass the dispatcher, so the mode would not see them, and a mode that keeps
         parameter tensors (CommDebugMode's module tracker keeps param.data) would alias the
-        landing.  Or in a CUDA graph capture, which the shared arena's calls refuse.  This
+        landing.  Or in a CUDA graph capture that TIDE does not capture, or eagerly after one
+        that it did (_graph.py: the library refuses those calls).  This
         call runs on stock FSDP2 memory; the dispatcher's copy-out binds the parameters to
         it, and the reshard drops it."""
         if why not in self._mode_logged:
