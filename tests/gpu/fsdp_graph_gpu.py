@@ -18,11 +18,12 @@ each after the next batch is copied into the static inputs.  Checked on every ra
 
 Case "cold": the first step captured without warm-up (torchtitan's way).  Every call of the
 served groups must run on stock FSDP2 inside the capture, with the reason, and no exception.
-Stock's gloo collectives cannot be captured, so during that capture only they are replaced by
-local stand-ins (all-gather: this rank's shard copied into every rank's place; reduce-scatter:
-this rank's chunk) that count their calls; the graph is never replayed.  Then the graph is
-dropped and 2 eager steps with TIDE must run on TIDE (nothing of the set was captured, so
-the library accepts eager calls) and match stock's first 2 steps bit for bit.
+FSDP2's lazy initialisation runs before the capture.  Stock's gloo collectives cannot be
+captured, so during that capture only they are replaced by local stand-ins (all-gather:
+this rank's shard copied into every rank's place; reduce-scatter: this rank's chunk) that
+count their calls; the graph is never replayed.  Then the graph is dropped and 2 eager steps
+with TIDE must run on TIDE (nothing of the set was captured, so the library accepts eager
+calls) and match stock's first 2 steps bit for bit.
 
     NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \\
         python3 tests/gpu/fsdp_graph_gpu.py --lib LIBTIDE_CUDA.so [--replays 10] [--json F]
@@ -190,6 +191,9 @@ def _cold(rank, world):
         return _Done() if async_op else None
 
     error = None
+    # FSDP2's lazy initialisation (root, streams) before the capture: this case checks
+    # TIDE's routing, not whether FSDP2 initialises inside a capture.
+    model._get_fsdp_state()._lazy_init()
     graph = torch.cuda.CUDAGraph()
     dist.all_gather_into_tensor, dist.reduce_scatter_tensor = ag, rs
     try:
