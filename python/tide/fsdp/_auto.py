@@ -109,24 +109,11 @@ def _capturing():
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
-def _on_stock_now():
-    """Why a served group's collective runs on stock FSDP2 for this call when TIDE does not
-    capture (None when it need not): a user TorchDispatchMode (_dispatch_reason), or a CUDA
-    graph capture on the current stream (enable(capture="stock"), the default: stock FSDP2's
-    NCCL collectives are captured instead; with capture="tide" the group's _graph.Graphs
-    decides, see _graph.py)."""
-    why = _dispatch_reason()
-    if why is None and _capturing():
-        from ._graph import OFF_REASON
-
-        return OFF_REASON
-    return why
-
-
 def _dispatch_reason():
-    """Why a served group's collective runs on stock FSDP2 whatever the capture: a user
-    TorchDispatchMode is active (TIDE's collectives bypass the dispatcher, so the mode would
-    not see them); None when none is."""
+    """Why a served group's collective runs on stock FSDP2 for this call, whatever the
+    capture: a user TorchDispatchMode is active (TIDE's collectives bypass the dispatcher,
+    so the mode would not see them); None when none is.  A CUDA graph capture is decided by
+    the group's _graph.Graphs (stock FSDP2 unless enable(capture="tide"))."""
     modes = _dispatch_modes()
     if modes:
         return "a TorchDispatchMode is active (%s)" % ", ".join(modes)

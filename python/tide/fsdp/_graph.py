@@ -2,7 +2,7 @@
 TIDE_FSDP_CAPTURE=tide (docs/fsdp.md, "CUDA graphs").
 
 Default (capture="stock"): every call of a served group made while the current stream
-captures runs on stock FSDP2 (_auto._on_stock_now).  With capture="tide", a served group's
+captures runs on stock FSDP2 (OFF_REASON).  With capture="tide", a served group's
 all-gather / reduce-scatter made during a capture calls TIDE, so that the graph contains
 TIDE-AG / TIDE-RS and replays them, when the C layer can capture it
 (docs/cuda-fabric.md, "CUDA graphs across processes", "Shared-arena sets").  Its
