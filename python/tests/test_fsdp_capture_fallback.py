@@ -1,11 +1,11 @@
-"""tide.fsdp under a CUDA graph capture: the served groups' collectives run on stock FSDP2.
+"""tide.fsdp under a CUDA graph capture, by default (enable(capture="stock")): the served
+groups' collectives run on stock FSDP2.
 
-The fabrics capture TIDE's calls of groups on their own arena, but not of the shared arena
-that tide.fsdp registers (docs/fsdp.md, "CUDA graphs"), so a step captured with TIDE on
-would fail inside the user's step.  Instead, while the current stream is capturing, every
-all-gather and reduce-scatter of a Tier 1 group runs on stock FSDP2 (stock memory, NCCL,
-which captures), and so does every Tier 0 call; each group says so once in the log and in
-enabled(model).fallbacks.  The TIDE_FSDP switch does not enable a root whose forward runs in
+TIDE's calls are captured only with enable(capture="tide") and under the C layer's
+preconditions (docs/fsdp.md, "CUDA graphs"; test_fsdp_capture_tide.py).  By default, while
+the current stream is capturing, every all-gather and reduce-scatter of a Tier 1 group runs
+on stock FSDP2 (stock memory, NCCL, which captures), and so does every Tier 0 call; each
+group says so once in the log and in enabled(model).fallbacks.  The TIDE_FSDP switch does not enable a root whose forward runs in
 a capture (enable() allocates and runs collectives).
 
 This machine has no GPU, so the capture is simulated: tide.fsdp._auto._capturing, the one

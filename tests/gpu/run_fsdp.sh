@@ -7,8 +7,11 @@
 # and a failing step does not stop the next.
 #   TIDE_FSDP_BUDGET=S   overall seconds (default 560)
 #   TIDE_FSDP_STEPS="a b" only these steps after the build (parity-w2 parity-w4 bench memory
-#                        parity-w8 pool; default all but pool, the arena in torch's
-#                        accounting: tests/gpu/fsdp_pool_gpu.py, pool.log, pool.json)
+#                        parity-w8 pool graph; default all but pool, the arena in torch's
+#                        accounting: tests/gpu/fsdp_pool_gpu.py, pool.log, pool.json, and
+#                        graph, a whole FSDP2 step captured into a CUDA graph with TIDE
+#                        inside and replayed: tests/gpu/fsdp_graph_gpu.py, graph.log,
+#                        graph.json)
 # Results: OUTDIR/summary.txt, build.log, parity.log, parity.json, bench.log, bench.json,
 # memory.log, fsdp_memory.json, fsdp_memory.txt.
 # Safety: NVLink multicast never runs; these are exported for every process started here.
@@ -51,6 +54,9 @@ want parity-w8 && step parity-w8 100 "$out/parity.log" python3 "$par" --lib "$li
     --timeout 90 --json "$out/parity-w8.json"
 want pool && step pool 50 "$out/pool.log" python3 "$root/tests/gpu/fsdp_pool_gpu.py" \
     --lib "$lib" --timeout 40 --json "$out/pool.json"
+want graph && step graph 120 "$out/graph.log" python3 "$root/tests/gpu/fsdp_graph_gpu.py" \
+    --lib "$lib" --timeout 110 --json "$out/graph.json"
+grep -h "^rank .*: \(PASS\|FAIL\)\|^fsdp_graph_gpu" "$out/graph.log" >>"$summary" 2>/dev/null
 grep -h "^world\|^N =\|^  AG\|^  RS\|^layer" "$out/parity.log" "$out/bench.log" >>"$summary" 2>/dev/null
 [ -f "$out/fsdp_memory.txt" ] && sed -n '1,8p' "$out/fsdp_memory.txt" >>"$summary"
 # The "arenas" column says whether each TIDE run had one shared arena per rank; a fallback

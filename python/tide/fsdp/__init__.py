@@ -38,7 +38,7 @@ import torch.distributed as dist
 
 from .. import _lib
 from ..torch_binding import Comm
-from . import _compile, _internals, _pool, _ring, _tier0, _tier1, _topology, _tuning
+from . import _compile, _graph, _internals, _pool, _ring, _tier0, _tier1, _topology, _tuning
 
 logger = logging.getLogger("tide.fsdp")
 
@@ -65,10 +65,12 @@ class GroupSpec:
 
 
 class Enabled:
-    """What enable() did: `groups` [(fqn, tier)], `fallbacks` [(fqn, reason)], `mode`."""
+    """What enable() did: `groups` [(fqn, tier)], `fallbacks` [(fqn, reason)], `mode`,
+    `capture` ("stock" or "tide": what a CUDA graph capture of a step gets, _graph.py)."""
 
     def __init__(self, mode, comm, states, fallbacks, pg, ring=None):
         self.mode = mode
+        self.capture = "stock"
         self.ring = ring
         self.comm = comm
         self.states = states
@@ -224,7 +226,7 @@ def _agree(pg, payload, what):
 
 
 def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, tuning=None,
-           reduce_in_fp32=False):
+           reduce_in_fp32=False, capture=None):
     """Switch `module`'s FSDP2 parameter groups to TIDE (collective; see the module doc).
     Returns an Enabled record.  mode: "in_place" or "slot_reuse"; tier: None (best
     available), 1 or 0; nodes / gpus_per_node: the job's node layout (every rank of the
@@ -240,7 +242,10 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
     reduce_in_fp32: False (the
     default) rounds each reduction to the MixedPrecisionPolicy's reduce dtype where stock
     FSDP2 rounds (stock's result; bit for bit at world 2); True keeps TIDE-RS's fp32 sum
-    for a bf16 reduce dtype (Tier 1; see _rounding.py)."""
+    for a bf16 reduce dtype (Tier 1; see _rounding.py).  capture: what a CUDA graph capture
+    of a step gets: "stock" (the default; None reads $TIDE_FSDP_CAPTURE) runs the served
+    groups' calls made during a capture on stock FSDP2; "tide" captures TIDE-AG / TIDE-RS
+    into the graph where the C layer can (_graph.py; docs/fsdp.md, "CUDA graphs")."""
     from torch.distributed.fsdp import FSDPModule
 
     if not isinstance(module, FSDPModule):
@@ -252,6 +257,7 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
     if mode not in _MODES:
         raise ValueError("mode: expected 'in_place' or 'slot_reuse', got %r" % (mode,))
     mode = _MODES[mode]
+    capture = _graph.capture_mode(capture)
     groups = _param_groups(module)
     for name, _m, pg in groups:
         if any(id(fp) in _tier1._OWNERS for fp in pg.fsdp_params) or getattr(
@@ -293,9 +299,10 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
         agree_pg = next((getattr(pg.mesh_info, "shard_process_group", None)
                          for _n, _m2, pg in groups), None)
         if agree_pg is not None and dist.get_world_size(agree_pg) >= 2:
-            _agree(agree_pg, (tier, mode, bool(reduce_in_fp32), [], [],
+            _agree(agree_pg, (tier, mode, bool(reduce_in_fp32), capture, [], [],
                               [f[0] for f in fallbacks]), "the TIDE group signatures")
         module._tide_fsdp = Enabled(mode, None, [], fallbacks, None)
+        module._tide_fsdp.capture = capture
         return module._tide_fsdp
     # Each process group's M x L from the global ranks it holds and the job's layout
     # (_topology.py); a group with none stays on stock FSDP2.
@@ -309,7 +316,8 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
     try:
         for (shard_pg, entries), topology in zip(by_pg, topologies):
             comm, states, ring = _enable_on(module, shard_pg, entries, tier, mode, topology,
-                                            tuning, reduce_in_fp32, fallbacks, agreed)
+                                            tuning, reduce_in_fp32, fallbacks, agreed,
+                                            capture)
             if comm is not None:
                 done.append((shard_pg, comm, states, ring))
     except BaseException:
@@ -318,6 +326,7 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
         raise
     if not done:
         module._tide_fsdp = Enabled(mode, None, [], fallbacks, None)
+        module._tide_fsdp.capture = capture
         return module._tide_fsdp
     if tier == 1:
         _tier1.install()
@@ -325,6 +334,7 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
     module._tide_fsdp = Enabled(mode, comm0, [st for d in done for st in d[2]], fallbacks,
                                 pg0, ring0)
     module._tide_fsdp.comms = [(d[0], d[1]) for d in done]
+    module._tide_fsdp.capture = capture
     for st in module._tide_fsdp.states:  # calls that fall back later are listed there too
         st.fallback_sink = fallbacks
     logger.info("tide.fsdp: enabled %s", module._tide_fsdp)
@@ -332,7 +342,7 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
 
 
 def _enable_on(module, pg0, specs, tier, mode, topology, tuning, reduce_in_fp32, fallbacks,
-               agreed):
+               agreed, capture="stock"):
     """Agreement, planning and registration of the groups `specs` [(spec, pg, module)] of
     one shard process group `pg0` (collective over it) on `topology`, ((M, L), None) or
     (None, why not).  Returns (comm, states, ring), comm None when the library planned none
@@ -343,7 +353,7 @@ def _enable_on(module, pg0, specs, tier, mode, topology, tuning, reduce_in_fp32,
         _tuning.config_for(spec, nodes, gpus_per_node, mode, tuning) for spec, _pg, _m in specs]
     # Also when the group has no topology: a rank that computed one (a job launched with
     # another $LOCAL_WORLD_SIZE on some ranks) raises here rather than waiting alone.
-    _agree(pg0, (tier, mode, bool(reduce_in_fp32), nodes, gpus_per_node, why,
+    _agree(pg0, (tier, mode, bool(reduce_in_fp32), capture, nodes, gpus_per_node, why,
                  [s.key() for s, _, _m in specs],
                  [_tuning.fields(c) for c in configs], agreed),
            "the TIDE group signatures")
@@ -370,11 +380,13 @@ def _enable_on(module, pg0, specs, tier, mode, topology, tuning, reduce_in_fp32,
     ring = None
     try:
         if tier == 1:
-            states, ring = _register_tier1(module, comm, kept, mode)
+            states, ring = _register_tier1(module, comm, kept, mode, capture)
         else:
+            graphs = _graph.Graphs(capture, comm, shared=False)  # Tier 0: groups alone
             for spec, pg, _m, config in kept:
-                states.append(_tier0.Tier0Group(pg, comm, spec, mode,
+                states.append(_tier0.Tier0Group(pg, comm, spec, mode, graphs,
                                                 **_tuning.fields(config)))
+            graphs.members = list(states)
     except BaseException:
         _abandon(comm, states)
         raise
@@ -405,7 +417,7 @@ def _abandon(comm, states):
         pass
 
 
-def _register_tier1(module, comm, kept, mode):
+def _register_tier1(module, comm, kept, mode, capture="stock"):
     """Tier1Groups of `kept` [(spec, pg, module, config)], in execution order, on one
     shared arena where the library can (_ring.py)."""
     slots = _ring.positions([_ring.lifetime(pg, m is module)
@@ -414,6 +426,7 @@ def _register_tier1(module, comm, kept, mode):
                                                  [k[3] for k in kept],
                                                  [k[0].name for k in kept], slots)
     ring = _ring.Ring(shared, reg_entries)
+    ring.graphs = _graph.Graphs(capture, comm, shared)
     states = []
     try:
         for (spec, pg, _m, _config), g, slot in zip(kept, groups, slots):
@@ -424,6 +437,7 @@ def _register_tier1(module, comm, kept, mode):
             st.release()
         _ring.close_quietly(groups)
         raise
+    ring.graphs.members = list(states)
     # Accounting only: never fails enable (one log line when it cannot be set up).
     ring.counted = _pool.count(comm, groups)
     return states, ring

@@ -109,17 +109,14 @@ def _capturing():
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
-def _on_stock_now():
-    """Why a served group's collective runs on stock FSDP2 for this call (None when it need
-    not): a user TorchDispatchMode (TIDE's collectives bypass the dispatcher, so the mode
-    would not see them), or a CUDA graph capture on the current stream (the groups tide.fsdp
-    registers share an arena, and shared-arena calls are not captured by any fabric yet:
-    docs/fsdp.md, "CUDA graphs"; stock FSDP2's NCCL collectives are captured instead)."""
+def _dispatch_reason():
+    """Why a served group's collective runs on stock FSDP2 for this call, whatever the
+    capture: a user TorchDispatchMode is active (TIDE's collectives bypass the dispatcher,
+    so the mode would not see them); None when none is.  A CUDA graph capture is decided by
+    the group's _graph.Graphs (stock FSDP2 unless enable(capture="tide"))."""
     modes = _dispatch_modes()
     if modes:
         return "a TorchDispatchMode is active (%s)" % ", ".join(modes)
-    if _capturing():
-        return "a CUDA graph capture is under way (tide.fsdp does not capture its calls yet)"
     return None
 
 

@@ -30,11 +30,15 @@ class Tier0Group:
 
     tier = 0
 
-    def __init__(self, param_group, comm, spec, mode, **tuning):
+    def __init__(self, param_group, comm, spec, mode, graphs=None, **tuning):
         from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
+
+        from . import _graph
 
         self.param_group = param_group
         self.spec = spec
+        # Capture routing (_graph.py): Tier 0 groups are registered alone, no fences.
+        self.graphs = graphs if graphs is not None else _graph.Graphs("stock", comm, False)
         self.world = comm.ranks
         n_ag = sum(geo_numel for geo_numel in spec.shard_numels)
         self.n_ag = n_ag
@@ -51,12 +55,14 @@ class Tier0Group:
 
             def allocate(self, size, *, dtype, device):
                 if state.owns_ag(size, dtype, device):
-                    return state.landing0
+                    if state.landing_free():
+                        return state.landing0
+                    state.on_stock("ag", "all-gathers")  # said and counted here
                 return torch.empty(*size, dtype=dtype, device=device)
 
             def __call__(self, output_tensor, input_tensor, group, async_op=False):
                 if (output_tensor is state.landing0 and group.size() == state.world
-                        and not state.captured("all-gathers")):
+                        and not state.on_stock("ag", "all-gathers")):
                     return state.all_gather(input_tensor)
                 return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group,
                                                    async_op=async_op)
@@ -67,37 +73,53 @@ class Tier0Group:
 
             def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
                 if (state.owns_rs(output_tensor, input_tensor, group)
-                        and not state.captured("reduce-scatters")):
+                        and not state.on_stock("rs", "reduce-scatters")):
                     return state.reduce_scatter(output_tensor, input_tensor, op)
                 return dist.reduce_scatter_tensor(output=output_tensor, input=input_tensor,
                                                   group=group, op=op, async_op=async_op)
 
         self.ag_comm = TideAllGather()
         self.rs_comm = TideReduceScatter()
-        self.calls = {"all_gather": 0, "reduce_scatter": 0}
-        self._capture_logged = False
+        # Calls made in Python: a captured call counts once (also as captured_*).
+        self.calls = {"all_gather": 0, "reduce_scatter": 0, "captured_all_gather": 0,
+                      "captured_reduce_scatter": 0}
         self.out = torch.empty(g.out_numel, dtype=torch.float32, device=g.device)
         param_group._all_gather_comm = self.ag_comm
         param_group._reduce_scatter_comm = self.rs_comm
 
-    def captured(self, what):
-        """Whether this call is being captured into a CUDA graph: then it runs on the stock
-        collective (into the same buffer), since the fabrics do not capture the shared
-        arena's calls; said once per group, in the log and in enabled(model).fallbacks."""
+    def on_stock(self, program, what):
+        """Whether this call runs on the stock collective (into the same buffer): during a
+        CUDA graph capture unless enable(capture="tide") and _graph.Graphs allows it, and
+        eagerly after a capture of TIDE calls (the library refuses those); said once per
+        group and reason, in the log and in enabled(model).fallbacks."""
+        from . import _auto, _graph
+
+        why = self.graphs.check(self.spec.name, program)
+        if why is None:
+            return False
+        _graph.log_once(self, why, what)
+        key = "stock_captured" if _auto._capturing() else "stock_after_capture"
+        self.calls[key] = self.calls.get(key, 0) + 1
+        return True
+
+    def landing_free(self):
+        """Whether an all-gather may land in landing slot 0 now: not after a capture of
+        TIDE calls, outside it (the graph's replays write there; an eager step on stock
+        gets memory of its own)."""
         from . import _auto
 
-        if not _auto._capturing():
-            return False
-        if not self._capture_logged:
-            self._capture_logged = True
-            why = "a CUDA graph capture is under way (tide.fsdp does not capture its calls yet)"
-            logger.warning("tide.fsdp: %s %s with stock FSDP2 for such calls: %s",
-                           self.spec.name, what, why)
-            sink = getattr(self, "fallback_sink", None)
-            if sink is not None:
-                sink.append((self.spec.name, "calls on stock FSDP2: " + why))
-        self.calls["stock_captured"] = self.calls.get("stock_captured", 0) + 1
-        return True
+        g = self.graphs
+        return not g.captured or (_auto._capturing() and g.capture is not None
+                                  and g.capture.get("served", False))
+
+    def _counted(self, program):
+        from . import _auto
+
+        self.graphs.note(self.spec.name, program)
+        name = "all_gather" if program == "ag" else "reduce_scatter"
+        self.calls[name] += 1
+        if _auto._capturing():
+            self.calls["captured_" + name] += 1
 
     def owns_ag(self, size, dtype, device):
         numel = 1
@@ -124,7 +146,7 @@ class Tier0Group:
         with torch.no_grad():
             self.scratch.copy_(input_tensor)
         self.group.all_gather(self.scratch, 0, stream=self._stream())
-        self.calls["all_gather"] += 1
+        self._counted("ag")
         return None
 
     def reduce_scatter(self, output, input, op):
@@ -142,7 +164,7 @@ class Tier0Group:
         else:
             raise RuntimeError("tide.fsdp: reduce op %r is not a sum" % (op,))
         self.group.reduce_scatter([input], self.out, alpha=alpha, stream=self._stream())
-        self.calls["reduce_scatter"] += 1
+        self._counted("rs")
         with torch.no_grad():
             output.copy_(self.out)  # fp32 -> the reduce dtype when that is narrower
         return None

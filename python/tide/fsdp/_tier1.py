@@ -34,7 +34,7 @@ import logging
 import torch
 
 from .. import _lib
-from . import _adopt, _auto, _hsdp, _rounding
+from . import _adopt, _auto, _graph, _hsdp, _rounding
 
 logger = logging.getLogger("tide.fsdp")
 
@@ -139,6 +139,10 @@ class Tier1Group:
         self.group = g = group
         self.ring = ring
         self.slot_key = slot_key
+        # Capture routing of the communicator's groups (_graph.py); what a call touches in
+        # the set, for the cross-group fence it runs (src/api/arena_set.c).
+        self.graphs = ring.graphs
+        self.recv = g.plan.region("recv_stage").bytes > 0
         self.world = g.ranks
         numels = [geo.rows_per_rank * geo.inner for geo in g.params]
         self.numels = numels
@@ -161,10 +165,10 @@ class Tier1Group:
             self.packed = torch.empty(g.shard_numel, dtype=spec.shard_dtype, device=g.device)
             self.shard_views = _adopt.zero_offset_views(self.packed, numels)
         self.zero_grad = None
-        self._fallback_logged = False
+        self._fallback_logged = set()  # reasons said (once each)
         self._order_logged = False
         self._defer_logged = False
-        self._mode_logged = False
+        self._mode_logged = set()
         # The fp32-gradient companion group (see _wide_group), registered on first need.
         self.wide = None
         self.wide_grad_views = None
@@ -179,9 +183,11 @@ class Tier1Group:
         self.pending = None
         self.saved_in_slot = False
         self.landing_addresses = []
+        # Calls made in Python: a call captured into a CUDA graph counts once (also as
+        # captured_*), not once per replay.
         self.calls = {"all_gather": 0, "reduce_scatter": 0, "stock_reduce": 0, "copy_in": 0,
                       "wide_reduce_scatter": 0, "stock_all_gather": 0, "deferred_all_gather": 0,
-                      "reshard": 0}
+                      "reshard": 0, "captured_all_gather": 0, "captured_reduce_scatter": 0}
         self._empty = torch.empty(0, dtype=spec.ag_dtype, device=g.device)
         self._adopt()
         # What holds each landing storage when nothing but TIDE and FSDP2 do (the view and
@@ -329,7 +335,8 @@ class Tier1Group:
                                "enable(..., tier=0)")
         self.check_params(fsdp_params)
         args = (group, async_op, copy_in_stream, all_gather_stream, device, all_gather_comm)
-        why = _auto._on_stock_now()
+        why = _auto._dispatch_reason() or self.graphs.check(self.spec.name, "ag",
+                                                            self._ag_use())
         if why is not None:
             return self._gather_on_stock(fsdp_params, args, why)
         if self.ring.claim(self.slot_key, self) is not None:
@@ -357,11 +364,12 @@ class Tier1Group:
         """An all-gather under a TorchDispatchMode (CommDebugMode, ...): TIDE's collectives
         bypass the dispatcher, so the mode would not see them, and a mode that keeps
         parameter tensors (CommDebugMode's module tracker keeps param.data) would alias the
-        landing.  Or in a CUDA graph capture, which the shared arena's calls refuse.  This
+        landing.  Or in a CUDA graph capture that TIDE does not capture, or eagerly after one
+        that it did (_graph.py: the library refuses those calls).  This
         call runs on stock FSDP2 memory; the dispatcher's copy-out binds the parameters to
         it, and the reshard drops it."""
-        if not self._mode_logged:
-            self._mode_logged = True
+        if why not in self._mode_logged:
+            self._mode_logged.add(why)
             logger.warning("tide.fsdp: %s gathers with stock FSDP2 for this call: %s (and "
                            "every such call)", self.spec.name, why)
             sink = getattr(self, "fallback_sink", None)
@@ -389,7 +397,10 @@ class Tier1Group:
         with handle.stream(all_gather_stream):
             stream = handle.current_stream() if device.type == "cuda" else None
             self.group.all_gather(self.packed, 0, stream=stream)
+            self.graphs.note(self.spec.name, "ag", self._ag_use())
             self.calls["all_gather"] += 1
+            if _auto._capturing():
+                self.calls["captured_all_gather"] += 1
             event = all_gather_stream.record_event()
         self.live = True
         self.saved_in_slot = False  # the landing holds this group's parameters again
@@ -513,9 +524,13 @@ class Tier1Group:
         return (not self.live and not self.on_stock
                 and self.ring.occupant.get(self.slot_key) is self)
 
+    def _ag_use(self):
+        """What this group's all-gather touches in its set (_graph.Graphs._fence)."""
+        return {"landing": self.slot_key, "recv": self.recv}
+
     def _log_fallback(self, why):
-        if not self._fallback_logged:
-            self._fallback_logged = True
+        if why not in self._fallback_logged:
+            self._fallback_logged.add(why)
             logger.warning(
                 "tide.fsdp: %s reduces with stock FSDP2 for this call: %s", self.spec.name, why)
             # Also in enabled(model).fallbacks (the list enable() returned), once.
@@ -545,7 +560,14 @@ class Tier1Group:
         grad_dtype = unsharded_grads[0].dtype
         if reduce_scatter_group is None:
             return None  # never registered that way; stock handles it
-        why = _auto._on_stock_now()
+        # What the call touches in the set: the reduce-scatter resources, and the landing
+        # when Slot-Reuse stages the gradients there (as decided below).
+        program = "rs" if grad_dtype == self.spec.grad_dtype else "rs-wide"
+        use = None
+        if program == "rs":
+            staged = self.grad_views is not None and self._slot_vacated()
+            use = {"rs": True, "landing": self.slot_key if staged else None}
+        why = _auto._dispatch_reason() or self.graphs.check(self.spec.name, program, use)
         if why is not None:  # see _gather_on_stock
             self._log_fallback(why)
             self.calls["stock_reduce"] += 1
@@ -628,7 +650,10 @@ class Tier1Group:
             stream = handle.current_stream() if device.type == "cuda" else None
             g.reduce_scatter(grads, reduce_output, alpha=alpha, accumulate=False,
                              stream=stream)
+            self.graphs.note(self.spec.name, program, use)
             self.calls["reduce_scatter"] += 1
+            if _auto._capturing():
+                self.calls["captured_reduce_scatter"] += 1
             if g is not self.group:
                 self.calls["wide_reduce_scatter"] += 1
             if rounding is not None:
