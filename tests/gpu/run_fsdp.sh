@@ -11,7 +11,10 @@
 #                        accounting: tests/gpu/fsdp_pool_gpu.py, pool.log, pool.json, and
 #                        graph, a whole FSDP2 step captured into a CUDA graph with TIDE
 #                        inside and replayed: tests/gpu/fsdp_graph_gpu.py, graph.log,
-#                        graph.json)
+#                        graph.json; and issue26, compiled blocks and a bf16 reduce dtype
+#                        against stock at world 2: tests/gpu/fsdp_issue26_gpu.py,
+#                        issue26.log, issue26.json; inductor compiles on the GPU, so give it
+#                        the budget: TIDE_FSDP_STEPS="issue26" TIDE_FSDP_BUDGET=560)
 # Results: OUTDIR/summary.txt, build.log, parity.log, parity.json, bench.log, bench.json,
 # memory.log, fsdp_memory.json, fsdp_memory.txt.
 # Safety: NVLink multicast never runs; these are exported for every process started here.
@@ -56,6 +59,8 @@ want pool && step pool 50 "$out/pool.log" python3 "$root/tests/gpu/fsdp_pool_gpu
     --lib "$lib" --timeout 40 --json "$out/pool.json"
 want graph && step graph 120 "$out/graph.log" python3 "$root/tests/gpu/fsdp_graph_gpu.py" \
     --lib "$lib" --timeout 110 --json "$out/graph.json"
+want issue26 && step issue26 400 "$out/issue26.log" python3 "$root/tests/gpu/fsdp_issue26_gpu.py" \
+    --lib "$lib" --timeout 380 --json "$out/issue26.json"
 grep -h "^rank .*: \(PASS\|FAIL\)\|^fsdp_graph_gpu" "$out/graph.log" >>"$summary" 2>/dev/null
 grep -h "^world\|^N =\|^  AG\|^  RS\|^layer" "$out/parity.log" "$out/bench.log" >>"$summary" 2>/dev/null
 [ -f "$out/fsdp_memory.txt" ] && sed -n '1,8p' "$out/fsdp_memory.txt" >>"$summary"
