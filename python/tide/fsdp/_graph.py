@@ -170,17 +170,20 @@ class Graphs:
                 self.last_user["rs"] = name
 
 
-def log_once(st, why, what):
-    """One log line and one fallbacks entry per group and reason."""
+def log_once(st, why, what, kind="calls"):
+    """One log line (`what`: "gathers", "reduces", ...) and one fallbacks entry ("<kind> on
+    stock FSDP2: <why>") per group, kind and reason, for every tier's calls left on stock:
+    Tier 1 lists its all-gathers ("calls") and reductions ("reductions") apart, Tier 0 says
+    "calls" once for both."""
     said = st.__dict__.setdefault("_stock_said", set())
-    if why in said:
+    if (kind, why) in said:
         return
-    said.add(why)
+    said.add((kind, why))
     logger.warning("tide.fsdp: %s %s with stock FSDP2 for this call: %s (and every such call)",
                    st.spec.name, what, why)
     sink = getattr(st, "fallback_sink", None)
     if sink is not None:
-        sink.append((st.spec.name, "calls on stock FSDP2: " + why))
+        sink.append((st.spec.name, "%s on stock FSDP2: %s" % (kind, why)))
 
 
 __all__ = ["Graphs", "MODES", "capture_mode", "fabric_reason", "log_once"]

@@ -165,10 +165,8 @@ class Tier1Group:
             self.packed = torch.empty(g.shard_numel, dtype=spec.shard_dtype, device=g.device)
             self.shard_views = _adopt.zero_offset_views(self.packed, numels)
         self.zero_grad = None
-        self._fallback_logged = set()  # reasons said (once each)
         self._order_logged = False
         self._defer_logged = False
-        self._mode_logged = set()
         # The fp32-gradient companion group (see _wide_group), registered on first need.
         self.wide = None
         self.wide_grad_views = None
@@ -368,13 +366,7 @@ class Tier1Group:
         that it did (_graph.py: the library refuses those calls).  This
         call runs on stock FSDP2 memory; the dispatcher's copy-out binds the parameters to
         it, and the reshard drops it."""
-        if why not in self._mode_logged:
-            self._mode_logged.add(why)
-            logger.warning("tide.fsdp: %s gathers with stock FSDP2 for this call: %s (and "
-                           "every such call)", self.spec.name, why)
-            sink = getattr(self, "fallback_sink", None)
-            if sink is not None:
-                sink.append((self.spec.name, "calls on stock FSDP2: " + why))
+        _graph.log_once(self, why, "gathers")
         for fp in fsdp_params:
             fp.all_gather_outputs = []  # stock's copy-out allocates its own
         self.on_stock = True
@@ -529,14 +521,8 @@ class Tier1Group:
         return {"landing": self.slot_key, "recv": self.recv}
 
     def _log_fallback(self, why):
-        if why not in self._fallback_logged:
-            self._fallback_logged.add(why)
-            logger.warning(
-                "tide.fsdp: %s reduces with stock FSDP2 for this call: %s", self.spec.name, why)
-            # Also in enabled(model).fallbacks (the list enable() returned), once.
-            sink = getattr(self, "fallback_sink", None)
-            if sink is not None:
-                sink.append((self.spec.name, "reductions on stock FSDP2: " + why))
+        # Also in enabled(model).fallbacks (the list enable() returned), once.
+        _graph.log_once(self, why, "reduces", "reductions")
 
     def reduce(self, fsdp_params, unsharded_grads, reduce_scatter_group, reduce_scatter_stream,
                reduce_scatter_comm, orig_dtype, reduce_dtype, device, gradient_divide_factor,
