@@ -521,22 +521,32 @@ TIDE_API tide_result_t tide_reduce_scatter_checked(tide_group_t group, const voi
  *   - no other capture holds the world's streams, and no eager call, registration or
  *     deregistration of the world runs while a capture is under way.
  * Refused with TIDE_ERR_UNSUPPORTED (nothing recorded, the group stays usable): the first
- * call of a program, every call of groups on a shared arena, ranks of one call in different
- * captures, a call on the legacy default stream during a capture, and every call of the NCCL
- * fabric while its stream is capturing.
+ * call of a program, calls of groups on a shared arena on the single-process fabric, ranks
+ * of one call in different captures, a call on the legacy default stream during a capture,
+ * and every call of the NCCL fabric while its stream is capturing.
  * On the one-process-per-rank CUDA fabric (tide_comm_init_rank with TIDE_FABRIC_CUDA) each
- * process captures its own rank's calls, of groups registered on their own arena (not of a
- * shared arena's groups), with the same preconditions; in addition every rank captures the
- * same calls and launches the same graphs in the same order, a family (all-gather,
- * reduce-scatter) with a captured call is replay-only until the group is deregistered (its
- * eager calls are refused), replays have ended before the group is deregistered, and a failed
- * replay (every device wait of a replay ends by TIDE_TIMEOUT_MS) is reported with
- * TIDE_ERR_TIMEOUT at the group's next call (docs/cuda-fabric.md, "CUDA graphs across
- * processes").
+ * process captures its own rank's calls with the same preconditions; in addition every rank
+ * captures the same calls and launches the same graphs in the same order, a family
+ * (all-gather, reduce-scatter) with a captured call is replay-only until the group is
+ * deregistered (its eager calls are refused), replays have ended before the group is
+ * deregistered, and a failed replay (every device wait of a replay ends by TIDE_TIMEOUT_MS)
+ * is reported with TIDE_ERR_TIMEOUT at the group's next call (docs/cuda-fabric.md, "CUDA
+ * graphs across processes").  Groups on a shared arena (tide_groups_register) are captured
+ * there as a whole set, in one graph: after every program of every group, and each variant
+ * of their cross-group fence, ran once outside the capture; from the first captured call on,
+ * every eager call of the set is refused until deregistration, and a fence whose sibling was
+ * captured in another graph is refused (docs/cuda-fabric.md, "Shared-arena sets").
  * The device tables of a captured call are kept until the group is deregistered.  Events
  * recorded by a captured call (tide_group_read_done_event) mark points inside the capture:
  * later captured work may wait on them; a replay does not record them for eager waits.
  */
+
+/* The CUDA graph capture `stream` (a cudaStream_t; NULL: the legacy default stream) is part
+ * of, as the calls above see it: *key_out = 0 when it is not capturing, else the capture's
+ * id + 1 (cudaStreamGetCaptureInfo), which tells two captures apart.  TIDE_ERR_UNSUPPORTED
+ * in a build without CUDA, for the legacy default stream while a capture is under way, and
+ * for an invalidated capture. */
+TIDE_API tide_result_t tide_stream_capture_key(void *stream, uint64_t *key_out);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Groups on one shared arena: the two-slot all-gather ring (docs/arena.md)                   */

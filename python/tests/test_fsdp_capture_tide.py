@@ -29,7 +29,7 @@ STEPS = 5
 
 
 def _train(rank, world, tide_on, tier=1, capture="tide", captured=(), mode="in_place",
-           fabric_ok=True):
+           fabric_ok=True, keys=False):
     import logging
 
     import torch.nn.functional as F
@@ -47,8 +47,11 @@ def _train(rank, world, tide_on, tier=1, capture="tide", captured=(), mode="in_p
     handler = _Keep()
     logging.getLogger("tide.fsdp").addHandler(handler)
     capturing = {"on": False}
-    real, real_fabric = _auto._capturing, _graph.fabric_reason
+    real, real_fabric, real_key = _auto._capturing, _graph.fabric_reason, _graph.capture_key
     _auto._capturing = lambda: capturing["on"]
+    # keys: each captured step is a capture of its own id, as tide_stream_capture_key tells
+    # on the GPU (None, the library cannot say, otherwise: CPU-only torch).
+    _graph.capture_key = (lambda: capturing["key"]) if keys else (lambda: None)
     if fabric_ok:
         _graph.fabric_reason = lambda comm: None
     try:
@@ -59,6 +62,7 @@ def _train(rank, world, tide_on, tier=1, capture="tide", captured=(), mode="in_p
         per_step = []
         for step in range(STEPS):
             capturing["on"] = step in captured
+            capturing["key"] = step + 1 if step in captured else 0
             x, y = fsdp_model.batch(step, rank)
             F.cross_entropy(model(x).reshape(-1, 37), y.reshape(-1)).backward()
             capturing["on"] = False
@@ -77,6 +81,7 @@ def _train(rank, world, tide_on, tier=1, capture="tide", captured=(), mode="in_p
     finally:
         _auto._capturing = real
         _graph.fabric_reason = real_fabric
+        _graph.capture_key = real_key
         logging.getLogger("tide.fsdp").removeHandler(handler)
 
 
@@ -182,6 +187,17 @@ def test_second_capture_runs_on_stock(tmp_path):
             assert _delta(tide, 2, name, "captured_reduce_scatter") == 1
             assert _tide_calls(tide, 4, name) == 0, tide["steps"][4][name]
             assert _stock_calls(tide, 4, name) >= 2, tide["steps"][4][name]
+            assert _said_once(tide, name, "an earlier CUDA graph"), tide["fallbacks"]
+
+
+def test_back_to_back_captures_told_apart_by_id(tmp_path):
+    # Captured 2 and 3 with no call of the groups between them (the optimizer step makes
+    # none): the capture ids tell the two apart, so step 3 runs on stock (one graph per set).
+    for tide in _results(tmp_path, captured=(2, 3), keys=True):
+        for name in tide["steps"][0]:
+            assert _delta(tide, 2, name, "captured_reduce_scatter") == 1
+            assert _tide_calls(tide, 3, name) == 0, tide["steps"][3][name]
+            assert _stock_calls(tide, 3, name) >= 2, tide["steps"][3][name]
             assert _said_once(tide, name, "an earlier CUDA graph"), tide["fallbacks"]
 
 

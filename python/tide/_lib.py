@@ -393,6 +393,7 @@ _PROTOTYPES = {
     "tide_group_slot_live": (_res, [_void_p, _p(ctypes.c_int)]),
     "tide_group_name": (_res, [_void_p, _p(ctypes.c_char_p)]),
     "tide_group_read_done_event": (_res, [_void_p, _p(_void_p)]),
+    "tide_stream_capture_key": (_res, [_void_p, _p(ctypes.c_uint64)]),
     "tide_group_segment": (_res, [_void_p, _p(_void_p), _p(ctypes.c_uint64), _p(ctypes.c_int)]),
     "tide_torch_pool_offer": (_res, [_void_p, ctypes.c_uint64, ctypes.c_int]),
     "tide_torch_pool_withdraw": (_res, [_void_p, _p(ctypes.c_int)]),

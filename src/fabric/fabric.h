@@ -187,6 +187,9 @@ tide_result_t tide_cuda_mp_read_done_event(const struct tide_fabric_arena *arena
  * size (the arena, the flag areas and the rounding to the allocation unit) and device. */
 void tide_cuda_mp_segment(const struct tide_fabric_arena *arena, void **ptr_out,
                           uint64_t *bytes_out, int *device_out);
+/* The capture key of a stream (a cudaStream_t as void *), as the CUDA fabrics' calls see
+ * it: tide_stream_capture_key (fabric/cuda/graph.c). */
+tide_result_t tide_cuda_stream_capture_key(void *stream, uint64_t *key_out);
 #endif
 #ifdef TIDE_HAVE_NCCL
 /* Created by tide_comm_init_nccl / tide_comm_init_nccl_comm only (fabric/nccl/). */

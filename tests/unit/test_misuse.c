@@ -509,6 +509,22 @@ static void test_one_thread(void **state) {
     assert_tide(TIDE_SUCCESS, tide_comm_destroy(solo[0]));
 }
 
+/* tide_stream_capture_key: a NULL output is an argument error; a build without CUDA says
+ * it cannot tell (unit tests run in the CPU build). */
+static void test_capture_key(void **state) {
+    (void)state;
+    uint64_t key = 7;
+    assert_tide(TIDE_ERR_INVALID_ARGUMENT, tide_stream_capture_key(NULL, NULL));
+    assert_non_null(strstr(tide_get_last_error(), "key_out is NULL"));
+#ifdef TIDE_HAVE_CUDA
+    (void)key;
+#else
+    assert_tide(TIDE_ERR_UNSUPPORTED, tide_stream_capture_key(NULL, &key));
+    assert_non_null(strstr(tide_get_last_error(), "without CUDA"));
+    assert_int_equal(key, 7); /* untouched */
+#endif
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--timeout-env-child") == 0) {
         timeout_env_child();
@@ -519,7 +535,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_alpha),         cmocka_unit_test(test_overlap),
         cmocka_unit_test(test_checked),       cmocka_unit_test(test_staging_bound),
         cmocka_unit_test(test_no_memory),     cmocka_unit_test(test_timeout_env),
-        cmocka_unit_test(test_one_thread),
+        cmocka_unit_test(test_one_thread),    cmocka_unit_test(test_capture_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,8 +21,10 @@ them runs on stock FSDP2, said once per group in the log and in enabled(model).f
   reduce-scatter resources);
 - no earlier capture of the communicator's calls (the C layer allows one graph per set).
 
-A capture is seen as the calls made while the stream captures; it ends at the next call made
-while it does not (torch offers no capture id), so two captures with no call of these groups
+A capture is told apart from the next by its id (tide_stream_capture_key on the current
+stream: cudaStreamGetCaptureInfo, which torch does not expose), so a second capture is seen
+as one even with no call of these groups between the two.  With a library that lacks the
+call, a capture ends at the next call made outside it, and two captures with no call
 between them are taken for one: the C layer's own refusal (a fence crossing graphs) is the
 backstop there.  After a capture that contains TIDE calls, the set is replay-only in the
 C layer: eager calls (an evaluation step outside the graph) run on stock FSDP2, said once,
@@ -72,6 +74,29 @@ def _capturing():
     from . import _auto
 
     return _auto._capturing()
+
+
+def capture_key():
+    """The id (+ 1) of the capture the current CUDA stream is part of, as the library sees it
+    (tide_stream_capture_key); None when the library cannot say (no CUDA build, an older
+    library, no CUDA device)."""
+    import ctypes
+
+    import torch
+
+    from .. import _lib
+
+    if not torch.cuda.is_available():
+        return None
+    try:
+        fn = _lib.require("tide_stream_capture_key")
+    except OSError:
+        return None
+    key = ctypes.c_uint64(0)
+    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+    if fn(stream, ctypes.byref(key)) != _lib.Result.SUCCESS:
+        return None
+    return key.value
 
 
 class Graphs:
@@ -129,6 +154,9 @@ class Graphs:
             return None
         if self.mode != "tide":
             return OFF_REASON
+        key = capture_key()
+        if self.capture is not None and key is not None and self.capture.get("key") != key:
+            self.capture = None  # another capture began with no call outside both
         if self.capture is None:
             why = fabric_reason(self.comm)
             if why is None and self.captured:
@@ -136,7 +164,7 @@ class Graphs:
                        "set)")
             if why is None:
                 why = self._cold()
-            self.capture = {"why": why}
+            self.capture = {"why": why, "key": key}
         why = self.capture["why"]
         if why is not None:
             return "a CUDA graph capture is under way and " + why

@@ -317,3 +317,10 @@ tide_result_t tide_cuda_graph_key(const char *fabric, int rank, cudaStream_t s, 
                                   unsigned long long *key_out) {
     return capture_key(fabric, rank, s, what, key_out);
 }
+
+tide_result_t tide_cuda_stream_capture_key(void *stream, uint64_t *key_out) {
+    unsigned long long key = 0;
+    TIDE_CHECK(capture_key("stream_capture_key", 0, (cudaStream_t)stream, "the stream", &key));
+    *key_out = (uint64_t)key;
+    return TIDE_SUCCESS;
+}
