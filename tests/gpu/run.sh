@@ -12,6 +12,7 @@
 #                                      bench-kernels bench-fabric bench-torch
 #                                      bench-torch-unfused interference enqueue sum-variants
 #                                      tide-bench layer-gap (TIDE_GPU_GAP_RUNS, _WORLDS)
+#                                      layer-ctas (TIDE_GPU_CTAS, TIDE_GPU_GAP_WORLDS)
 #   TIDE_GPU_LAYER_ARGS="..."          extra bench_fsdp_layers / bench_layer_single arguments
 #                                      (e.g. "--sum-ctas 32 --landing-ctas 32")
 #   TIDE_GPU_LAYER_PUSHED=0            skip fsdp-layers' run with TIDE_CUDA_MP_DIRECT=0
@@ -113,6 +114,20 @@ if want layer-gap; then
         done
     done
     step layer-gap-single bash -c "set -o pipefail; python3 '$root/tests/gpu/bench_layer_single.py' --lib '$b/libtide.so' --worlds $gap_worlds ${TIDE_GPU_LAYER_ARGS:-} $gap_json | tee '$out/gap_single.txt'"
+fi
+# layer-ctas (issue 25): the same comparison against the Level-1 CTA budget: for each budget
+# C in TIDE_GPU_CTAS (default "10 20 40"; 10 is the solver's at 8 GPUs), the layer with
+# --sum-ctas C --landing-ctas C on N processes under MPS (host flags, common gate) and on the
+# single-process fabric, side by side in ctas_single_C.txt: whether the N = 8 gap of the
+# one-process-per-rank reduce-scatter follows the CTA count.  Not in the default steps.
+if want layer-ctas; then
+    for c in ${TIDE_GPU_CTAS:-10 20 40}; do
+        for w in ${TIDE_GPU_GAP_WORLDS:-8}; do
+            cta="python3 '$root/tests/gpu/bench_fsdp_layers.py' --lib '$b/libtide.so' --worlds $w --sum-ctas $c --landing-ctas $c"
+            step layer-ctas-c$c-w$w with_mps "$out/mps-ctas-c$c-w$w" bash -c "set -o pipefail; $cta --json '$out/ctas_c${c}_w$w.json' | tee '$out/ctas_c${c}_w$w.txt'"
+            step layer-ctas-single-c$c-w$w bash -c "set -o pipefail; python3 '$root/tests/gpu/bench_layer_single.py' --lib '$b/libtide.so' --worlds $w --sum-ctas $c --landing-ctas $c --mp-json '$out/ctas_c${c}_w$w.json' | tee '$out/ctas_single_c${c}_w$w.txt'"
+        done
+    done
 fi
 if command -v compute-sanitizer >/dev/null; then
     want memcheck && step memcheck-fabric compute-sanitizer --tool memcheck --error-exitcode 3 \
