@@ -29,7 +29,7 @@ STEPS = 5
 
 
 def _train(rank, world, tide_on, tier=1, capture="tide", captured=(), mode="in_place",
-           fabric_ok=True, keys=False):
+           fabric_ok=True, keys=False, hsdp=False):
     import logging
 
     import torch.nn.functional as F
@@ -55,7 +55,14 @@ def _train(rank, world, tide_on, tier=1, capture="tide", captured=(), mode="in_p
     if fabric_ok:
         _graph.fabric_reason = lambda comm: None
     try:
-        model = fsdp_model.build(seed=0, exact=True)
+        if hsdp:  # a 2 x 2 (replicate, shard) mesh at world 4: TIDE serves the shard dim
+            from torch.distributed.device_mesh import init_device_mesh
+
+            torch.manual_seed(0)
+            mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))
+            model = fsdp_model.shard(fsdp_model.TinyLlama(exact=True), mesh=mesh)
+        else:
+            model = fsdp_model.build(seed=0, exact=True)
         if tide_on:
             tide.fsdp.enable(model, mode=mode, tier=tier, capture=capture)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -113,11 +120,12 @@ def _said_once(run, name, text):
 
 
 def _runs(rank, world, **kw):
-    return {"stock": _train(rank, world, False), "tide": _train(rank, world, True, **kw)}
+    return {"stock": _train(rank, world, False, hsdp=kw.get("hsdp", False)),
+            "tide": _train(rank, world, True, **kw)}
 
 
-def _results(tmp_path, **kw):
-    recs = fsdp_harness.run(2, _runs, tmp_path, **kw)
+def _results(tmp_path, world=2, **kw):
+    recs = fsdp_harness.run(world, _runs, tmp_path, **kw)
     out = []
     for rec in recs:
         assert rec["ok"], rec.get("traceback")
@@ -199,6 +207,18 @@ def test_back_to_back_captures_told_apart_by_id(tmp_path):
             assert _tide_calls(tide, 3, name) == 0, tide["steps"][3][name]
             assert _stock_calls(tide, 3, name) >= 2, tide["steps"][3][name]
             assert _said_once(tide, name, "an earlier CUDA graph"), tide["fallbacks"]
+
+
+def test_hsdp_capture_runs_tide_inside(tmp_path):
+    # HSDP at 2 x 2: the shard dimension's calls are captured on TIDE, the replica all-reduce
+    # stays FSDP2's (captured by the process group's backend on a GPU), stock's bits.
+    for tide in _results(tmp_path, world=4, captured=(2,), hsdp=True):
+        for name in tide["steps"][0]:
+            assert _delta(tide, 2, name, "captured_all_gather") >= 1, tide["steps"][2][name]
+            assert _delta(tide, 2, name, "captured_reduce_scatter") == 1, tide["steps"][2]
+            assert _delta(tide, 2, name, "replica_all_reduce") == 1, tide["steps"][2][name]
+            assert _stock_calls(tide, 2, name) == 0, tide["steps"][2][name]
+            assert _said_once(tide, name, "were captured into a CUDA graph"), tide["fallbacks"]
 
 
 def test_capture_off_by_default_runs_on_stock(tmp_path):
