@@ -14,7 +14,9 @@ be compared with stock's).  What is checked is the adapter's routing (tide.fsdp.
 - opt-in on, the first step captured (no warm-up): every call on stock, with the reason, and
   the eager steps after it on TIDE (nothing was captured);
 - opt-in off (the default): the capture runs on stock as before, the steps after on TIDE;
-- Tier 0 the same way as Tier 1.
+- Tier 0 the same way as Tier 1;
+- HSDP at 2 x 2 and an MoE model with an expert sub-mesh at world 4 (several process groups,
+  one set per communicator): the captured step on TIDE.
 
 Every run trains to stock's parameters bit for bit (world 2, gloo, CPU fabric).
 """
@@ -29,7 +31,7 @@ STEPS = 5
 
 
 def _train(rank, world, tide_on, tier=1, capture="tide", captured=(), mode="in_place",
-           fabric_ok=True, keys=False, hsdp=False):
+           fabric_ok=True, keys=False, hsdp=False, moe=False):
     import logging
 
     import torch.nn.functional as F
@@ -61,6 +63,10 @@ def _train(rank, world, tide_on, tier=1, capture="tide", captured=(), mode="in_p
             torch.manual_seed(0)
             mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))
             model = fsdp_model.shard(fsdp_model.TinyLlama(exact=True), mesh=mesh)
+        elif moe:  # experts over a sub-mesh of 2 ranks: two process groups, two communicators
+            import fsdp_moe_model
+
+            model = fsdp_moe_model.build(rank, world, exact=True)
         else:
             model = fsdp_model.build(seed=0, exact=True)
         if tide_on:
@@ -120,7 +126,8 @@ def _said_once(run, name, text):
 
 
 def _runs(rank, world, **kw):
-    return {"stock": _train(rank, world, False, hsdp=kw.get("hsdp", False)),
+    shape = {k: kw[k] for k in ("hsdp", "moe") if k in kw}
+    return {"stock": _train(rank, world, False, **shape),
             "tide": _train(rank, world, True, **kw)}
 
 
@@ -219,6 +226,20 @@ def test_hsdp_capture_runs_tide_inside(tmp_path):
             assert _delta(tide, 2, name, "replica_all_reduce") == 1, tide["steps"][2][name]
             assert _stock_calls(tide, 2, name) == 0, tide["steps"][2][name]
             assert _said_once(tide, name, "were captured into a CUDA graph"), tide["fallbacks"]
+
+
+def test_expert_subgroups_capture_runs_tide_inside(tmp_path):
+    # An MoE model at world 4, experts over {0, 1} and {2, 3}: each process group's set is
+    # captured on TIDE (the capture routing is per communicator), stock's bits.
+    for tide in _results(tmp_path, world=4, captured=(2,), moe=True):
+        experts = [name for name in tide["steps"][0] if "experts" in name]
+        assert experts and len(experts) < len(tide["steps"][0]), list(tide["steps"][0])
+        for name in tide["steps"][0]:
+            assert _delta(tide, 2, name, "captured_all_gather") >= 1, tide["steps"][2][name]
+            assert _delta(tide, 2, name, "captured_reduce_scatter") == 1, tide["steps"][2]
+            assert _stock_calls(tide, 2, name) == 0, tide["steps"][2][name]
+            for step in (3, 4):
+                assert _tide_calls(tide, step, name) == 0, tide["steps"][step][name]
 
 
 def test_capture_off_by_default_runs_on_stock(tmp_path):
