@@ -25,6 +25,12 @@ count their calls; the graph is never replayed.  Then the graph is dropped and 2
 with TIDE must run on TIDE (nothing of the set was captured, so the library accepts eager
 calls) and match stock's first 2 steps bit for bit.
 
+Case "twice": after the warm-up, two captures back to back with no call of the groups
+between them.  The first holds TIDE's calls; the second must be told apart by its capture id
+(tide_stream_capture_key) and run every call on stock FSDP2 with the reason "an earlier CUDA
+graph" (the library allows one graph per set), stock's gloo collectives replaced by the
+stand-ins during it; no exception.  Neither graph is replayed.
+
     NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \\
         python3 tests/gpu/fsdp_graph_gpu.py --lib LIBTIDE_CUDA.so [--replays 10] [--json F]
 
@@ -159,51 +165,70 @@ def _captured(kind, rank, world, replays):
             "replay_s": replay_s}
 
 
+class _StandIns:
+    """Stock's gloo collectives replaced by local stand-ins while the block runs (gloo
+    cannot be captured): all-gather copies this rank's shard into every rank's place,
+    reduce-scatter keeps this rank's chunk; `counts` counts their calls.  Only for captures
+    whose graph is never replayed."""
+
+    def __init__(self):
+        self.counts = {"all_gather": 0, "reduce_scatter": 0}
+
+    def __enter__(self):
+        import torch.distributed as dist
+
+        counts = self.counts
+
+        class _Done:
+            def wait(self):
+                return True
+
+        def ag(output_tensor, input_tensor, group=None, async_op=False):
+            counts["all_gather"] += 1
+            n = input_tensor.numel()
+            output_tensor.view(-1, n).copy_(input_tensor.reshape(1, n).expand(
+                output_tensor.numel() // n, n))
+            return _Done() if async_op else None
+
+        def rs(output, input, op=None, group=None, async_op=False):
+            counts["reduce_scatter"] += 1
+            n = output.numel()
+            output.view(-1).copy_(input.view(-1, n)[dist.get_rank(group)])
+            return _Done() if async_op else None
+
+        self.real = dist.all_gather_into_tensor, dist.reduce_scatter_tensor
+        dist.all_gather_into_tensor, dist.reduce_scatter_tensor = ag, rs
+        return self
+
+    def __exit__(self, *exc):
+        import torch.distributed as dist
+
+        dist.all_gather_into_tensor, dist.reduce_scatter_tensor = self.real
+        return False
+
+
 def _cold(rank, world):
     """The first step captured without warm-up: every call on stock (stand-ins), then two
     eager TIDE steps."""
     import torch
-    import torch.distributed as dist
 
     import tide.fsdp
 
     model = _model("mp", world)
     rec = tide.fsdp.enable(model, mode="in_place", capture="tide")
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    counts = {"all_gather": 0, "reduce_scatter": 0}
-    real_ag, real_rs = dist.all_gather_into_tensor, dist.reduce_scatter_tensor
-
-    class _Done:
-        def wait(self):
-            return True
-
-    def ag(output_tensor, input_tensor, group=None, async_op=False):
-        counts["all_gather"] += 1
-        n = input_tensor.numel()
-        output_tensor.view(-1, n).copy_(input_tensor.reshape(1, n).expand(
-            output_tensor.numel() // n, n))
-        return _Done() if async_op else None
-
-    def rs(output, input, op=None, group=None, async_op=False):
-        counts["reduce_scatter"] += 1
-        n = output.numel()
-        output.view(-1).copy_(input.view(-1, n)[dist.get_rank(group)])
-        return _Done() if async_op else None
-
     error = None
     # FSDP2's lazy initialisation (root, streams) before the capture: this case checks
     # TIDE's routing, not whether FSDP2 initialises inside a capture.
     model._get_fsdp_state()._lazy_init()
     graph = torch.cuda.CUDAGraph()
-    dist.all_gather_into_tensor, dist.reduce_scatter_tensor = ag, rs
+    stand_ins = _StandIns()
     try:
         sx, sy = _batch(0, rank)
-        with torch.cuda.graph(graph):
+        with stand_ins, torch.cuda.graph(graph):
             _step(model, opt, sx, sy)
     except Exception as exc:  # reported, fails the check
         error = "%s: %s" % (type(exc).__name__, exc)
-    finally:
-        dist.all_gather_into_tensor, dist.reduce_scatter_tensor = real_ag, real_rs
     at_capture = {st.spec.name: dict(st.calls) for st in rec.states}
     fallbacks = list(rec.fallbacks)
     torch.cuda.synchronize()
@@ -219,8 +244,45 @@ def _cold(rank, world):
         after_error = "%s: %s" % (type(exc).__name__, exc)
     end = {st.spec.name: dict(st.calls) for st in rec.states}
     tide.fsdp.disable(model)
-    return {"error": error, "after_error": after_error, "stand_ins": counts,
+    return {"error": error, "after_error": after_error, "stand_ins": stand_ins.counts,
             "at_capture": at_capture, "end": end, "fallbacks": fallbacks, "params": params}
+
+
+def _twice(rank, world):
+    """Two captures back to back after the warm-up, no call of the groups between them: the
+    first holds TIDE's calls; the second is told apart by its capture id
+    (tide_stream_capture_key) and runs on stock (one graph per set), stand-ins for gloo."""
+    import torch
+
+    import tide.fsdp
+
+    model = _model("mp", world)
+    rec = tide.fsdp.enable(model, mode="in_place", capture="tide")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(WARMUP):
+        _step(model, opt, *_batch(step, rank))
+    before = {st.spec.name: dict(st.calls) for st in rec.states}
+    first = second = None
+    graphs = [torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()]
+    stand_ins, error = _StandIns(), None
+    try:
+        sx, sy = _batch(WARMUP, rank)
+        with torch.cuda.graph(graphs[0]):
+            _step(model, opt, sx, sy)
+        first = {st.spec.name: dict(st.calls) for st in rec.states}
+        with stand_ins, torch.cuda.graph(graphs[1]):
+            _step(model, opt, sx, sy)
+        second = {st.spec.name: dict(st.calls) for st in rec.states}
+    except Exception as exc:  # reported, fails the check
+        error = "%s: %s" % (type(exc).__name__, exc)
+    fallbacks = list(rec.fallbacks)
+    torch.cuda.synchronize()
+    for g in graphs:
+        g.reset()
+    del graphs
+    tide.fsdp.disable(model)
+    return {"error": error, "before": before, "first": first, "second": second,
+            "fallbacks": fallbacks, "stand_ins": stand_ins.counts}
 
 
 def _rank(rank, world, replays):
@@ -234,6 +296,7 @@ def _rank(rank, world, replays):
         out["warm"][kind] = {"stock": stock, "eager": eager, "eager_calls": eager_calls,
                              "captured": _captured(kind, rank, world, replays)}
     out["cold"] = _cold(rank, world)
+    out["twice"] = _twice(rank, world)
     return out
 
 
@@ -307,6 +370,26 @@ def _check_cold(rec, stock):
     return problems
 
 
+def _check_twice(rec):
+    problems = []
+    if rec["error"]:
+        return ["the two captures raised %s" % rec["error"]]
+    for name, calls in rec["first"].items():
+        d1 = {k: calls.get(k, 0) - rec["before"][name].get(k, 0) for k in calls}
+        d2 = {k: rec["second"][name].get(k, 0) - calls.get(k, 0) for k in calls}
+        if d1["captured_all_gather"] < 1 or d1["captured_reduce_scatter"] != 1:
+            problems.append("%s: the first capture holds %s" % (name, d1))
+        if d2["all_gather"] or d2["reduce_scatter"] or not d2["stock_reduce"]:
+            problems.append("%s: the second capture ran TIDE or no stock reduction: %s"
+                            % (name, d2))
+        if not any(n == name and "an earlier CUDA graph" in why for n, why in rec["fallbacks"]):
+            problems.append("%s: no 'an earlier CUDA graph' reason in %s"
+                            % (name, rec["fallbacks"]))
+    if not rec["stand_ins"]["reduce_scatter"]:
+        problems.append("stock stand-ins never called: %s" % rec["stand_ins"])
+    return problems
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lib", help="libtide.so built with -DTIDE_WITH_CUDA=ON (TIDE_LIBRARY)")
@@ -355,6 +438,10 @@ def main():
         print("rank %d cold    : %s (stand-ins %s)%s" % (
             r, "PASS" if not problems else "FAIL", res["cold"]["stand_ins"],
             "".join("\n    " + p for p in problems)), flush=True)
+        problems = _check_twice(res["twice"])
+        row["problems"]["twice"] = problems
+        print("rank %d twice   : %s%s" % (r, "PASS" if not problems else "FAIL",
+                                          "".join("\n    " + p for p in problems)), flush=True)
         if any(row["problems"].values()):
             row["ok"] = False
             status = 1
