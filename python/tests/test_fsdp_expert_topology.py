@@ -60,8 +60,15 @@ def test_group_topology_refuses(ranks, per_node, words):
     assert words in why, why
 
 
-def test_job_ranks_per_node():
-    j = _topology.job_ranks_per_node
+def test_job_ranks_per_node(monkeypatch):
+    # The job's ranks per node: default_topology's, which _topology.topologies reads.
+    from tide.torch_binding import default_topology
+
+    def j(world, nodes=None, gpus_per_node=None, local_world_size=None):
+        if local_world_size is not None:
+            monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local_world_size))
+        return default_topology(world, nodes, gpus_per_node)[1]
+
     assert j(32, local_world_size=8) == 8
     assert j(4, local_world_size=2) == 2
     assert j(8, local_world_size=3) == 8   # $LOCAL_WORLD_SIZE that does not divide: ignored

@@ -68,9 +68,9 @@ class Enabled:
     """What enable() did: `groups` [(fqn, tier)], `fallbacks` [(fqn, reason)], `mode`,
     `capture` ("stock" or "tide": what a CUDA graph capture of a step gets, _graph.py)."""
 
-    def __init__(self, mode, comm, states, fallbacks, pg, ring=None):
+    def __init__(self, mode, comm, states, fallbacks, pg, ring=None, capture="stock"):
         self.mode = mode
-        self.capture = "stock"
+        self.capture = capture
         self.ring = ring
         self.comm = comm
         self.states = states
@@ -301,8 +301,7 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
         if agree_pg is not None and dist.get_world_size(agree_pg) >= 2:
             _agree(agree_pg, (tier, mode, bool(reduce_in_fp32), capture, [], [],
                               [f[0] for f in fallbacks]), "the TIDE group signatures")
-        module._tide_fsdp = Enabled(mode, None, [], fallbacks, None)
-        module._tide_fsdp.capture = capture
+        module._tide_fsdp = Enabled(mode, None, [], fallbacks, None, capture=capture)
         return module._tide_fsdp
     # Each process group's M x L from the global ranks it holds and the job's layout
     # (_topology.py); a group with none stays on stock FSDP2.
@@ -325,16 +324,14 @@ def enable(module, mode="in_place", tier=None, nodes=None, gpus_per_node=None, t
             _abandon(comm, states)
         raise
     if not done:
-        module._tide_fsdp = Enabled(mode, None, [], fallbacks, None)
-        module._tide_fsdp.capture = capture
+        module._tide_fsdp = Enabled(mode, None, [], fallbacks, None, capture=capture)
         return module._tide_fsdp
     if tier == 1:
         _tier1.install()
     pg0, comm0, _s, ring0 = done[0]
     module._tide_fsdp = Enabled(mode, comm0, [st for d in done for st in d[2]], fallbacks,
-                                pg0, ring0)
+                                pg0, ring0, capture)
     module._tide_fsdp.comms = [(d[0], d[1]) for d in done]
-    module._tide_fsdp.capture = capture
     for st in module._tide_fsdp.states:  # calls that fall back later are listed there too
         st.fallback_sink = fallbacks
     logger.info("tide.fsdp: enabled %s", module._tide_fsdp)

@@ -177,16 +177,22 @@ class Graphs:
                     "(variant %d) never ran eagerly" % (name, variant))
         return None
 
-    def note(self, name, program, use=None):
-        """After TIDE ran a call of group `name` (the library's state moved as this)."""
-        variant = self._fence(name, use)
+    def note(self, st, program, use=None):
+        """After TIDE ran a call of group state `st` (Tier1Group / Tier0Group): the library's
+        state moved as this, and st.calls counts it ("all_gather" / "reduce_scatter", and
+        "captured_*" too when it was captured: once, not per replay)."""
+        name = st.spec.name
+        counter = "all_gather" if program == "ag" else "reduce_scatter"
+        st.calls[counter] += 1
         if _capturing():
+            st.calls["captured_" + counter] += 1
             self.captured = True
             if self.capture is not None and not self.capture.get("served"):
                 self.capture["served"] = True
                 self.captures += 1
         else:
             self.ran.add((name, program))
+            variant = self._fence(name, use)  # before last_user moves, below
             if variant is not None:
                 self.ran.add((name, ("fence", variant)))
         if use is not None:

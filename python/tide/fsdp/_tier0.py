@@ -112,15 +112,6 @@ class Tier0Group:
         return not g.captured or (_auto._capturing() and g.capture is not None
                                   and g.capture.get("served", False))
 
-    def _counted(self, program):
-        from . import _auto
-
-        self.graphs.note(self.spec.name, program)
-        name = "all_gather" if program == "ag" else "reduce_scatter"
-        self.calls[name] += 1
-        if _auto._capturing():
-            self.calls["captured_" + name] += 1
-
     def owns_ag(self, size, dtype, device):
         numel = 1
         for s in size:
@@ -146,7 +137,7 @@ class Tier0Group:
         with torch.no_grad():
             self.scratch.copy_(input_tensor)
         self.group.all_gather(self.scratch, 0, stream=self._stream())
-        self._counted("ag")
+        self.graphs.note(self, "ag")
         return None
 
     def reduce_scatter(self, output, input, op):
@@ -164,7 +155,7 @@ class Tier0Group:
         else:
             raise RuntimeError("tide.fsdp: reduce op %r is not a sum" % (op,))
         self.group.reduce_scatter([input], self.out, alpha=alpha, stream=self._stream())
-        self._counted("rs")
+        self.graphs.note(self, "rs")
         with torch.no_grad():
             output.copy_(self.out)  # fp32 -> the reduce dtype when that is narrower
         return None

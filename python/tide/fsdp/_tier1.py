@@ -389,10 +389,7 @@ class Tier1Group:
         with handle.stream(all_gather_stream):
             stream = handle.current_stream() if device.type == "cuda" else None
             self.group.all_gather(self.packed, 0, stream=stream)
-            self.graphs.note(self.spec.name, "ag", self._ag_use())
-            self.calls["all_gather"] += 1
-            if _auto._capturing():
-                self.calls["captured_all_gather"] += 1
+            self.graphs.note(self, "ag", self._ag_use())
             event = all_gather_stream.record_event()
         self.live = True
         self.saved_in_slot = False  # the landing holds this group's parameters again
@@ -636,10 +633,7 @@ class Tier1Group:
             stream = handle.current_stream() if device.type == "cuda" else None
             g.reduce_scatter(grads, reduce_output, alpha=alpha, accumulate=False,
                              stream=stream)
-            self.graphs.note(self.spec.name, program, use)
-            self.calls["reduce_scatter"] += 1
-            if _auto._capturing():
-                self.calls["captured_reduce_scatter"] += 1
+            self.graphs.note(self, program, use)
             if g is not self.group:
                 self.calls["wide_reduce_scatter"] += 1
             if rounding is not None:

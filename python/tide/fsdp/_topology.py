@@ -27,25 +27,8 @@ covers that group's ranks but not the job's is taken as the group's own topology
 these arguments had before enable() served several groups.
 """
 
-import os
-
 from .. import _lib
 from ..torch_binding import default_topology
-
-
-def job_ranks_per_node(world, nodes=None, gpus_per_node=None, local_world_size=None):
-    """G, the job's ranks per node, for a job of `world` ranks: from nodes / gpus_per_node
-    when given (ValueError if they do not cover the world), else $LOCAL_WORLD_SIZE
-    (`local_world_size` overrides the environment) when it divides the world and is at
-    most TIDE_MAX_GPUS_PER_NODE, else
-    default_topology's one node of <= 8 ranks / nodes of 8."""
-    if nodes is None and gpus_per_node is None:
-        if local_world_size is None:
-            local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0)
-        if 0 < local_world_size <= _lib.MAX_GPUS_PER_NODE and world % local_world_size == 0:
-            return local_world_size
-        return default_topology(world)[1]
-    return default_topology(world, nodes, gpus_per_node)[1]
 
 
 def group_topology(ranks, ranks_per_node):
@@ -99,7 +82,7 @@ def topologies(pgs, nodes=None, gpus_per_node=None):
     sizes = [dist.get_world_size(pg) for pg in pgs]
     explicit = nodes is not None or gpus_per_node is not None
     try:
-        per_node = job_ranks_per_node(world, nodes, gpus_per_node)
+        per_node = default_topology(world, nodes, gpus_per_node)[1]
     except ValueError as exc:
         if not explicit:
             # No layout for this world (more than 8 ranks, not a multiple of 8, and no
