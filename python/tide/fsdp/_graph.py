@@ -134,9 +134,13 @@ class Graphs:
 
     def _cold(self):
         """Why the communicator's groups are not warm for a capture (None when they are)."""
+        # A reduce-scatter through Tier 1's fp32 companion ("rs-wide") warms the group as
+        # well as one through its own registration: a job that always accumulates without
+        # sync never runs the latter.  Each captured call is still checked for its own
+        # program (check()).
         for st in self.members:
-            for program, what in (("ag", "all-gather"), ("rs", "reduce-scatter")):
-                if (st.spec.name, program) not in self.ran:
+            for programs, what in ((("ag",), "all-gather"), (("rs", "rs-wide"), "reduce-scatter")):
+                if not any((st.spec.name, program) in self.ran for program in programs):
                     return ("group %s ran no eager %s before this capture (the first call of "
                             "a program cannot be captured; run eager steps first)"
                             % (st.spec.name, what))
