@@ -16,6 +16,12 @@ each after the next batch is copied into the static inputs.  Checked on every ra
 - one more eager step after the replays runs on stock FSDP2 (the set is replay-only), with
   its reason in enabled(model).fallbacks, no exception, and stock's parameters.
 
+Case "wide": the "warm" case's checks on the mixed-precision model with two micro-batches
+per step, the first without gradient sync: FSDP2 accumulates the gradients in fp32, so the
+step's one reduction goes through Tier 1's fp32 companion (a second registration), which the
+warm-up steps registered and ran eagerly; inside the capture it must run on TIDE
+(wide_reduce_scatter counted).
+
 Case "cold": the first step captured without warm-up (torchtitan's way).  Every call of the
 served groups must run on stock FSDP2 inside the capture, with the reason, and no exception.
 FSDP2's lazy initialisation runs before the capture.  Stock's gloo collectives cannot be
@@ -66,20 +72,34 @@ def _model(kind, world):
     return fsdp_model.shard(model, mp, init_device_mesh("cuda", (world,)))
 
 
-def _step(model, opt, x, y):
+def _step(model, opt, batches):
+    """One optimizer step over `batches` [(x, y)]: with more than one, gradient accumulation
+    without sync until the last micro-batch (under MixedPrecisionPolicy(bf16, fp32) FSDP2
+    accumulates in fp32, and Tier 1 reduces through its fp32 companion)."""
     import torch.nn.functional as F
 
-    loss = F.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1))
-    loss.backward()
+    for micro, (x, y) in enumerate(batches):
+        if len(batches) > 1:
+            model.set_requires_gradient_sync(micro == len(batches) - 1)
+        loss = F.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1)) / len(batches)
+        loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
 
 
-def _batch(step, rank):
+def _batch(step, rank, accum=1):
     import fsdp_model
 
-    x, y = fsdp_model.batch(step, rank)
-    return x.cuda(), y.cuda()
+    out = []
+    for micro in range(accum):
+        x, y = fsdp_model.batch(step, rank, micro)
+        out.append((x.cuda(), y.cuda()))
+    return out
+
+
+def _accum(kind):
+    """Micro-batches per step of a case: "wide" accumulates two on the "mp" model."""
+    return 2 if kind == "wide" else 1
 
 
 def _shards(model):
@@ -102,7 +122,7 @@ def _eager(kind, rank, world, steps, tide_on):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     params = []
     for step in range(steps):
-        _step(model, opt, *_batch(step, rank))
+        _step(model, opt, _batch(step, rank, _accum(kind)))
         params.append(_shards(model))
     rec = tide.fsdp.enabled(model)
     calls = {st.spec.name: dict(st.calls) for st in rec.states} if rec else {}
@@ -122,23 +142,24 @@ def _captured(kind, rank, world, replays):
     rec = tide.fsdp.enable(model, mode="in_place", capture="tide")
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     params = []
+    accum = _accum(kind)
     for step in range(WARMUP):
-        _step(model, opt, *_batch(step, rank))
+        _step(model, opt, _batch(step, rank, accum))
         params.append(_shards(model))
     before = {st.spec.name: dict(st.calls) for st in rec.states}
-    sx, sy = _batch(WARMUP, rank)
+    static = _batch(WARMUP, rank, accum)
     graph = torch.cuda.CUDAGraph()
     t0 = time.monotonic()
     with torch.cuda.graph(graph):
-        _step(model, opt, sx, sy)
+        _step(model, opt, static)
     capture_s = time.monotonic() - t0
     at_capture = {st.spec.name: dict(st.calls) for st in rec.states}
     fallbacks_at_capture = list(rec.fallbacks)
     t0 = time.monotonic()
     for k in range(replays):
-        x, y = _batch(WARMUP + k, rank)
-        sx.copy_(x)
-        sy.copy_(y)
+        for (sx, sy), (x, y) in zip(static, _batch(WARMUP + k, rank, accum)):
+            sx.copy_(x)
+            sy.copy_(y)
         graph.replay()
         params.append(_shards(model))
         # The peers' next replay may overwrite this rank's landing once every rank ended
@@ -148,7 +169,7 @@ def _captured(kind, rank, world, replays):
     # An eager step after the capture: stock FSDP2, said in fallbacks, no exception.
     after_error = None
     try:
-        _step(model, opt, *_batch(WARMUP + replays, rank))
+        _step(model, opt, _batch(WARMUP + replays, rank, accum))
         params.append(_shards(model))
     except Exception as exc:  # reported, fails the check
         after_error = "%s: %s" % (type(exc).__name__, exc)
@@ -224,9 +245,9 @@ def _cold(rank, world):
     graph = torch.cuda.CUDAGraph()
     stand_ins = _StandIns()
     try:
-        sx, sy = _batch(0, rank)
+        static = _batch(0, rank)
         with stand_ins, torch.cuda.graph(graph):
-            _step(model, opt, sx, sy)
+            _step(model, opt, static)
     except Exception as exc:  # reported, fails the check
         error = "%s: %s" % (type(exc).__name__, exc)
     at_capture = {st.spec.name: dict(st.calls) for st in rec.states}
@@ -238,7 +259,7 @@ def _cold(rank, world):
     params, after_error = [], None
     try:
         for step in range(WARMUP):
-            _step(model, opt, *_batch(step, rank))
+            _step(model, opt, _batch(step, rank))
             params.append(_shards(model))
     except Exception as exc:
         after_error = "%s: %s" % (type(exc).__name__, exc)
@@ -260,18 +281,18 @@ def _twice(rank, world):
     rec = tide.fsdp.enable(model, mode="in_place", capture="tide")
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in range(WARMUP):
-        _step(model, opt, *_batch(step, rank))
+        _step(model, opt, _batch(step, rank))
     before = {st.spec.name: dict(st.calls) for st in rec.states}
     first = second = None
     graphs = [torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()]
     stand_ins, error = _StandIns(), None
     try:
-        sx, sy = _batch(WARMUP, rank)
+        static = _batch(WARMUP, rank)
         with torch.cuda.graph(graphs[0]):
-            _step(model, opt, sx, sy)
+            _step(model, opt, static)
         first = {st.spec.name: dict(st.calls) for st in rec.states}
         with stand_ins, torch.cuda.graph(graphs[1]):
-            _step(model, opt, sx, sy)
+            _step(model, opt, static)
         second = {st.spec.name: dict(st.calls) for st in rec.states}
     except Exception as exc:  # reported, fails the check
         error = "%s: %s" % (type(exc).__name__, exc)
@@ -290,7 +311,7 @@ def _rank(rank, world, replays):
     fsdp_gpu.deterministic_cuda()
     steps = WARMUP + replays + 1
     out = {"warm": {}}
-    for kind in ("mp", "bf16"):
+    for kind in ("mp", "bf16", "wide"):
         stock, _ = _eager(kind, rank, world, steps, False)
         eager, eager_calls = _eager(kind, rank, world, steps, True)
         out["warm"][kind] = {"stock": stock, "eager": eager, "eager_calls": eager_calls,
@@ -320,6 +341,9 @@ def _check_warm(kind, rec, replays):
             problems.append("%s: the capture holds %d TIDE all-gathers and %d TIDE "
                             "reduce-scatters (expected >= 1 and 1)"
                             % (name, d["captured_all_gather"], d["captured_reduce_scatter"]))
+        if kind == "wide" and d.get("wide_reduce_scatter", 0) != 1:
+            problems.append("%s: the capture's reduction did not go through the fp32 "
+                            "companion: %s" % (name, d))
         if d["stock_all_gather"] or d["stock_reduce"]:
             problems.append("%s: stock calls in the capture: %s" % (name, d))
         end = cap["end"][name]
