@@ -134,6 +134,15 @@ if command -v compute-sanitizer >/dev/null; then
         "$b/tests/gpu/test_fabric_cuda" --small
     want memcheck && step memcheck-graph compute-sanitizer --tool memcheck --error-exitcode 3 \
         "$b/tests/gpu/test_graph_cuda" 26 3
+    # The one-process-per-rank fabric: every forked rank under the tool (captured sets with
+    # kernel-polled flags, then eager calls with host flags, a short matrix run).
+    # The tool slows every rank down: a longer TIDE_TIMEOUT_MS, and a bound on each step.
+    want memcheck && step memcheck-set-mp env TIDE_CUDA_MP_FLAGS=kernel TIDE_TIMEOUT_MS=60000 \
+        timeout 240 compute-sanitizer --tool memcheck --error-exitcode 3 --target-processes all \
+        "$b/tests/gpu/test_graph_set_mp" --ranks 2
+    want memcheck && step memcheck-fabric-mp env TIDE_TIMEOUT_MS=60000 timeout 240 \
+        compute-sanitizer --tool memcheck --error-exitcode 3 --target-processes all \
+        "$b/tests/gpu/test_fabric_cuda_mp" --seconds 10 --topology 2 1
     want racecheck && [ "${TIDE_GPU_RACECHECK:-1}" = 1 ] && step racecheck-kernels timeout 120 \
         compute-sanitizer --tool racecheck --error-exitcode 3 "$b/tests/gpu/test_kernels" --racecheck
 fi
