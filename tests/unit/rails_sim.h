@@ -12,9 +12,10 @@
  * Two drivers: rails_sim_lockstep posts step g on every rank while only steps < g may
  * complete (the deadlock argument of docs/nccl-fabric.md); rails_sim_eager moves every step
  * as soon as the rail semantics let it and runs an op outside the put queues only when no
- * rail step and no put queue can move, one op at a time, so that a receive overwrites its
- * buffer at the earliest moment its credits allow and the buffer's reader comes as late as
- * possible: a missing credit then shows as wrong data.
+ * rail step and no put queue can move, one op at a time, and an op of the `lazy` rank outside
+ * its put queue only when nothing else can move at all: that rank's receives overwrite their
+ * buffers at the earliest moment its credits allow and its readers of those buffers come as
+ * late as possible, so a missing credit shows as wrong data.
  */
 #ifndef TIDE_TESTS_RAILS_SIM_H_
 #define TIDE_TESTS_RAILS_SIM_H_
@@ -205,7 +206,7 @@ static inline bool rails_sim_lockstep(rails_sim_t *s, char *why, size_t len) {
 }
 
 /* The eager driver (top); false when the calls do not finish. */
-static inline bool rails_sim_eager(rails_sim_t *s) {
+static inline bool rails_sim_eager(rails_sim_t *s, int lazy) {
     for (;;) {
         if (rails_sim_rail_progress(s, s->steps)) continue;
         bool fired = false;
@@ -214,7 +215,9 @@ static inline bool rails_sim_eager(rails_sim_t *s) {
             if (q >= 0) fired = rails_sim_try_fire(s, a * TIDE_Q_COUNT + q);
         }
         for (int t = 0; t < s->m.threads && !fired; ++t)
-            fired = rails_sim_try_fire(s, t);
+            if (t / TIDE_Q_COUNT != lazy) fired = rails_sim_try_fire(s, t);
+        for (int q = 0; q < TIDE_Q_COUNT && !fired && lazy >= 0; ++q)
+            fired = rails_sim_try_fire(s, lazy * TIDE_Q_COUNT + q);
         if (!fired) break;
     }
     return tide_machine_done(&s->m);
