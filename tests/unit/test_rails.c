@@ -11,6 +11,8 @@
  *             source, destination and bytes) and its empty puts (bare signals on another
  *             node's arrival counters, zero bytes), so the bytes moved match; every
  *             unsignalled put is followed in its step by a signalled put to the same rank;
+ *   fabric    the rail fabrics' command list builds (tide_schedule_build_rails), and each of
+ *             its waits on another node's signal names a put to the waiter or a credit;
  *   lockstep  the program, run on the abstract machine with rail semantics (rails_sim.h),
  *             posts step g on every rank while only steps < g may complete, for every step
  *             of two calls, and then finishes both calls.  So no step needs the data of its
@@ -26,6 +28,7 @@
 #include "rails_sim.h"
 
 #include "plan/plan.h"
+#include "program/schedule.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -173,6 +176,41 @@ static bool check_lockstep(const tide_program_t *prog, const tide_rails_t *r, ch
     return ok;
 }
 
+/* ------------------------------------------------------------------ the fabric's schedule */
+
+/* The command list the rail fabrics replay (tide_schedule_build_rails) builds, and every wait
+ * on a signal of another node's rank names a put to the waiter (its own flag, written by the
+ * step) or a credit (not waited for): what fabric/cuda/mp_rails.c requires of each slot. */
+static void check_fabric_schedule(const tide_program_t *prog, const tide_rails_t *r,
+                                  const char *what) {
+    const int l = prog->plan->topo.gpus_per_node;
+    tide_schedule_t s;
+    assert_tide(TIDE_SUCCESS, tide_schedule_build_rails(prog, l, &s));
+    int cross = 0;
+    for (int f = 0; f < TIDE_SCHED_FORMS; ++f)
+        for (int i = 0; i < s.num_cmds[f]; ++i) {
+            const tide_sched_cmd_t *c = &s.cmds[f][i];
+            if (c->kind != TIDE_SCHED_CMD_WAIT && c->kind != TIDE_SCHED_CMD_WAIT_PREV) continue;
+            const int me = c->thread / TIDE_Q_COUNT, t = s.slot_thread[c->arg];
+            const int u = t / TIDE_Q_COUNT, q = t % TIDE_Q_COUNT;
+            if (!tide_rails_remote(l, me, u)) continue;
+            int op = -1;
+            for (int k = s.op_base[t]; k < s.op_base[t + 1] && op < 0; ++k)
+                if (s.op_slot[k] == c->arg) op = k - s.op_base[t];
+            assert_true(op >= 0);
+            const tide_rails_rank_t *ru = &r->ranks[u];
+            const bool put = q == ru->queue && ru->put_step[op] >= 0 &&
+                             prog->ranks[u].queues[q].ops[op].sig_rank == me;
+            if (!put && !ru->credit[q][op])
+                fail_msg("%s: rank %d waits on %s[%d] of rank %d, neither a put to it nor a "
+                         "credit",
+                         what, me, tide_queue_name((tide_queue_t)q), op, u);
+            ++cross;
+        }
+    if (prog->plan->topo.nodes > 1) assert_true(cross > 0);
+    tide_schedule_free(&s);
+}
+
 /* ------------------------------------------------------------------ the matrix */
 
 static void check_program(const tide_program_t *prog, const char *what) {
@@ -183,6 +221,7 @@ static void check_program(const tide_program_t *prog, const char *what) {
     check_coverage(prog, &r);
     if (prog->plan->topo.nodes > 1) assert_true(r.num_steps >= 1);
     if (!check_lockstep(prog, &r, why, sizeof(why))) fail_msg("%s: lockstep: %s", what, why);
+    check_fabric_schedule(prog, &r, what);
     tide_rails_free(&r);
 }
 
