@@ -274,8 +274,8 @@ static tide_result_t check_covered(const build_t *b, const tide_rails_t *out) {
                 if (ra->sends[k].ctr >= 0) continue;
                 bool covered = false;
                 for (int j = k + 1; j < st->first_send + st->num_sends && !covered; ++j)
-                    covered = ra->sends[j].dst_rank == ra->sends[k].dst_rank &&
-                              ra->sends[j].ctr >= 0;
+                    covered =
+                        ra->sends[j].dst_rank == ra->sends[k].dst_rank && ra->sends[j].ctr >= 0;
                 if (!covered)
                     return unsupported(a, ra->queue, ra->sends[k].op,
                                        "a copy to another node signals nothing and no later "
@@ -387,9 +387,8 @@ static tide_result_t place_credits(build_t *b, tide_rails_t *out) {
                             res = unsupported(a, q, i, "a credit guards no later put to its sender");
                             break;
                         }
-                        const tide_rail_credit_t cr = {
-                            g->queue, g->op, e - g->call,
-                            *recv_of(b, a, put)};
+                        const tide_rail_credit_t cr = {g->queue, g->op, e - g->call,
+                                                       *recv_of(b, a, put)};
                         res = add_credit(&out->ranks[g->rank], &cr, &cap[g->rank]);
                         if (res != TIDE_SUCCESS) break;
                     }

@@ -52,9 +52,8 @@ static inline int64_t *rails_sim_exec(rails_sim_t *s, int rank, int q, int i) {
     return &s->exec[q][(size_t)rank * (size_t)s->max_ops + (size_t)i];
 }
 
-static inline void rails_sim_init(rails_sim_t *s, const tide_program_t *prog,
-                                  const tide_rails_t *r, int calls,
-                                  const rails_sim_hooks_t *hooks) {
+static inline void rails_sim_init(rails_sim_t *s, const tide_program_t *prog, const tide_rails_t *r,
+                                  int calls, const rails_sim_hooks_t *hooks) {
     memset(s, 0, sizeof(*s));
     s->prog = prog;
     s->r = r;
@@ -154,7 +153,8 @@ static inline bool rails_sim_try_fire(rails_sim_t *s, int t) {
     }
     if (!ra->dropped[q][i] && !tide_machine_enabled(&s->m, t)) return false;
     ++*rails_sim_exec(s, a, q, i);
-    if (s->hooks.on_op != NULL && op->kind != TIDE_OP_WAIT) s->hooks.on_op(s->hooks.ctx, a, q, i, e);
+    if (s->hooks.on_op != NULL && op->kind != TIDE_OP_WAIT)
+        s->hooks.on_op(s->hooks.ctx, a, q, i, e);
     tide_machine_fire(&s->m, t);
     return true;
 }

@@ -230,10 +230,9 @@ static void on_op(void *ctx, int rank, int q, int i, int e) {
         if (op->event == TIDE_EVENT_CALL_DONE) {
             const bool ag = x->prog->coll == TIDE_COLL_ALL_GATHER;
             void *src = x->out[e][rank];
-            if (ag &&
-                tide_bind_region(&x->arena, x->prog->plan, rank,
-                                 (tide_region_t)(TIDE_REGION_LANDING0 + e % 2),
-                                 &src) != TIDE_SUCCESS) {
+            if (ag && tide_bind_region(&x->arena, x->prog->plan, rank,
+                                       (tide_region_t)(TIDE_REGION_LANDING0 + e % 2),
+                                       &src) != TIDE_SUCCESS) {
                 fail_once(x, "landing", rank, e);
                 return;
             }
@@ -343,25 +342,25 @@ static void run_case(int m, int passes, tide_rs_mode_t mode, bool fp32) {
         tide_rails_t rails;
         assert_tide(TIDE_SUCCESS, tide_rails_build(&prog, &rails));
         run_t x;
-        snprintf(what, sizeof(what), "%s M=%d passes=%d mode=%d %s", coll ? "RS" : "AG", m,
-                 passes, (int)mode, fp32 ? "fp32/cast" : "bf16");
+        snprintf(what, sizeof(what), "%s M=%d passes=%d mode=%d %s", coll ? "RS" : "AG", m, passes,
+                 (int)mode, fp32 ? "fp32/cast" : "bf16");
         uint64_t wrong = 0;
         /* Each rank in turn the one whose landings and call-done come last. */
         for (int lazy = 0; lazy < m; ++lazy) {
-        if (!rails_run(&c, &prog, &rails, lazy, &x)) fail_msg("%s: %s", what, x.why);
-        for (int e = 0; e < CALLS; ++e)
-            for (int r = 0; r < m; ++r)
-                if (coll == 0) {
-                    wrong += count_diff(what, x.seen[e][r], c.expected[e], c.landing_bytes, r, e,
-                                        wrong == 0);
-                } else {
-                    const uint64_t b = c.out_elems * sizeof(float);
-                    wrong += count_diff(what, x.seen[e][r], (const uint8_t *)lane.outs[e][r], b,
-                                        r, e, wrong == 0);
-                    wrong += count_diff(what, x.seen[e][r], (const uint8_t *)gen.outs[e][r], b, r,
-                                        e, wrong == 0);
-                }
-        run_free(&c, &x);
+            if (!rails_run(&c, &prog, &rails, lazy, &x)) fail_msg("%s: %s", what, x.why);
+            for (int e = 0; e < CALLS; ++e)
+                for (int r = 0; r < m; ++r)
+                    if (coll == 0) {
+                        wrong += count_diff(what, x.seen[e][r], c.expected[e], c.landing_bytes, r,
+                                            e, wrong == 0);
+                    } else {
+                        const uint64_t b = c.out_elems * sizeof(float);
+                        wrong += count_diff(what, x.seen[e][r], (const uint8_t *)lane.outs[e][r], b,
+                                            r, e, wrong == 0);
+                        wrong += count_diff(what, x.seen[e][r], (const uint8_t *)gen.outs[e][r], b,
+                                            r, e, wrong == 0);
+                    }
+            run_free(&c, &x);
         }
         assert_int_equal(wrong, 0);
         /* The credits matter: without rank 0's, a receive overwrites an inbox generation
