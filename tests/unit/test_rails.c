@@ -2,7 +2,7 @@
  * test_rails.c - the rail schedule (src/program/rails.h) over the compiled AG and RS programs
  * of many topologies (M in {2, 3, 4, 5, 8}, L in {1, 2, 4, 8}, padded shapes, with and
  * without a cast, both RS modes and one or two passes), the generic programs and, at L = 1,
- * the rail lane's (docs/protocol.md "The rail lane"; M in {2, 3, 4, 5, 8}, shapes whose
+ * the rail lane's (docs/protocol.md "The rail lane"; M in {2, 3, 4, 5, 8, 13, 16}, shapes whose
  * blocks hold only padding for some ranks, so that empty puts occur):
  *
  *   matching  for every pair (a, b), the sends of a to b and the receives of b from a are the
@@ -147,7 +147,8 @@ static void check_coverage(const tide_program_t *prog, const tide_rails_t *r) {
                         const tide_rail_step_t *sp = &ra->steps[st];
                         if (k < sp->first_send || k >= sp->first_send + sp->num_sends) continue;
                         for (int j = k + 1; j < sp->first_send + sp->num_sends; ++j)
-                            covered |= ra->sends[j].dst_rank == s->dst_rank && ra->sends[j].ctr >= 0;
+                            covered |=
+                                ra->sends[j].dst_rank == s->dst_rank && ra->sends[j].ctr >= 0;
                     }
                     assert_true(covered);
                 }
@@ -363,7 +364,7 @@ static void check_lane_shape(const tide_plan_t plan, const tide_rails_t *r, bool
 
 static void test_lane_matrix(void **state) {
     (void)state;
-    static const int ms[] = {2, 3, 4, 5, 8};
+    static const int ms[] = {2, 3, 4, 5, 8, 13, 16};
     int programs = 0, empties = 0;
     for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); ++mi)
         for (int passes = 1; passes <= 3; ++passes)
@@ -381,7 +382,8 @@ static void test_lane_matrix(void **state) {
                 check_lane_shape(plan, &r, true);
                 tide_rails_free(&r);
                 tide_program_free(&prog);
-                assert_tide(TIDE_SUCCESS, tide_program_compile_rs(plan, (tide_rs_mode_t)mode, &prog));
+                assert_tide(TIDE_SUCCESS,
+                            tide_program_compile_rs(plan, (tide_rs_mode_t)mode, &prog));
                 snprintf(what, sizeof(what), "lane RS %dx1 mode %d passes %d", m, mode, passes);
                 check_program(&prog, what);
                 assert_tide(TIDE_SUCCESS, tide_rails_build(&prog, &r));
@@ -392,7 +394,7 @@ static void test_lane_matrix(void **state) {
                 tide_plan_destroy(plan);
                 programs += 2;
             }
-    assert_int_equal(programs, 5 * 3 * TIDE_RS_MODE_COUNT * 2);
+    assert_int_equal(programs, 7 * 3 * TIDE_RS_MODE_COUNT * 2);
     assert_true(empties > 0); /* the one-row parameter made padding-only blocks */
 }
 
