@@ -24,8 +24,7 @@ tide_result_t tide_comm_resolve_lane(const struct tide_comm *comm, const char *w
                                      tide_config_t *cfg) {
     if (comm->ops->rail_lane != NULL && comm->ops->rail_lane(comm->world)) return TIDE_SUCCESS;
     TIDE_ARG_CHECK(cfg->lane != TIDE_LANE_RAIL,
-                   "%s: lane = rail: this %s world does not run the rail lane (the cpu fabric "
-                   "and the cuda fabric without a rail transport do)",
+                   "%s: lane = rail: this %s world does not run the rail lane",
                    who, comm->ops->name);
     cfg->lane = TIDE_LANE_GENERIC;
     return TIDE_SUCCESS;

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Where a put sits: its op in the rank's put queue. */
+/* Where a put sits: its op in the rank's put queue, and the rank it goes to. */
 typedef struct {
     int32_t op;
     int32_t target;
@@ -24,8 +24,12 @@ typedef struct {
     const tide_program_t *prog;
     int n, l;
     int ctrs;
+    int max_puts;      /* P: the most puts a rank has per call */
+    int steps;         /* steps per call, the same on every rank */
+    uint8_t *arrival;  /* [ctrs]: counter indices that some cross-node copy signals */
     put_pos_t *puts;   /* [n * P] */
     int32_t *recv_of;  /* [n * P]: index of put (a, k) among its receiver's recvs */
+    int *first;        /* [n * (steps + 1)]: a rank's first put of each step, then its count */
     uint8_t *feed;     /* [n * ctrs]: 1 local, 2 put, 4 credit */
     int64_t *count;    /* [n * ctrs]: signals per call */
     int64_t *log_base; /* [n * ctrs + 1] */
@@ -39,16 +43,44 @@ static bool ref_remote(const build_t *b, int rank, const tide_ref_t *r) {
            tide_rails_remote(b->l, rank, r->rank);
 }
 
+/* A bare SIGNAL on another node's rank, on a counter index that cross-node copies signal
+ * too: an arrival that moves no bytes (rails.h, "empty put"). */
+static bool empty_put(const build_t *b, int rank, const tide_op_t *op) {
+    return op->kind == TIDE_OP_SIGNAL && tide_rails_remote(b->l, rank, op->sig_rank) &&
+           op->ctr >= 0 && op->ctr < b->ctrs && b->arrival[op->ctr];
+}
+
+/* Whether op of `rank` is a put: a copy to another node's memory, or an empty put. */
+static bool is_put(const build_t *b, int rank, const tide_op_t *op) {
+    return (op->kind == TIDE_OP_COPY && ref_remote(b, rank, &op->dst)) || empty_put(b, rank, op);
+}
+
 static tide_result_t unsupported(int rank, int q, int i, const char *why) {
     return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "rails: rank %d %s[%d]: %s", rank,
                     tide_queue_name((tide_queue_t)q), i, why);
 }
 
-/* Every op that crosses nodes is a put (flat COPY to a remote destination, fused signal on
- * it) or a credit; at most one queue per rank holds puts.  Fills the per-rank tables. */
+/* The counter indices that cross-node copies signal (on their destination). */
+static void find_arrivals(build_t *b) {
+    const tide_program_t *prog = b->prog;
+    for (int r = 0; r < b->n; ++r)
+        for (int q = 0; q < TIDE_Q_COUNT; ++q) {
+            const tide_queue_ops_t *qo = &prog->ranks[r].queues[q];
+            for (int i = 0; i < qo->num_ops; ++i) {
+                const tide_op_t *op = &qo->ops[i];
+                if (op->kind == TIDE_OP_COPY && ref_remote(b, r, &op->dst) &&
+                    op->sig_rank == op->dst.rank && op->ctr >= 0 && op->ctr < b->ctrs)
+                    b->arrival[op->ctr] = 1;
+            }
+        }
+}
+
+/* Every op that crosses nodes is a put (a flat COPY to a remote destination that signals
+ * nothing or its destination; or an empty put) or a credit; at most one queue per rank holds
+ * puts.  Fills the per-rank tables. */
 static tide_result_t classify(build_t *b, tide_rails_t *out) {
     const tide_program_t *prog = b->prog;
-    int puts = -1;
+    int most = 0;
     for (int r = 0; r < b->n; ++r) {
         tide_rails_rank_t *rr = &out->ranks[r];
         rr->queue = -1;
@@ -61,15 +93,19 @@ static tide_result_t classify(build_t *b, tide_rails_t *out) {
                 return TIDE_ERR(TIDE_ERR_NO_MEMORY, "rails: op tables");
             for (int i = 0; i < qo->num_ops; ++i) {
                 const tide_op_t *op = &qo->ops[i];
-                const bool dst_remote = ref_remote(b, r, &op->dst);
                 if (ref_remote(b, r, &op->src))
                     return unsupported(r, q, i, "reads memory of another node");
-                if (op->kind == TIDE_OP_SIGNAL && tide_rails_remote(b->l, r, op->sig_rank)) {
+                const bool put = is_put(b, r, op);
+                if (!put && op->kind == TIDE_OP_SIGNAL &&
+                    tide_rails_remote(b->l, r, op->sig_rank)) {
                     rr->credit[q][i] = 1;
                     b->feed[(size_t)op->sig_rank * (size_t)b->ctrs + (size_t)op->ctr] |= FEED_CREDIT;
                     continue;
                 }
-                if (!dst_remote) {
+                if (!put) {
+                    if (ref_remote(b, r, &op->dst))
+                        return unsupported(r, q, i,
+                                           "writes another node without being a flat copy");
                     if (tide_machine_signals(op)) {
                         if (tide_rails_remote(b->l, r, op->sig_rank))
                             return unsupported(r, q, i, "a local copy signals another node");
@@ -78,32 +114,31 @@ static tide_result_t classify(build_t *b, tide_rails_t *out) {
                     }
                     continue;
                 }
-                if (op->kind != TIDE_OP_COPY || op->sig_rank != op->dst.rank)
+                if (op->kind == TIDE_OP_COPY && op->sig_rank >= 0 && op->sig_rank != op->dst.rank)
                     return unsupported(r, q, i,
-                                       "writes another node without being a flat copy that "
-                                       "signals its destination");
+                                       "a copy to another node signals another rank than its "
+                                       "destination");
                 if (rr->queue >= 0 && rr->queue != q)
                     return unsupported(r, q, i, "puts in two queues of one rank");
                 rr->queue = q;
                 ++mine;
-                b->feed[(size_t)op->sig_rank * (size_t)b->ctrs + (size_t)op->ctr] |= FEED_PUT;
+                if (op->sig_rank >= 0)
+                    b->feed[(size_t)op->sig_rank * (size_t)b->ctrs + (size_t)op->ctr] |= FEED_PUT;
             }
         }
-        if (puts >= 0 && mine != puts)
-            return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
-                            "rails: rank %d has %d cross-node puts per call, rank 0 has %d", r,
-                            mine, puts);
-        puts = mine;
+        rr->num_puts = mine;
+        if (mine > most) most = mine;
     }
-    out->puts = puts;
+    b->max_puts = most;
+    out->puts = most;
     return TIDE_SUCCESS;
 }
 
 /* The puts of every rank in queue order, and the put-step table of its queue. */
 static tide_result_t number_puts(build_t *b, tide_rails_t *out) {
-    const int p = out->puts;
-    b->puts = calloc((size_t)b->n * (size_t)(p > 0 ? p : 1), sizeof(*b->puts));
-    b->recv_of = calloc((size_t)b->n * (size_t)(p > 0 ? p : 1), sizeof(*b->recv_of));
+    const int p = b->max_puts > 0 ? b->max_puts : 1;
+    b->puts = calloc((size_t)b->n * (size_t)p, sizeof(*b->puts));
+    b->recv_of = calloc((size_t)b->n * (size_t)p, sizeof(*b->recv_of));
     if (b->puts == NULL || b->recv_of == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "rails: puts");
     for (int r = 0; r < b->n; ++r) {
         tide_rails_rank_t *rr = &out->ranks[r];
@@ -115,56 +150,81 @@ static tide_result_t number_puts(build_t *b, tide_rails_t *out) {
         for (int i = 0; i < qo->num_ops; ++i) {
             rr->put_step[i] = -1;
             const tide_op_t *op = &qo->ops[i];
-            if (op->kind == TIDE_OP_COPY && ref_remote(b, r, &op->dst))
-                b->puts[(size_t)r * (size_t)p + (size_t)k++] = (put_pos_t){i, op->dst.rank};
+            if (!is_put(b, r, op)) continue;
+            const int target = op->kind == TIDE_OP_COPY ? op->dst.rank : op->sig_rank;
+            b->puts[(size_t)r * (size_t)p + (size_t)k++] = (put_pos_t){i, target};
         }
     }
     return TIDE_SUCCESS;
 }
 
-/* Steps: maximal runs of puts adjacent in their queue on every rank (rails.h). */
-static tide_result_t make_steps(build_t *b, tide_rails_t *out, int **first_out) {
-    const int p = out->puts;
-    int *first = calloc((size_t)p + 2, sizeof(*first));
-    if (first == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "rails: steps");
-    int steps = 0;
-    for (int k = 0; k < p; ++k) {
-        bool join = k > 0;
-        for (int r = 0; r < b->n && join; ++r)
-            join = b->puts[(size_t)r * (size_t)p + (size_t)k].op ==
-                   b->puts[(size_t)r * (size_t)p + (size_t)k - 1].op + 1;
-        if (!join) first[steps++] = k;
+static const put_pos_t *put_at(const build_t *b, int rank, int k) {
+    return &b->puts[(size_t)rank * (size_t)(b->max_puts > 0 ? b->max_puts : 1) + (size_t)k];
+}
+
+static int32_t *recv_of(const build_t *b, int rank, int k) {
+    return &b->recv_of[(size_t)rank * (size_t)(b->max_puts > 0 ? b->max_puts : 1) + (size_t)k];
+}
+
+static int *first_of(const build_t *b, int rank) {
+    return &b->first[(size_t)rank * (size_t)(b->steps + 1)];
+}
+
+/* Steps: each rank's maximal runs of puts adjacent in their queue (rails.h); every rank must
+ * have the same number of them. */
+static tide_result_t make_steps(build_t *b, tide_rails_t *out) {
+    int steps = -1;
+    for (int r = 0; r < b->n; ++r) {
+        int mine = 0;
+        for (int k = 0; k < out->ranks[r].num_puts; ++k)
+            mine += k == 0 || put_at(b, r, k)->op != put_at(b, r, k - 1)->op + 1;
+        if (steps >= 0 && mine != steps)
+            return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
+                            "rails: rank %d has %d rail steps per call (runs of adjacent "
+                            "cross-node puts), rank 0 has %d",
+                            r, mine, steps);
+        steps = mine;
     }
-    first[steps] = p;
-    out->num_steps = steps;
-    *first_out = first;
+    b->steps = steps > 0 ? steps : 0;
+    out->num_steps = b->steps;
+    const size_t per_rank = (size_t)b->steps + 1, ranks = b->n > 0 ? (size_t)b->n : 1;
+    b->first = calloc(ranks * per_rank, sizeof(*b->first));
+    if (b->first == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "rails: steps");
+    for (int r = 0; r < b->n; ++r) {
+        int *first = first_of(b, r), s = 0;
+        for (int k = 0; k < out->ranks[r].num_puts; ++k)
+            if (k == 0 || put_at(b, r, k)->op != put_at(b, r, k - 1)->op + 1) first[s++] = k;
+        first[s] = out->ranks[r].num_puts;
+    }
     return TIDE_SUCCESS;
 }
 
 static tide_rail_xfer_t put_xfer(const build_t *b, const tide_rails_t *out, int a, int k) {
-    const put_pos_t *pp = &b->puts[(size_t)a * (size_t)out->puts + (size_t)k];
+    const put_pos_t *pp = put_at(b, a, k);
     const int q = out->ranks[a].queue;
     const tide_op_t *op = &b->prog->ranks[a].queues[q].ops[pp->op];
+    const bool copy = op->kind == TIDE_OP_COPY;
+    const tide_ref_t none = {TIDE_REF_NONE, 0, 0, -1, 0};
     return (tide_rail_xfer_t){.src_rank = a,
                               .dst_rank = pp->target,
                               .put = k,
                               .queue = q,
                               .op = pp->op,
-                              .src = op->src,
-                              .dst = op->dst,
-                              .bytes = op->bytes,
-                              .bank_dep = op->bank_dep,
-                              .ctr = op->ctr};
+                              .src = copy ? op->src : none,
+                              .dst = copy ? op->dst : none,
+                              .bytes = copy ? op->bytes : 0,
+                              .bank_dep = copy ? op->bank_dep : 0,
+                              .ctr = op->sig_rank >= 0 ? op->ctr : -1};
 }
 
 /* Sends and receives of every rank, step by step. */
-static tide_result_t match(build_t *b, tide_rails_t *out, const int *first) {
-    const int p = out->puts, s_n = out->num_steps;
+static tide_result_t match(build_t *b, tide_rails_t *out) {
+    const int s_n = out->num_steps;
     for (int r = 0; r < b->n; ++r) {
         tide_rails_rank_t *rr = &out->ranks[r];
         rr->steps = calloc((size_t)s_n + 1, sizeof(*rr->steps));
-        rr->sends = calloc((size_t)p + 1, sizeof(*rr->sends));
-        rr->recvs = calloc((size_t)b->n * (size_t)p + 1, sizeof(*rr->recvs));
+        rr->sends = calloc((size_t)rr->num_puts + 1, sizeof(*rr->sends));
+        rr->recvs = calloc((size_t)b->n * (size_t)(b->max_puts + 1), sizeof(*rr->recvs));
         if (rr->steps == NULL || rr->sends == NULL || rr->recvs == NULL)
             return TIDE_ERR(TIDE_ERR_NO_MEMORY, "rails: steps of rank %d", r);
     }
@@ -172,28 +232,55 @@ static tide_result_t match(build_t *b, tide_rails_t *out, const int *first) {
         for (int r = 0; r < b->n; ++r) {
             tide_rails_rank_t *rr = &out->ranks[r];
             tide_rail_step_t *st = &rr->steps[s];
+            const int *first = first_of(b, r);
             st->first_put = first[s];
             st->num_puts = first[s + 1] - first[s];
             st->first_send = rr->num_sends;
             st->first_recv = rr->num_recvs;
             st->queue = rr->queue;
-            st->first_op = b->puts[(size_t)r * (size_t)p + (size_t)first[s]].op;
+            st->first_op = put_at(b, r, first[s])->op;
             for (int k = first[s]; k < first[s + 1]; ++k) {
                 rr->sends[rr->num_sends++] = put_xfer(b, out, r, k);
-                rr->put_step[b->puts[(size_t)r * (size_t)p + (size_t)k].op] = s;
+                rr->put_step[put_at(b, r, k)->op] = s;
             }
             st->num_sends = rr->num_sends - st->first_send;
         }
-        for (int a = 0; a < b->n; ++a)
+        for (int a = 0; a < b->n; ++a) {
+            const int *first = first_of(b, a);
             for (int k = first[s]; k < first[s + 1]; ++k) {
-                const int t = b->puts[(size_t)a * (size_t)p + (size_t)k].target;
+                const int t = put_at(b, a, k)->target;
                 tide_rails_rank_t *rt = &out->ranks[t];
-                b->recv_of[(size_t)a * (size_t)p + (size_t)k] = rt->num_recvs;
+                *recv_of(b, a, k) = rt->num_recvs;
                 rt->recvs[rt->num_recvs++] = put_xfer(b, out, a, k);
             }
+        }
         for (int r = 0; r < b->n; ++r) {
             tide_rail_step_t *st = &out->ranks[r].steps[s];
             st->num_recvs = out->ranks[r].num_recvs - st->first_recv;
+        }
+    }
+    return TIDE_SUCCESS;
+}
+
+/* A put that signals nothing is covered by a later put of its step to the same rank that
+ * does: the receiver raises that one's counter once the whole step is in, so whoever waits on
+ * it sees the unsignalled bytes too.  Any other unsignalled put would go unseen. */
+static tide_result_t check_covered(const build_t *b, const tide_rails_t *out) {
+    for (int a = 0; a < b->n; ++a) {
+        const tide_rails_rank_t *ra = &out->ranks[a];
+        for (int s = 0; s < out->num_steps; ++s) {
+            const tide_rail_step_t *st = &ra->steps[s];
+            for (int k = st->first_send; k < st->first_send + st->num_sends; ++k) {
+                if (ra->sends[k].ctr >= 0) continue;
+                bool covered = false;
+                for (int j = k + 1; j < st->first_send + st->num_sends && !covered; ++j)
+                    covered =
+                        ra->sends[j].dst_rank == ra->sends[k].dst_rank && ra->sends[j].ctr >= 0;
+                if (!covered)
+                    return unsupported(a, ra->queue, ra->sends[k].op,
+                                       "a copy to another node signals nothing and no later "
+                                       "put of its rail step signals that rank");
+            }
         }
     }
     return TIDE_SUCCESS;
@@ -262,7 +349,6 @@ static int by_recv(const void *x, const void *y) {
  * becomes a precondition of the receive, on the credit's rank, of the first later put of
  * the waiter aimed at that rank. */
 static tide_result_t place_credits(build_t *b, tide_rails_t *out) {
-    const int p = out->puts;
     int *cap = calloc((size_t)b->n, sizeof(*cap));
     if (cap == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "rails: credits");
     tide_result_t res = TIDE_SUCCESS;
@@ -293,17 +379,16 @@ static tide_result_t place_credits(build_t *b, tide_rails_t *out) {
                     for (int64_t k = 0; k < target && k < 2 * b->count[c]; ++k) {
                         const sig_inst_t *g = &b->log[b->log_base[c] + k];
                         int put = -1;
-                        for (int j = 0; j < p && put < 0; ++j) {
-                            const put_pos_t *pp = &b->puts[(size_t)a * (size_t)p + (size_t)j];
+                        for (int j = 0; j < out->ranks[a].num_puts && put < 0; ++j) {
+                            const put_pos_t *pp = put_at(b, a, j);
                             if (pp->op > i && pp->target == g->rank) put = j;
                         }
                         if (put < 0) {
                             res = unsupported(a, q, i, "a credit guards no later put to its sender");
                             break;
                         }
-                        const tide_rail_credit_t cr = {
-                            g->queue, g->op, e - g->call,
-                            b->recv_of[(size_t)a * (size_t)p + (size_t)put]};
+                        const tide_rail_credit_t cr = {g->queue, g->op, e - g->call,
+                                                       *recv_of(b, a, put)};
                         res = add_credit(&out->ranks[g->rank], &cr, &cap[g->rank]);
                         if (res != TIDE_SUCCESS) break;
                     }
@@ -344,23 +429,26 @@ tide_result_t tide_rails_build(const tide_program_t *prog, tide_rails_t *out) {
     r.num_ranks = b.n;
     r.nodes = prog->plan->topo.nodes;
     r.gpus_per_node = b.l;
-    int *first = NULL;
     tide_result_t res = TIDE_SUCCESS;
     r.ranks = calloc((size_t)b.n, sizeof(*r.ranks));
     b.feed = calloc((size_t)b.n * (size_t)b.ctrs, 1);
-    if (r.ranks == NULL || b.feed == NULL) {
+    b.arrival = calloc((size_t)b.ctrs, 1);
+    if (r.ranks == NULL || b.feed == NULL || b.arrival == NULL) {
         res = TIDE_ERR(TIDE_ERR_NO_MEMORY, "rails: %d ranks", b.n);
         goto done;
     }
     TIDE_CHECK_GOTO(tide_machine_count_signals(prog, b.ctrs, &b.count), res, done);
+    find_arrivals(&b);
     TIDE_CHECK_GOTO(classify(&b, &r), res, done);
     TIDE_CHECK_GOTO(number_puts(&b, &r), res, done);
-    TIDE_CHECK_GOTO(make_steps(&b, &r, &first), res, done);
-    TIDE_CHECK_GOTO(match(&b, &r, first), res, done);
+    TIDE_CHECK_GOTO(make_steps(&b, &r), res, done);
+    TIDE_CHECK_GOTO(match(&b, &r), res, done);
+    TIDE_CHECK_GOTO(check_covered(&b, &r), res, done);
     TIDE_CHECK_GOTO(run_log(&b), res, done);
     TIDE_CHECK_GOTO(place_credits(&b, &r), res, done);
 done:
-    free(first);
+    free(b.first);
+    free(b.arrival);
     free(b.puts);
     free(b.recv_of);
     free(b.feed);

@@ -2,6 +2,7 @@
 # run_mp.sh OUTDIR - on the GPU machine: build the library and test_fabric_cuda_mp, then run
 # the one-process-per-rank checks (killed and stopped rank, the matrix with batched and per-op
 # copies, the matrix and fail-stop with the cross-node puts as rail steps (TIDE_CUDA_MP_RAILS=1),
+# the rail lane at 2..4 x 1 with and without rails (--lane),
 # enqueue time both ways, legacy IPC, memcheck of a short matrix) with every process on
 # device 0; the repeated calls and the killed / stopped rank also under a private MPS daemon;
 # device waits that end while every host is outside TIDE and a deregistration timeout
@@ -52,6 +53,9 @@ step mp-matrix-rails $(( ${TIDE_MP_SECONDS:-60} + 90 )) env TIDE_CUDA_MP_RAILS=1
 step mp-kill-rails 90 env TIDE_CUDA_MP_RAILS=1 "$t" --kill
 step mp-stop-rails 90 env TIDE_CUDA_MP_RAILS=1 "$t" --stop
 step mp-enqueue-rails 120 env TIDE_CUDA_MP_RAILS=1 "$t" --enqueue
+step mp-lane 150 "$t" --lane --seconds 60
+step mp-lane-rails 150 env TIDE_CUDA_MP_RAILS=1 "$t" --lane --seconds 60
+step mp-lane-rails-kernflags 150 env TIDE_CUDA_MP_RAILS=1 TIDE_CUDA_MP_FLAGS=kernel "$t" --lane --seconds 60
 step mp-legacy-ipc 90 env TIDE_CUDA_IPC=legacy "$t" --seconds 5
 step mp-matrix-devflags $(( ${TIDE_MP_SECONDS:-60} + 90 )) env TIDE_CUDA_MP_FLAGS=device "$t" --seconds "${TIDE_MP_SECONDS:-60}"
 step mp-enqueue-devflags 120 env TIDE_CUDA_MP_FLAGS=device "$t" --enqueue

@@ -11,6 +11,12 @@
  *   test_fabric_cuda_mp --enqueue       host enqueue time per rank per call, P = 30, M = 8
  *   test_fabric_cuda_mp --repeat N C    N processes (M = 1, L = N) make C AG + RS calls each:
  *                                       none may hang (run under MPS too), the last RS checked
+ *   test_fabric_cuda_mp --lane [--seconds S]
+ *                                       the rail lane at 2 x 1, 3 x 1 and 4 x 1 (every group
+ *                                       must register the lane; every other configuration has
+ *                                       a parameter of one row, so the RS has blocks of only
+ *                                       padding: empty puts); with TIDE_CUDA_MP_RAILS=1 its
+ *                                       cross-node puts are rail steps (program/rails.h)
  *
  * Direct mode at M = 1 (mp_direct.c): with TIDE_CUDA_MP_DIRECT unset or 1, every rank's last
  * reduce-scatter of an M = 1, L > 1 configuration must have taken it (stats.direct >= 1, the
@@ -86,6 +92,8 @@ typedef struct {
     uint64_t *direct;     /* shared, [MAX_RANKS]: the last RS call's stats.direct */
 } case_t;
 
+static bool lane_only; /* --lane */
+
 static bool case_init(case_t *c, int m, int l, int v) {
     memset(c, 0, sizeof(*c));
     c->m = m;
@@ -94,6 +102,8 @@ static bool case_init(case_t *c, int m, int l, int v) {
     const int p = 1 + v % 4;
     for (int i = 0; i < p; ++i)
         c->shapes[i] = (tide_param_shape_t){(uint64_t)rnd_int(1, 40), (uint64_t)rnd_int(1, 24)};
+    /* The lane's empty puts: every rank but 0 has only padding rows of a one-row parameter. */
+    if (lane_only && v % 2 == 0) c->shapes[p - 1].dim0 = 1;
     const bool fp32_grads = v % 3 == 1, cast = v % 4 == 2;
     c->desc = (tide_group_desc_t){p, c->shapes, TIDE_DTYPE_BF16,
                                   fp32_grads ? TIDE_DTYPE_FP32 : TIDE_DTYPE_BF16,
@@ -250,9 +260,14 @@ static bool child_case(tide_comm_t comm, case_t *c, int r, cudaStream_t s, char 
     const tide_geom_t *g = &c->plan->geom;
     tide_group_t grp;
     CHILD_CK(tide_group_register(comm, &c->cfg, &c->desc, &grp), "register");
-    /* At L = 1 the group runs the rail lane, as the cpu oracle does (docs/protocol.md), unless
-     * a rail transport carries the cross-node puts (then the generic programs). */
-    const bool want_lane = c->plan->rs.rail_lane && !rails_on();
+    /* At L = 1 the group runs the rail lane, as the cpu oracle does (docs/protocol.md), with or
+     * without a rail transport for the cross-node puts (program/rails.h). */
+    const bool want_lane = c->plan->rs.rail_lane;
+    if (lane_only && !want_lane) {
+        snprintf(err, 256, "--lane: the plan of %s is not the rail lane", c->what);
+        tide_group_deregister(grp);
+        return false;
+    }
     if (((struct tide_group *)grp)->plan->rs.rail_lane != want_lane) {
         snprintf(err, 256, "register: the group's plan is %sthe rail lane, %s expected",
                  want_lane ? "not " : "", want_lane ? "the lane" : "the generic programs");
@@ -410,6 +425,11 @@ static bool run_topology(int m, int l, int *configs, double budget_end) {
             return false;
         ++num;
     }
+    if (lane_only && num < 2) { /* one with empty puts, one without */
+        fprintf(stderr, "FAIL: --lane: %d configurations at M=%d L=%d within the budget\n", num,
+                m, l);
+        return false;
+    }
     char name[64];
     snprintf(name, sizeof(name), "mp%ld-%dx%d", (long)getpid(), m, l);
     const int n = m * l;
@@ -477,14 +497,20 @@ static bool run_topology(int m, int l, int *configs, double budget_end) {
 static int matrix(double seconds, int only_m, int only_l) {
     static int topo[][2] = {{1, 2}, {2, 1}, {2, 2}, {1, 4}, {4, 1}, {3, 2},
                             {2, 4}, {4, 2}, {8, 1}, {1, 8}, {1, 1}, {1, 3}};
+    static const int lane_topo[][2] = {{2, 1}, {3, 1}, {4, 1}};
     if (only_m > 0) { /* --topology M L: that one only */
         topo[0][0] = only_m;
         topo[0][1] = only_l;
     }
+    if (lane_only) /* --lane: the M x 1 topologies of the rail lane */
+        for (int k = 0; k < 3; ++k) {
+            topo[k][0] = lane_topo[k][0];
+            topo[k][1] = lane_topo[k][1];
+        }
     const double t0 = now_s(), end = t0 + seconds;
     int configs = 0, topos = 0;
     bool ok = true;
-    const size_t count = only_m > 0 ? 1 : sizeof(topo) / sizeof(topo[0]);
+    const size_t count = only_m > 0 ? 1 : lane_only ? 3 : sizeof(topo) / sizeof(topo[0]);
     for (size_t k = 0; k < count && now_s() < end; ++k) {
         ok = run_topology(topo[k][0], topo[k][1], &configs, end) && ok;
         ++topos;
@@ -525,10 +551,16 @@ static int matrix(double seconds, int only_m, int only_l) {
            "at M = 1 took it, %llu with fused outputs\n",
            direct_on() ? "on" : "0", managed_env(), (unsigned long long)direct_cases,
            (unsigned long long)fused_calls);
-    printf("%s: %d configurations on %d topologies bit for bit equal to the CPU fabric (%.1f s); "
+    /* --lane ran every topology it names, each with configurations. */
+    if (lane_only && topos != 3) {
+        fprintf(stderr, "FAIL: --lane ran %d of its 3 topologies within the budget\n", topos);
+        ok = false;
+    }
+    printf("%s: %d configurations on %d topologies%s bit for bit equal to the CPU fabric (%.1f s); "
            "copies %s, %llu batched in the last calls (%llu by cudaMemcpyBatchAsync); cross-node "
            "puts %s, %llu rail steps; %llu sliced launches\n",
-           ok ? "PASS" : "FAIL", configs, topos, now_s() - t0, per_op ? "per op" : "batched",
+           ok ? "PASS" : "FAIL", configs, topos, lane_only ? " (rail lane, M x 1)" : "",
+           now_s() - t0, per_op ? "per op" : "batched",
            (unsigned long long)batched_copies, (unsigned long long)ce_batched,
            rails_on() ? "as rail steps" : "as copies", (unsigned long long)rail_steps,
            (unsigned long long)sliced);
@@ -890,6 +922,7 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--repeat") == 0 && i + 2 < argc)
             return repeat_test(atoi(argv[i + 1]), atoi(argv[i + 2]));
         if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) seconds = atof(argv[++i]);
+        if (strcmp(argv[i], "--lane") == 0) lane_only = true;
         if (strcmp(argv[i], "--topology") == 0 && i + 2 < argc) {
             only_m = atoi(argv[++i]);
             only_l = atoi(argv[++i]);

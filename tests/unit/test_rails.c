@@ -1,30 +1,34 @@
 /*
  * test_rails.c - the rail schedule (src/program/rails.h) over the compiled AG and RS programs
  * of many topologies (M in {2, 3, 4, 5, 8}, L in {1, 2, 4, 8}, padded shapes, with and
- * without a cast, both RS modes and one or two passes):
+ * without a cast, both RS modes and one or two passes), the generic programs and, at L = 1,
+ * the rail lane's (docs/protocol.md "The rail lane"; M in {2, 3, 4, 5, 8, 13, 16}, shapes whose
+ * blocks hold only padding for some ranks, so that empty puts occur):
  *
  *   matching  for every pair (a, b), the sends of a to b and the receives of b from a are the
  *             same puts, with the same bytes, in the same per-pair order and the same steps;
  *   coverage  the sends are exactly the program's cross-node copies (each op once, same
- *             source, destination and bytes), so the bytes moved match;
- *   lockstep  the program, run on the abstract machine with rail semantics (a put waits for
- *             its step; a step posts when its queue reaches its first put and its credits ran;
- *             a step completes once every peer of its sends and receives posted it; the
- *             receiver raises the put's counter then; credit waits are dropped, credits
- *             deliver nothing), posts step g on every rank while only steps < g may complete,
- *             for every step of two calls, and then finishes both calls.  So no step needs the
- *             data of its own or a later step's receives, and no rank deadlocks in a group.
+ *             source, destination and bytes) and its empty puts (bare signals on another
+ *             node's arrival counters, zero bytes), so the bytes moved match; every
+ *             unsignalled put is followed in its step by a signalled put to the same rank;
+ *   fabric    the rail fabrics' command list builds (tide_schedule_build_rails), and each of
+ *             its waits on another node's signal names a put to the waiter or a credit;
+ *   lockstep  the program, run on the abstract machine with rail semantics (rails_sim.h),
+ *             posts step g on every rank while only steps < g may complete, for every step
+ *             of two calls, and then finishes both calls.  So no step needs the data of its
+ *             own or a later step's receives, and no rank deadlocks in a group.
  *
  * Mutations must fail: a put turned 2D (unsupported), a wait on the own round's arrivals
- * (lockstep fails), a receive moved to another peer (matching fails).
+ * (lockstep fails), a receive moved to another peer (matching fails), a lane piece's signal
+ * dropped at the end of a send (unsupported: nothing covers the step), a lane program with
+ * one rank's round split in two (unsupported: step counts differ).  Credits are checked with
+ * the bytes: test_rails_data.c runs the lane through rails, receives as early as their
+ * credits allow, against the cpu fabric, and shows that a dropped credit corrupts it.
  */
-#include "test_util.h"
+#include "rails_sim.h"
 
 #include "plan/plan.h"
-#include "program/counters.h"
-#include "program/machine.h"
-#include "program/program.h"
-#include "program/rails.h"
+#include "program/schedule.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -87,10 +91,27 @@ static bool check_matching(const tide_rails_t *r, char *why, size_t len) {
     return true;
 }
 
-/* Every cross-node copy of the program is exactly one send, and nothing else is. */
+/* Counter indices that some cross-node copy signals on its destination (rails.h). */
+static void arrival_counters(const tide_program_t *prog, uint8_t *arrival, int ctrs) {
+    const int l = prog->plan->topo.gpus_per_node;
+    memset(arrival, 0, (size_t)ctrs);
+    for (int a = 0; a < prog->num_ranks; ++a)
+        for (int q = 0; q < TIDE_Q_COUNT; ++q)
+            for (int i = 0; i < prog->ranks[a].queues[q].num_ops; ++i) {
+                const tide_op_t *op = &prog->ranks[a].queues[q].ops[i];
+                if (op->kind == TIDE_OP_COPY && op->dst.kind != TIDE_REF_NONE &&
+                    tide_rails_remote(l, a, op->dst.rank) && op->sig_rank == op->dst.rank)
+                    arrival[op->ctr] = 1;
+            }
+}
+
+/* Every cross-node copy and every empty put of the program is exactly one send, and nothing
+ * else is; an unsignalled put is covered by a signalled one of its step to the same rank. */
 static void check_coverage(const tide_program_t *prog, const tide_rails_t *r) {
     const int l = prog->plan->topo.gpus_per_node;
     uint64_t prog_bytes = 0, send_bytes = 0, recv_bytes = 0;
+    uint8_t arrival[TIDE_ARENA_SIGNAL_SLOTS];
+    arrival_counters(prog, arrival, TIDE_ARENA_SIGNAL_SLOTS);
     for (int a = 0; a < prog->num_ranks; ++a) {
         const tide_rails_rank_t *ra = &r->ranks[a];
         int seen = 0;
@@ -100,18 +121,36 @@ static void check_coverage(const tide_program_t *prog, const tide_rails_t *r) {
                 const bool remote = (op->dst.kind == TIDE_REF_ARENA ||
                                      op->dst.kind == TIDE_REF_LANDING) &&
                                     tide_rails_remote(l, a, op->dst.rank);
-                if (!remote) continue;
+                const bool empty = op->kind == TIDE_OP_SIGNAL &&
+                                   tide_rails_remote(l, a, op->sig_rank) && arrival[op->ctr];
+                if (!remote && !empty) continue;
                 prog_bytes += op->bytes * (op->kind == TIDE_OP_COPY2D ? op->rows : 1);
                 int found = 0;
                 for (int k = 0; k < ra->num_sends; ++k) {
                     const tide_rail_xfer_t *s = &ra->sends[k];
-                    if (s->queue == q && s->op == i) {
-                        ++found;
-                        assert_true(same_ref(&s->src, &op->src) && same_ref(&s->dst, &op->dst));
-                        assert_int_equal(s->bytes, op->bytes);
-                        assert_int_equal(s->dst_rank, op->dst.rank);
-                        assert_int_equal(s->ctr, op->ctr);
+                    if (s->queue != q || s->op != i) continue;
+                    ++found;
+                    assert_int_equal(s->ctr, op->sig_rank >= 0 ? op->ctr : -1);
+                    if (empty) {
+                        assert_int_equal(s->bytes, 0);
+                        assert_int_equal(s->src.kind, TIDE_REF_NONE);
+                        assert_int_equal(s->dst_rank, op->sig_rank);
+                        continue;
                     }
+                    assert_true(same_ref(&s->src, &op->src) && same_ref(&s->dst, &op->dst));
+                    assert_int_equal(s->bytes, op->bytes);
+                    assert_int_equal(s->dst_rank, op->dst.rank);
+                    if (s->ctr >= 0) continue;
+                    /* Unsignalled: a later send of the same step to the same rank signals. */
+                    bool covered = false;
+                    for (int st = 0; st < r->num_steps; ++st) {
+                        const tide_rail_step_t *sp = &ra->steps[st];
+                        if (k < sp->first_send || k >= sp->first_send + sp->num_sends) continue;
+                        for (int j = k + 1; j < sp->first_send + sp->num_sends; ++j)
+                            covered |=
+                                ra->sends[j].dst_rank == s->dst_rank && ra->sends[j].ctr >= 0;
+                    }
+                    assert_true(covered);
                 }
                 assert_int_equal(found, 1);
                 ++seen;
@@ -129,154 +168,48 @@ static void check_coverage(const tide_program_t *prog, const tide_rails_t *r) {
 
 /* ------------------------------------------------------------------ lockstep */
 
-typedef struct {
-    const tide_program_t *prog;
-    const tide_rails_t *r;
-    tide_machine_t m;
-    int steps;          /* 2 calls x num_steps */
-    int *next_post;     /* [n] */
-    uint8_t *posted;    /* [n * steps] */
-    uint8_t *completed; /* [n * steps] */
-    int64_t *exec[TIDE_Q_COUNT]; /* [n * max ops]: calls an op ran in */
-    int max_ops;
-} sim_t;
-
-static int64_t *exec_of(sim_t *s, int rank, int q, int i) {
-    return &s->exec[q][(size_t)rank * (size_t)s->max_ops + (size_t)i];
-}
-
-static bool try_post(sim_t *s, int a) {
-    const tide_rails_rank_t *ra = &s->r->ranks[a];
-    const int g = s->next_post[a];
-    if (g >= s->steps || s->m.finished[a]) return false;
-    const int e = g / s->r->num_steps, st = g % s->r->num_steps;
-    const tide_rail_step_t *step = &ra->steps[st];
-    if (s->m.epoch[a] != e || s->m.pc[a * TIDE_Q_COUNT + step->queue] != step->first_op)
-        return false;
-    if (g > 0 && !s->completed[(size_t)a * (size_t)s->steps + (size_t)g - 1]) return false;
-    for (int c = step->first_credit; c < step->first_credit + step->num_credits; ++c) {
-        const tide_rail_credit_t *cr = &ra->credits[c];
-        if (e - cr->delta >= 0 && *exec_of(s, a, cr->queue, cr->op) < e - cr->delta + 1)
-            return false;
-    }
-    s->posted[(size_t)a * (size_t)s->steps + (size_t)g] = 1;
-    ++s->next_post[a];
-    return true;
-}
-
-static bool try_complete(sim_t *s, int a, int limit) {
-    const tide_rails_rank_t *ra = &s->r->ranks[a];
-    bool any = false;
-    for (int g = 0; g < limit && g < s->steps; ++g) {
-        const size_t ag = (size_t)a * (size_t)s->steps + (size_t)g;
-        if (!s->posted[ag] || s->completed[ag]) continue;
-        const tide_rail_step_t *step = &ra->steps[g % s->r->num_steps];
-        bool ok = true;
-        for (int k = step->first_send; ok && k < step->first_send + step->num_sends; ++k)
-            ok = s->posted[(size_t)ra->sends[k].dst_rank * (size_t)s->steps + (size_t)g];
-        for (int k = step->first_recv; ok && k < step->first_recv + step->num_recvs; ++k)
-            ok = s->posted[(size_t)ra->recvs[k].src_rank * (size_t)s->steps + (size_t)g];
-        if (!ok) continue;
-        s->completed[ag] = 1;
-        for (int k = step->first_recv; k < step->first_recv + step->num_recvs; ++k)
-            ++*tide_machine_counter(&s->m, a, ra->recvs[k].ctr);
-        any = true;
-    }
-    return any;
-}
-
-/* Fire thread t's head under rail semantics; false when it cannot run now. */
-static bool try_fire(sim_t *s, int t) {
-    const int a = t / TIDE_Q_COUNT, q = t % TIDE_Q_COUNT;
-    const tide_op_t *op = tide_machine_head(&s->m, t);
-    if (op == NULL) return false;
-    const int i = s->m.pc[t], e = s->m.epoch[a];
-    const tide_rails_rank_t *ra = &s->r->ranks[a];
-    if (q == ra->queue && ra->put_step[i] >= 0) {
-        const int g = e * s->r->num_steps + ra->put_step[i];
-        if (!s->completed[(size_t)a * (size_t)s->steps + (size_t)g]) return false;
-        const int rank = op->sig_rank, ctr = op->ctr;
-        tide_machine_fire(&s->m, t);
-        --*tide_machine_counter(&s->m, rank, ctr); /* the receiver raised it at completion */
-        return true;
-    }
-    if (ra->credit[q][i]) {
-        const int rank = op->sig_rank, ctr = op->ctr;
-        ++*exec_of(s, a, q, i);
-        tide_machine_fire(&s->m, t);
-        --*tide_machine_counter(&s->m, rank, ctr); /* a credit delivers nothing */
-        return true;
-    }
-    if (!ra->dropped[q][i] && !tide_machine_enabled(&s->m, t)) return false;
-    ++*exec_of(s, a, q, i);
-    tide_machine_fire(&s->m, t);
-    return true;
-}
-
-static void fixpoint(sim_t *s, int limit) {
-    for (bool progress = true; progress;) {
-        progress = false;
-        for (int t = 0; t < s->m.threads; ++t)
-            while (try_fire(s, t))
-                progress = true;
-        for (int a = 0; a < s->m.n; ++a) {
-            while (try_post(s, a))
-                progress = true;
-            if (try_complete(s, a, limit)) progress = true;
-        }
-    }
-}
-
 static bool check_lockstep(const tide_program_t *prog, const tide_rails_t *r, char *why,
                            size_t len) {
-    sim_t s;
-    memset(&s, 0, sizeof(s));
-    s.prog = prog;
-    s.r = r;
-    assert_tide(TIDE_SUCCESS, tide_machine_init(&s.m, prog, tide_machine_counters_used(prog), 2));
-    const int n = prog->num_ranks;
-    s.steps = 2 * r->num_steps;
-    for (int a = 0; a < n; ++a)
-        for (int q = 0; q < TIDE_Q_COUNT; ++q)
-            if (prog->ranks[a].queues[q].num_ops > s.max_ops)
-                s.max_ops = prog->ranks[a].queues[q].num_ops;
-    s.next_post = calloc((size_t)n, sizeof(int));
-    s.posted = calloc((size_t)n * (size_t)s.steps + 1, 1);
-    s.completed = calloc((size_t)n * (size_t)s.steps + 1, 1);
-    assert_true(s.next_post && s.posted && s.completed);
-    for (int q = 0; q < TIDE_Q_COUNT; ++q) {
-        s.exec[q] = calloc((size_t)n * (size_t)(s.max_ops + 1), sizeof(int64_t));
-        assert_non_null(s.exec[q]);
-    }
-    bool ok = true;
-    for (int g = 0; g < s.steps && ok; ++g) {
-        fixpoint(&s, g);
-        for (int a = 0; a < n && ok; ++a)
-            if (!s.posted[(size_t)a * (size_t)s.steps + (size_t)g]) {
-                const int t = a * TIDE_Q_COUNT + r->ranks[a].queue;
-                snprintf(why, len,
-                         "rank %d cannot post step %d of call %d while only earlier steps "
-                         "completed (its %s queue is at op %d, call %d)",
-                         a, g % r->num_steps, g / r->num_steps,
-                         tide_queue_name((tide_queue_t)r->ranks[a].queue), s.m.pc[t],
-                         s.m.epoch[a]);
-                ok = false;
-            }
-    }
-    if (ok) {
-        fixpoint(&s, s.steps);
-        if (!tide_machine_done(&s.m)) {
-            snprintf(why, len, "the two calls do not finish after every step completed");
-            ok = false;
-        }
-    }
-    tide_machine_free(&s.m);
-    free(s.next_post);
-    free(s.posted);
-    free(s.completed);
-    for (int q = 0; q < TIDE_Q_COUNT; ++q)
-        free(s.exec[q]);
+    rails_sim_t s;
+    rails_sim_init(&s, prog, r, 2, NULL);
+    const bool ok = rails_sim_lockstep(&s, why, len);
+    rails_sim_free(&s);
     return ok;
+}
+
+/* ------------------------------------------------------------------ the fabric's schedule */
+
+/* The command list the rail fabrics replay (tide_schedule_build_rails) builds, and every wait
+ * on a signal of another node's rank names a put to the waiter (its own flag, written by the
+ * step) or a credit (not waited for): what fabric/cuda/mp_rails.c requires of each slot. */
+static void check_fabric_schedule(const tide_program_t *prog, const tide_rails_t *r,
+                                  const char *what) {
+    const int l = prog->plan->topo.gpus_per_node;
+    tide_schedule_t s;
+    assert_tide(TIDE_SUCCESS, tide_schedule_build_rails(prog, l, &s));
+    int cross = 0;
+    for (int f = 0; f < TIDE_SCHED_FORMS; ++f)
+        for (int i = 0; i < s.num_cmds[f]; ++i) {
+            const tide_sched_cmd_t *c = &s.cmds[f][i];
+            if (c->kind != TIDE_SCHED_CMD_WAIT && c->kind != TIDE_SCHED_CMD_WAIT_PREV) continue;
+            const int me = c->thread / TIDE_Q_COUNT, t = s.slot_thread[c->arg];
+            const int u = t / TIDE_Q_COUNT, q = t % TIDE_Q_COUNT;
+            if (!tide_rails_remote(l, me, u)) continue;
+            int op = -1;
+            for (int k = s.op_base[t]; k < s.op_base[t + 1] && op < 0; ++k)
+                if (s.op_slot[k] == c->arg) op = k - s.op_base[t];
+            assert_true(op >= 0);
+            const tide_rails_rank_t *ru = &r->ranks[u];
+            const bool put = q == ru->queue && ru->put_step[op] >= 0 &&
+                             prog->ranks[u].queues[q].ops[op].sig_rank == me;
+            if (!put && !ru->credit[q][op])
+                fail_msg("%s: rank %d waits on %s[%d] of rank %d, neither a put to it nor a "
+                         "credit",
+                         what, me, tide_queue_name((tide_queue_t)q), op, u);
+            ++cross;
+        }
+    if (prog->plan->topo.nodes > 1) assert_true(cross > 0);
+    tide_schedule_free(&s);
 }
 
 /* ------------------------------------------------------------------ the matrix */
@@ -289,7 +222,7 @@ static void check_program(const tide_program_t *prog, const char *what) {
     check_coverage(prog, &r);
     if (prog->plan->topo.nodes > 1) assert_true(r.num_steps >= 1);
     if (!check_lockstep(prog, &r, why, sizeof(why))) fail_msg("%s: lockstep: %s", what, why);
-    if (getenv("TIDE_TEST_VERBOSE")) printf("%s: %d puts, %d steps, %d credits on rank 0\n", what, r.puts, r.num_steps, r.ranks[0].num_credits);
+    check_fabric_schedule(prog, &r, what);
     tide_rails_free(&r);
 }
 
@@ -386,23 +319,123 @@ static void test_2d_put_is_unsupported(void **state) {
     tide_plan_destroy(plan);
 }
 
-/* The rail lane's programs (L = 1) are not rail-shaped for the NCCL fabric yet: pieces put
- * without a signal each (RS) and a put count that depends on the rank (AG wrap-around).  They
- * are refused with a reason, never mapped wrongly (the NCCL fabric gets generic plans). */
-static void test_rail_lane_is_unsupported(void **state) {
-    (void)state;
-    const tide_param_shape_t shapes[] = {{11, 3}, {5, 8}};
-    tide_plan_t plan = test_plan(5, 1, 0, 1, TIDE_RS_IN_PLACE, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16,
-                                 shapes, 2);
+/* ------------------------------------------------------------------ the rail lane */
+
+/* Rows that do not divide by M, a parameter of one row: in the RS its blocks for every rank
+ * but 0 hold only padding, which the lane announces with empty puts. */
+static tide_plan_t lane_plan_of(int m, int passes, tide_rs_mode_t mode, bool cast) {
+    const tide_param_shape_t shapes[] = {{2 * m - 1, 3}, {1, 8}, {m + 1, 1}, {3 * m + 2, 2}};
+    tide_plan_t plan = test_plan_lane(m, 1, 0, passes, mode, TIDE_DTYPE_BF16,
+                                      cast ? TIDE_DTYPE_FP32 : TIDE_DTYPE_BF16, shapes, 4,
+                                      TIDE_LANE_RAIL);
     assert_true(plan->rs.rail_lane);
-    tide_program_t ag, rs;
+    return plan;
+}
+
+static int empty_sends(const tide_rails_t *r) {
+    int n = 0;
+    for (int a = 0; a < r->num_ranks; ++a)
+        for (int k = 0; k < r->ranks[a].num_sends; ++k)
+            n += r->ranks[a].sends[k].src.kind == TIDE_REF_NONE;
+    return n;
+}
+
+/* The lane's AG: one step per Bruck round on every rank, to rank n - 2^d; the rank whose run
+ * wraps past M - 1 sends two copies per parameter.  Its RS: one step per send J = pi (M - 1)
+ * + c - 1, to rank n + c, the pieces of one send in one step. */
+static void check_lane_shape(const tide_plan_t plan, const tide_rails_t *r, bool ag) {
+    const int m = plan->topo.nodes, p = plan->geom.num_params;
+    const int steps = ag ? plan->ag.num_rounds : plan->rs.passes * (m - 1);
+    assert_int_equal(r->num_steps, steps);
+    for (int a = 0; a < m; ++a)
+        for (int s = 0; s < steps; ++s) {
+            const tide_rails_rank_t *ra = &r->ranks[a];
+            const tide_rail_step_t *st = &ra->steps[s];
+            const int to = ag ? ((a - plan->ag.rounds[s].distance) % m + m) % m
+                              : (a + s % (m - 1) + 1) % m;
+            for (int k = st->first_send; k < st->first_send + st->num_sends; ++k)
+                assert_int_equal(ra->sends[k].dst_rank, to);
+            if (ag) {
+                const int wraps = a + plan->ag.rounds[s].count > m;
+                assert_int_equal(st->num_sends, (1 + wraps) * p);
+            }
+        }
+}
+
+static void test_lane_matrix(void **state) {
+    (void)state;
+    static const int ms[] = {2, 3, 4, 5, 8, 13, 16};
+    int programs = 0, empties = 0;
+    for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); ++mi)
+        for (int passes = 1; passes <= 3; ++passes)
+            for (int mode = 0; mode < TIDE_RS_MODE_COUNT; ++mode) {
+                const int m = ms[mi];
+                const bool cast = (passes + mode) % 2 == 1;
+                char what[96];
+                tide_plan_t plan = lane_plan_of(m, passes, (tide_rs_mode_t)mode, cast);
+                tide_program_t prog;
+                tide_rails_t r;
+                assert_tide(TIDE_SUCCESS, tide_program_compile_ag(plan, &prog));
+                snprintf(what, sizeof(what), "lane AG %dx1%s", m, cast ? " cast" : "");
+                check_program(&prog, what);
+                assert_tide(TIDE_SUCCESS, tide_rails_build(&prog, &r));
+                check_lane_shape(plan, &r, true);
+                tide_rails_free(&r);
+                tide_program_free(&prog);
+                assert_tide(TIDE_SUCCESS,
+                            tide_program_compile_rs(plan, (tide_rs_mode_t)mode, &prog));
+                snprintf(what, sizeof(what), "lane RS %dx1 mode %d passes %d", m, mode, passes);
+                check_program(&prog, what);
+                assert_tide(TIDE_SUCCESS, tide_rails_build(&prog, &r));
+                check_lane_shape(plan, &r, false);
+                empties += empty_sends(&r);
+                tide_rails_free(&r);
+                tide_program_free(&prog);
+                tide_plan_destroy(plan);
+                programs += 2;
+            }
+    assert_int_equal(programs, 7 * 3 * TIDE_RS_MODE_COUNT * 2);
+    assert_true(empties > 0); /* the one-row parameter made padding-only blocks */
+}
+
+/* The lane RS's last piece of a send loses its signal: nothing covers that step's pieces. */
+static void test_lane_uncovered_piece_is_unsupported(void **state) {
+    (void)state;
+    tide_plan_t plan = lane_plan_of(3, 1, TIDE_RS_IN_PLACE, false);
+    tide_program_t prog;
+    assert_tide(TIDE_SUCCESS, tide_program_compile_rs(plan, TIDE_RS_IN_PLACE, &prog));
+    tide_queue_ops_t *qo = &prog.ranks[0].queues[TIDE_Q_READ];
+    int i = 0;
+    while (i < qo->num_ops && !(qo->ops[i].kind == TIDE_OP_COPY && qo->ops[i].sig_rank >= 0))
+        ++i;
+    assert_true(i < qo->num_ops && i > 0 && qo->ops[i - 1].kind == TIDE_OP_COPY);
+    qo->ops[i].sig_rank = -1;
     tide_rails_t r;
-    assert_tide(TIDE_SUCCESS, tide_program_compile_ag(plan, &ag));
-    assert_tide(TIDE_SUCCESS, tide_program_compile_rs(plan, TIDE_RS_IN_PLACE, &rs));
-    assert_tide(TIDE_ERR_UNSUPPORTED, tide_rails_build(&ag, &r));
-    assert_tide(TIDE_ERR_UNSUPPORTED, tide_rails_build(&rs, &r));
-    tide_program_free(&ag);
-    tide_program_free(&rs);
+    assert_tide(TIDE_ERR_UNSUPPORTED, tide_rails_build(&prog, &r));
+    assert_non_null(strstr(tide_get_last_error(), "signals nothing"));
+    tide_program_free(&prog);
+    tide_plan_destroy(plan);
+}
+
+/* One put in the middle of rank 0's last AG round becomes a local copy: its round splits in
+ * two steps there and nowhere else, so the ranks' steps no longer pair up. */
+static void test_lane_split_round_is_unsupported(void **state) {
+    (void)state;
+    tide_plan_t plan = lane_plan_of(4, 1, TIDE_RS_IN_PLACE, false);
+    tide_program_t prog;
+    assert_tide(TIDE_SUCCESS, tide_program_compile_ag(plan, &prog));
+    tide_queue_ops_t *qo = &prog.ranks[0].queues[TIDE_Q_CALLER];
+    int last = -1;
+    for (int i = 0; i < qo->num_ops; ++i)
+        if (qo->ops[i].kind == TIDE_OP_COPY && qo->ops[i].dst.rank != 0) last = i;
+    assert_true(last >= 2 && qo->ops[last - 2].kind == TIDE_OP_COPY);
+    tide_op_t *mid = &qo->ops[last - 1];
+    mid->dst.rank = 0;
+    mid->sig_rank = -1;
+    tide_rails_t r;
+    assert_tide(TIDE_ERR_UNSUPPORTED, tide_rails_build(&prog, &r));
+    assert_non_null(strstr(tide_get_last_error(), "rail steps per call"));
+    tide_program_free(&prog);
     tide_plan_destroy(plan);
 }
 
@@ -453,7 +486,9 @@ int main(void) {
         cmocka_unit_test(test_matrix),
         cmocka_unit_test(test_ag_steps_are_rounds),
         cmocka_unit_test(test_2d_put_is_unsupported),
-        cmocka_unit_test(test_rail_lane_is_unsupported),
+        cmocka_unit_test(test_lane_matrix),
+        cmocka_unit_test(test_lane_uncovered_piece_is_unsupported),
+        cmocka_unit_test(test_lane_split_round_is_unsupported),
         cmocka_unit_test(test_own_step_dependency_fails),
         cmocka_unit_test(test_moved_recv_fails_matching),
     };

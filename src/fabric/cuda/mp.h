@@ -377,6 +377,10 @@ tide_result_t tide_cuda_mp_rails_resolve(const tide_mp_arena_t *a, const tide_mp
                                          int rank, const tide_ref_t *ref, bool bank_dep,
                                          uint64_t bytes, void **ptr_out);
 
+/* Whether a world of this fabric (or of the NCCL fabric, which runs its calls through this
+ * fabric's execute) runs the rail lane: every one does, with or without rails (mp_world.c). */
+bool tide_cuda_mp_rail_lane(const struct tide_fabric_world *world);
+
 tide_result_t tide_cuda_mp_world_create(int nodes, int gpus_per_node, int rank, const char *name,
                                         struct tide_fabric_world **out);
 tide_result_t tide_cuda_mp_execute(struct tide_fabric_arena *arena, const tide_program_t *prog,

@@ -202,6 +202,13 @@ tide_result_t tide_cuda_mp_rails_resolve(const tide_mp_arena_t *a, const tide_mp
     } else if (ref->kind == TIDE_REF_SHARD && rank == me) {
         base = (uint8_t *)(uintptr_t)c->b->shard;
         size = tide_bind_shard_bytes(plan);
+    } else if (ref->kind == TIDE_REF_GRAD && rank == me && c->b->grads != NULL &&
+               ref->param >= 0 && ref->param < plan->geom.num_params) {
+        /* The rail lane's RS puts straight from the gradient operands (compile_lane.c). */
+        const tide_geom_param_t *gp = &plan->geom.params[ref->param];
+        base = (uint8_t *)(uintptr_t)c->b->grads[ref->param];
+        if (!tide_mul_u64(gp->dim0 * gp->inner, (uint64_t)plan->geom.grad_item, &size))
+            return TIDE_ERR(TIDE_ERR_OVERFLOW, "rails: gradient %d bytes", ref->param);
     } else {
         return TIDE_ERR(TIDE_ERR_INTERNAL,
                         "rails: rank %d cannot address reference kind %d of rank %d on rank %d",
@@ -283,15 +290,15 @@ static tide_result_t emulated_transfer(tide_mp_arena_t *a, const tide_mp_rails_p
                            "cuStreamWriteValue64(rail posted)"));
     for (int k = st->first_send; k < st->first_send + st->num_sends; ++k) {
         const tide_rail_xfer_t *x = &rr->sends[k];
+        if (x->bytes == 0) continue; /* an empty put: nothing to move (program/rails.h) */
         void *src = NULL, *dst = NULL;
         TIDE_CHECK(tide_cuda_mp_rails_resolve(a, c, me, &x->src, x->bank_dep, x->bytes, &src));
         TIDE_CHECK(tide_cuda_mp_rails_resolve(a, c, x->dst_rank, &x->dst, x->bank_dep, x->bytes,
                                               &dst));
         TIDE_CHECK(
             wait_geq(a, rail, tide_cuda_mp_rail_flag(a, x->dst_rank, c->fidx, step, 0), value));
-        if (x->bytes > 0)
-            TIDE_CUDA_CALL(cudaMemcpyAsync(dst, src, (size_t)x->bytes, cudaMemcpyDefault, rail),
-                           "cudaMemcpyAsync(rail send)");
+        TIDE_CUDA_CALL(cudaMemcpyAsync(dst, src, (size_t)x->bytes, cudaMemcpyDefault, rail),
+                       "cudaMemcpyAsync(rail send)");
     }
     TIDE_CHECK(write_value(rail, tide_cuda_mp_rail_flag(a, me, c->fidx, step, 1), value,
                            "cuStreamWriteValue64(rail sent)"));

@@ -90,15 +90,21 @@ static tide_result_t resolve_step(tide_mp_arena_t *a, const tide_mp_rails_call_t
                                   int me) {
     void *p = NULL;
     for (int k = st->first_send; k < st->first_send + st->num_sends; ++k)
-        TIDE_CHECK(tide_cuda_mp_rails_resolve(a, c, me, &rr->sends[k].src,
-                                              rr->sends[k].bank_dep != 0, rr->sends[k].bytes, &p));
+        if (rr->sends[k].bytes > 0)
+            TIDE_CHECK(tide_cuda_mp_rails_resolve(a, c, me, &rr->sends[k].src,
+                                                  rr->sends[k].bank_dep != 0, rr->sends[k].bytes,
+                                                  &p));
     for (int k = st->first_recv; k < st->first_recv + st->num_recvs; ++k)
-        TIDE_CHECK(tide_cuda_mp_rails_resolve(a, c, me, &rr->recvs[k].dst,
-                                              rr->recvs[k].bank_dep != 0, rr->recvs[k].bytes, &p));
+        if (rr->recvs[k].bytes > 0)
+            TIDE_CHECK(tide_cuda_mp_rails_resolve(a, c, me, &rr->recvs[k].dst,
+                                                  rr->recvs[k].bank_dep != 0, rr->recvs[k].bytes,
+                                                  &p));
     return TIDE_SUCCESS;
 }
 
-/* One NCCL group: every send and receive of the step. */
+/* One NCCL group: every send and receive of the step.  An empty put (zero bytes, program/
+ * rails.h) is neither sent nor received, on both sides alike: it carries no bytes, and its
+ * receiver raises its signal after the step's credits and transfers anyway. */
 static tide_result_t transfer(tide_mp_arena_t *a, const tide_mp_rails_prog_t *rp,
                               const tide_mp_rails_call_t *c, int step, cudaStream_t rail) {
     const tide_nccl_world_t *w = (const tide_nccl_world_t *)a->w;
@@ -119,6 +125,7 @@ static tide_result_t transfer(tide_mp_arena_t *a, const tide_mp_rails_prog_t *rp
     for (int k = st->first_send; k < st->first_send + st->num_sends && first == ncclSuccess;
          ++k) {
         const tide_rail_xfer_t *x = &rr->sends[k];
+        if (x->bytes == 0) continue;
         void *src = NULL;
         (void)tide_cuda_mp_rails_resolve(a, c, me, &x->src, x->bank_dep != 0, x->bytes, &src);
         first = lib->Send(src, (size_t)x->bytes, ncclUint8, x->dst_rank / l, w->rail_comm, rail);
@@ -127,6 +134,7 @@ static tide_result_t transfer(tide_mp_arena_t *a, const tide_mp_rails_prog_t *rp
     for (int k = st->first_recv; k < st->first_recv + st->num_recvs && first == ncclSuccess;
          ++k) {
         const tide_rail_xfer_t *x = &rr->recvs[k];
+        if (x->bytes == 0) continue;
         void *dst = NULL;
         (void)tide_cuda_mp_rails_resolve(a, c, me, &x->dst, x->bank_dep != 0, x->bytes, &dst);
         first = lib->Recv(dst, (size_t)x->bytes, ncclUint8, x->src_rank / l, w->rail_comm, rail);

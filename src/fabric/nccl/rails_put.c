@@ -25,11 +25,13 @@
  *   2. wait     ncclWaitSignal, one ready from every peer it puts to in the step
  *   3. puts     ncclPutSignal per send, into the receiver's rail window at the destination's
  *               offset (one group)
- *   4. shard    sends whose source is the caller's shard operand (no window holds it: the
- *               AG's own-shard puts without the cast) and their receives: ncclSend /
- *               ncclRecv on rail_comm, one group (both sides tell them from the put's source
- *               kind, which every rank's schedule has)
+ *   4. shard    sends whose source is the caller's shard or gradient operand (no window
+ *               holds it: the AG's own-shard puts without the cast, the rail lane's RS
+ *               pieces) and their receives: ncclSend / ncclRecv on rail_comm, one group (both
+ *               sides tell them from the put's source kind, which every rank's schedule has)
  *   5. arrival  ncclWaitSignal for the step's puts from each peer (rail_comm)
+ *
+ * Empty puts (zero bytes, program/rails.h) take part in none of these, on either side.
  *
  * Counts match by construction: every rank derives the same steps (program/rails.h), sends
  * one ready per (step, sender it receives puts from) and puts in step order, and a sender's
@@ -52,8 +54,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A put from the caller's shard operand goes two-sided (no window holds its source). */
-static bool two_sided(const tide_rail_xfer_t *x) { return x->src.kind == TIDE_REF_SHARD; }
+/* A put from the caller's shard or gradient operand goes two-sided (no window holds its
+ * source: the AG's own shard without the cast, the rail lane's RS pieces). */
+static bool two_sided(const tide_rail_xfer_t *x) {
+    return x->src.kind == TIDE_REF_SHARD || x->src.kind == TIDE_REF_GRAD;
+}
+
+/* An empty put (zero bytes, program/rails.h) is neither put nor sent, nor waited for, by
+ * either side: it carries nothing, and its receiver raises its signal after the step's
+ * credits anyway. */
+static bool empty(const tide_rail_xfer_t *x) { return x->bytes == 0; }
 
 /* Offset in this rank's segment of an address resolved on this rank. */
 static tide_result_t seg_offset(const tide_mp_arena_t *a, const void *p, uint64_t bytes,
@@ -118,6 +128,7 @@ static tide_result_t resolve_step(tide_mp_arena_t *a, const tide_mp_rails_call_t
     void *p = NULL;
     for (int k = st->first_send; k < st->first_send + st->num_sends; ++k) {
         const tide_rail_xfer_t *x = &rr->sends[k];
+        if (empty(x)) continue;
         if (two_sided(x))
             TIDE_CHECK(tide_cuda_mp_rails_resolve(a, c, me, &x->src, x->bank_dep != 0, x->bytes,
                                                   &p));
@@ -125,9 +136,10 @@ static tide_result_t resolve_step(tide_mp_arena_t *a, const tide_mp_rails_call_t
             TIDE_CHECK(put_addrs(a, c, x, &src, &off));
     }
     for (int k = st->first_recv; k < st->first_recv + st->num_recvs; ++k)
-        TIDE_CHECK(tide_cuda_mp_rails_resolve(a, c, me, &rr->recvs[k].dst,
-                                              rr->recvs[k].bank_dep != 0, rr->recvs[k].bytes,
-                                              &p));
+        if (!empty(&rr->recvs[k]))
+            TIDE_CHECK(tide_cuda_mp_rails_resolve(a, c, me, &rr->recvs[k].dst,
+                                                  rr->recvs[k].bank_dep != 0, rr->recvs[k].bytes,
+                                                  &p));
     return TIDE_SUCCESS;
 }
 
@@ -141,12 +153,16 @@ static tide_result_t put_step(tide_mp_arena_t *a, const tide_rails_rank_t *rr,
     const int me = w->mp.base.rank, l = w->mp.base.gpus_per_node;
     int n_from = 0, n_to = 0, n_two = 0;
     for (int k = st->first_recv; k < st->first_recv + st->num_recvs; ++k)
-        if (two_sided(&rr->recvs[k]))
+        if (empty(&rr->recvs[k]))
+            continue;
+        else if (two_sided(&rr->recvs[k]))
             ++n_two;
         else
             n_from = add_peer(from, n_from, rr->recvs[k].src_rank / l);
     for (int k = st->first_send; k < st->first_send + st->num_sends; ++k)
-        if (two_sided(&rr->sends[k]))
+        if (empty(&rr->sends[k]))
+            continue;
+        else if (two_sided(&rr->sends[k]))
             ++n_two;
         else
             n_to = add_peer(to, n_to, rr->sends[k].dst_rank / l);
@@ -169,7 +185,7 @@ static tide_result_t put_step(tide_mp_arena_t *a, const tide_rails_rank_t *rr,
         for (int k = st->first_send; k < st->first_send + st->num_sends && first == ncclSuccess;
              ++k) {
             const tide_rail_xfer_t *x = &rr->sends[k];
-            if (two_sided(x)) continue;
+            if (two_sided(x) || empty(x)) continue;
             const void *src = NULL;
             uint64_t off = 0;
             (void)put_addrs(a, c, x, &src, &off); /* resolved once already: cannot fail */
@@ -187,7 +203,7 @@ static tide_result_t put_step(tide_mp_arena_t *a, const tide_rails_rank_t *rr,
         for (int k = st->first_send; k < st->first_send + st->num_sends && first == ncclSuccess;
              ++k) {
             const tide_rail_xfer_t *x = &rr->sends[k];
-            if (!two_sided(x)) continue;
+            if (!two_sided(x) || empty(x)) continue;
             void *src = NULL;
             (void)tide_cuda_mp_rails_resolve(a, c, me, &x->src, x->bank_dep != 0, x->bytes, &src);
             first = lib->Send(src, (size_t)x->bytes, ncclUint8, x->dst_rank / l, w->rail_comm,
@@ -197,7 +213,7 @@ static tide_result_t put_step(tide_mp_arena_t *a, const tide_rails_rank_t *rr,
         for (int k = st->first_recv; k < st->first_recv + st->num_recvs && first == ncclSuccess;
              ++k) {
             const tide_rail_xfer_t *x = &rr->recvs[k];
-            if (!two_sided(x)) continue;
+            if (!two_sided(x) || empty(x)) continue;
             void *dst = NULL;
             (void)tide_cuda_mp_rails_resolve(a, c, me, &x->dst, x->bank_dep != 0, x->bytes, &dst);
             first = lib->Recv(dst, (size_t)x->bytes, ncclUint8, x->src_rank / l, w->rail_comm,

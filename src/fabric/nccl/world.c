@@ -369,6 +369,9 @@ static tide_result_t nccl_world_destroy(struct tide_fabric_world *world) {
 const struct tide_fabric_ops tide_fabric_nccl_ops = {
     .kind = TIDE_FABRIC_NCCL,
     .name = "nccl (created by tide_comm_init_nccl or tide_comm_init_nccl_comm)",
+    /* The lane needs M >= 2, i.e. the rails; their mapping takes the lane's programs
+     * (program/rails.h), and the execute is the CUDA mp fabric's. */
+    .rail_lane = tide_cuda_mp_rail_lane,
     .world_create_all = NULL,
     .world_create_rank = NULL,
     .world_destroy = nccl_world_destroy,
