@@ -294,7 +294,7 @@ tide_result_t tide_cpu_direct_copy(tide_cpu_direct_prog_t *dp, const tide_bindin
     if (src->put < 0) return TIDE_SUCCESS;
     /* The put's source as the sender binds it for this call: its shard. */
     const int t = tide_direct_thread_of(dp->sched, src->put);
-    const tide_binding_t *sb;
+    const tide_binding_t *sb = NULL;
     TIDE_CHECK(peer(b, dp->coll, t / TIDE_Q_COUNT, &sb));
     tide_bound_op_t put;
     TIDE_CHECK(tide_bind_op(sb, dp->prog, (tide_queue_t)(t % TIDE_Q_COUNT),
@@ -308,7 +308,7 @@ static tide_result_t peer_row(tide_cpu_direct_prog_t *dp, const tide_binding_t *
     const int l = dp->dir->l, j = b->rank % l, node0 = b->rank - j;
     const int np = dp->prog->plan->geom.num_params;
     for (int k = 0; k < l - 1; ++k) {
-        const tide_binding_t *ub;
+        const tide_binding_t *ub = NULL;
         TIDE_CHECK(peer(b, dp->coll, node0 + (k < j ? k : k + 1), &ub));
         if (ub->grads == NULL)
             return TIDE_ERR(TIDE_ERR_INTERNAL, "cpu fabric: rank %d has no gradients",
@@ -344,7 +344,7 @@ tide_result_t tide_cpu_direct_sum(tide_cpu_direct_prog_t *dp, const tide_binding
         const int lrank = lt / TIDE_Q_COUNT;
         const tide_op_t *lop = tide_schedule_op(dp->prog, dp->sched, f[s].land, lt);
         const tide_table_t *tb = &dp->prog->ranks[lrank].tables[lop->table];
-        const tide_binding_t *lb;
+        const tide_binding_t *lb = NULL;
         TIDE_CHECK(peer(b, dp->coll, lrank, &lb));
         row->dst = lb->out + tb->land_segs[f[s].seg].out_off;
         row->alpha = lb->alpha;
