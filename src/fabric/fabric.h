@@ -169,7 +169,24 @@ struct tide_fabric_ops {
     tide_result_t (*call_check)(struct tide_fabric_arena *arena, tide_collective_t coll,
                                 uint64_t epoch, uint64_t sig, int *other_rank_out,
                                 uint64_t *other_sig_out);
+
+    /* Optional (NULL: the fabric captures no call into a CUDA graph).  Whether this rank's
+     * call of `prog` on `arena` would be captured into the capture `stream` is part of (one
+     * that begins now when it is not capturing): the fabric's own checks, those execute makes
+     * before it records a captured call (the same function), with no side effects.  Adds
+     * TIDE_CAPTURE_NO_FABRIC / TIDE_CAPTURE_OTHER_GRAPH bits to v (tide_capture_block);
+     * *key_out: the capture's id + 1, 0 when `stream` is not capturing.  Whether the program
+     * ran before is core's bookkeeping (api/capture.c), not asked here.  Returns an error only
+     * when the stream cannot be asked (the legacy default stream during a capture, an
+     * invalidated capture, a CUDA error). */
+    tide_result_t (*capture_check)(struct tide_fabric_arena *arena, const tide_program_t *prog,
+                                   void *stream, uint64_t *key_out, tide_capture_readiness_t *v);
 };
+
+/* Add blocker `bit` to v; its sentence becomes v->reason when v had no blocker of a lower bit
+ * (the reason is always the first blocker in the order of the bits) (capture.c). */
+void tide_capture_block(tide_capture_readiness_t *v, uint32_t bit, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* The providers.  A fabric that is not built has no ops; tide_fabric_lookup returns NULL. */
 extern const struct tide_fabric_ops tide_fabric_cpu_ops;
