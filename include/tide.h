@@ -572,19 +572,19 @@ typedef enum {
                                             set's calls were captured in another graph */
 } tide_capture_blocker_t;
 
-#define TIDE_CAPTURE_REASON_MAX 384
+#define TIDE_CAPTURE_REASON_MAX 1024
 
 typedef struct {
     uint32_t blockers;                    /* tide_capture_blocker_t bits; 0: it is captured */
-    char reason[TIDE_CAPTURE_REASON_MAX]; /* the first blocker in the order of the bits, a
-                                             sentence naming the group; "" when none */
+    char reason[TIDE_CAPTURE_REASON_MAX]; /* a sentence per blocker, in the order of the
+                                             bits, joined by "; " (cut to fit); "" if none */
 } tide_capture_readiness_t;
 
 /*
  * Whether a `call` of `group` made now on `stream` would be captured into the CUDA graph
  * that `stream` is being captured into (a capture that begins now when `stream` is not
- * capturing, NULL, or the build has no CUDA), and if not why: every blocker found, the first
- * one's reason.  It runs and enqueues nothing and changes no state: it answers from the state
+ * capturing, NULL, or the build has no CUDA), and if not why: every blocker found, each with
+ * a sentence.  It runs and enqueues nothing and changes no state: it answers from the state
  * the calls themselves check before they record a captured call (the same checks), namely
  * the group is usable; the call's program, and the cross-group fence variant that the call
  * would run first on a shared arena (which depends on the set's earlier calls), each ran

@@ -47,7 +47,7 @@ static const char *who(const struct tide_group *g, char *buf, size_t size) {
 }
 
 int tide_capture_bookkeeping(const struct tide_group *g, uint32_t ran_bit, const char *what,
-                             const tide_set_use_t *use, tide_capture_readiness_t *v) {
+                             const tide_set_use_t *use, tide_capture_verdict_t *v) {
     char name[TIDE_GROUP_NAME_MAX + 16];
     if ((g->ran & ran_bit) == 0)
         tide_capture_block(v, TIDE_CAPTURE_PROGRAM_COLD,
@@ -72,10 +72,10 @@ int tide_capture_bookkeeping(const struct tide_group *g, uint32_t ran_bit, const
 static tide_result_t verdict(const struct tide_group *g, const tide_program_t *prog,
                              uint32_t ran_bit, const char *what, const tide_set_use_t *use,
                              void *stream, const char *call, uint64_t *key_out,
-                             tide_capture_readiness_t *v) {
+                             tide_capture_verdict_t *v) {
     memset(v, 0, sizeof(*v));
     *key_out = 0;
-    char why[sizeof(v->reason)];
+    char why[sizeof(v->why[0])];
     if (tide_group_unusable(g, call, why, sizeof(why)))
         tide_capture_block(v, TIDE_CAPTURE_UNUSABLE, "%s", why);
     const int variant = tide_capture_bookkeeping(g, ran_bit, what, use, v);
@@ -100,11 +100,13 @@ tide_result_t tide_capture_precheck(const struct tide_group *g, const tide_progr
                                     void *stream, const char *call) {
     /* A fabric that captures nothing does not look at streams (the CPU fabric's are NULL). */
     if (g->comm->ops->capture_check == NULL) return TIDE_SUCCESS;
-    tide_capture_readiness_t v;
+    tide_capture_verdict_t v;
     uint64_t key = 0;
     TIDE_CHECK(verdict(g, prog, ran_bit, what, use, stream, call, &key, &v));
     if (key == 0 || v.blockers == 0) return TIDE_SUCCESS; /* eager, or capturable */
-    return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "%s: %s", call, v.reason);
+    char why[TIDE_CAPTURE_REASON_MAX];
+    tide_capture_reason(&v, why, sizeof(why));
+    return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "%s: %s", call, why);
 }
 
 tide_result_t tide_group_capture_readiness(tide_group_t group, tide_call_kind_t call,
@@ -122,7 +124,7 @@ tide_result_t tide_group_capture_readiness(tide_group_t group, tide_call_kind_t 
     const bool ag = call == TIDE_CALL_ALL_GATHER;
     tide_set_use_t use;
     tide_group_call_use(group, call, &use);
-    tide_capture_readiness_t v;
+    tide_capture_verdict_t v;
     uint64_t key = 0;
     TIDE_CHECK(verdict(group, ag ? &group->ag : &group->rs[mode],
                        ag ? TIDE_RAN_AG : TIDE_RAN_RS(mode),
@@ -130,6 +132,7 @@ tide_result_t tide_group_capture_readiness(tide_group_t group, tide_call_kind_t 
                        : mode == TIDE_RS_IN_PLACE ? "In-Place reduce-scatter"
                                                   : "Slot-Reuse reduce-scatter",
                        group->set != NULL ? &use : NULL, stream, fn, &key, &v));
-    *readiness_out = v;
+    readiness_out->blockers = v.blockers;
+    tide_capture_reason(&v, readiness_out->reason, sizeof(readiness_out->reason));
     return TIDE_SUCCESS;
 }

@@ -143,7 +143,7 @@ bool tide_group_unusable(const struct tide_group *g, const char *call, char *buf
  * variant that `use` (NULL: a group alone) makes the call run first ran; added to v as
  * TIDE_CAPTURE_PROGRAM_COLD / TIDE_CAPTURE_FENCE_COLD.  Returns that variant (-1: none). */
 int tide_capture_bookkeeping(const struct tide_group *g, uint32_t ran_bit, const char *what,
-                             const tide_set_use_t *use, tide_capture_readiness_t *v);
+                             const tide_set_use_t *use, tide_capture_verdict_t *v);
 
 /* Before a call of `prog` (bit ran_bit) moves anything: when `stream` is capturing, refuse
  * (TIDE_ERR_UNSUPPORTED, the first blocker's reason) a call that the capture could not hold,

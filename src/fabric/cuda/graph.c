@@ -87,7 +87,7 @@ static tide_result_t capture_key(const char *fabric, int r, cudaStream_t s, cons
  * effects: the blockers into v.  The call path (tide_cuda_graph_arrive) and the query
  * (tide_cuda_capture_check) both decide with it. */
 static tide_result_t capture_verdict(tide_cuda_group_t *g, tide_cuda_family_t *fam, int r,
-                                     unsigned long long key, tide_capture_readiness_t *v) {
+                                     unsigned long long key, tide_capture_verdict_t *v) {
     tide_cuda_shared_t *sh = g->shared;
     /* A shared arena's fence waits on its sibling views' last fences: a captured one would be
      * waited on by eager fences, an eager one by a captured fence. */
@@ -128,10 +128,14 @@ tide_result_t tide_cuda_graph_arrive(tide_cuda_group_t *g, tide_cuda_family_t *f
         return TIDE_SUCCESS;
     }
     if (key != 0) {
-        tide_capture_readiness_t v;
+        tide_capture_verdict_t v;
         memset(&v, 0, sizeof(v));
         TIDE_CHECK(capture_verdict(g, fam, r, key, &v));
-        if (v.blockers != 0) return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "%s", v.reason);
+        if (v.blockers != 0) {
+        char why[TIDE_CAPTURE_REASON_MAX];
+        tide_capture_reason(&v, why, sizeof(why));
+        return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "%s", why);
+    }
         /* Core refuses a program's first call inside a capture before it gets here
          * (api/capture.c): its bookkeeping says whether the program ran. */
         if (!ready)
@@ -162,7 +166,7 @@ tide_result_t tide_cuda_graph_arrive(tide_cuda_group_t *g, tide_cuda_family_t *f
 
 tide_result_t tide_cuda_capture_check(struct tide_fabric_arena *arena, const tide_program_t *prog,
                                       void *stream, uint64_t *key_out,
-                                      tide_capture_readiness_t *v) {
+                                      tide_capture_verdict_t *v) {
     tide_cuda_arena_t *a = (tide_cuda_arena_t *)arena;
     tide_cuda_group_t *g = a->group;
     tide_cuda_shared_t *sh = g->shared;

@@ -22,7 +22,7 @@ tide_result_t tide_cuda_graph_arrive(tide_cuda_group_t *g, tide_cuda_family_t *f
  * call of `prog` on `arena`, without side effects. */
 tide_result_t tide_cuda_capture_check(struct tide_fabric_arena *arena, const tide_program_t *prog,
                                       void *stream, uint64_t *key_out,
-                                      tide_capture_readiness_t *v);
+                                      tide_capture_verdict_t *v);
 
 /* Whether call `call` of the family was enqueued in the pending call's capture (both 0:
  * eager).  A wait or fence on an earlier call crosses the capture boundary otherwise. */

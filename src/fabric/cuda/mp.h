@@ -529,7 +529,7 @@ void tide_cuda_mp_set_broken(tide_mp_arena_t *a, const char *msg);
  * tide_cuda_mp_graph_arrive for a call of `prog` on `arena`, without side effects. */
 tide_result_t tide_cuda_mp_capture_check(struct tide_fabric_arena *arena,
                                          const tide_program_t *prog, void *stream,
-                                         uint64_t *key_out, tide_capture_readiness_t *v);
+                                         uint64_t *key_out, tide_capture_verdict_t *v);
 
 /* A call of family fi on `caller`: whether it is captured (*captured_out), or refused with
  * TIDE_ERR_UNSUPPORTED before anything is enqueued (the restrictions of mp_graph.c).  ready:

@@ -73,7 +73,7 @@ static const char *const family_name[3] = {"all-gather", "reduce-scatter", "cros
  * effects: the blockers into v.  The call path (tide_cuda_mp_graph_arrive) and the query
  * (tide_cuda_mp_capture_check) both decide with it. */
 static tide_result_t capture_verdict(const tide_mp_arena_t *a, int fi, unsigned long long key,
-                                     tide_capture_readiness_t *v) {
+                                     tide_capture_verdict_t *v) {
     const tide_mp_world_t *w = a->w;
     const int me = w->base.rank;
     if (w->transport != &tide_transport_ipc)
@@ -118,7 +118,7 @@ static tide_result_t capture_verdict(const tide_mp_arena_t *a, int fi, unsigned 
 
 tide_result_t tide_cuda_mp_capture_check(struct tide_fabric_arena *arena,
                                          const tide_program_t *prog, void *stream,
-                                         uint64_t *key_out, tide_capture_readiness_t *v) {
+                                         uint64_t *key_out, tide_capture_verdict_t *v) {
     const tide_mp_arena_t *a = (const tide_mp_arena_t *)arena;
     unsigned long long key = 0;
     TIDE_CHECK(tide_cuda_graph_key("cuda mp fabric", a->w->base.rank, (cudaStream_t)stream,
@@ -170,10 +170,14 @@ tide_result_t tide_cuda_mp_graph_arrive(tide_mp_arena_t *a, int fi, bool ready, 
                         "cuda mp fabric: rank %d: a captured call on a set's arena, not on one "
                         "of its views",
                         me);
-    tide_capture_readiness_t v;
+    tide_capture_verdict_t v;
     memset(&v, 0, sizeof(v));
     TIDE_CHECK(capture_verdict(a, fi, key, &v));
-    if (v.blockers != 0) return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "%s", v.reason);
+    if (v.blockers != 0) {
+        char why[TIDE_CAPTURE_REASON_MAX];
+        tide_capture_reason(&v, why, sizeof(why));
+        return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "%s", why);
+    }
     /* Core refuses a program's first call inside a capture before it gets here
      * (api/capture.c): its bookkeeping says whether the program ran. */
     if (!ready)
