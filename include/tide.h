@@ -536,6 +536,8 @@ TIDE_API tide_result_t tide_reduce_scatter_checked(tide_group_t group, const voi
  * of their cross-group fence, ran once outside the capture; from the first captured call on,
  * every eager call of the set is refused until deregistration, and a fence whose sibling was
  * captured in another graph is refused (docs/cuda-fabric.md, "Shared-arena sets").
+ * tide_group_capture_readiness (below) says beforehand, without calling, whether a call
+ * would be captured or refused, and why.
  * The device tables of a captured call are kept until the group is deregistered.  Events
  * recorded by a captured call (tide_group_read_done_event) mark points inside the capture:
  * later captured work may wait on them; a replay does not record them for eager waits.
