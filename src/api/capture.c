@@ -82,8 +82,8 @@ static tide_result_t verdict(const struct tide_group *g, const tide_program_t *p
     const struct tide_fabric_ops *ops = g->comm->ops;
     if (ops->capture_check == NULL) {
         tide_capture_block(v, TIDE_CAPTURE_NO_FABRIC,
-                           "the %s fabric captures no call into a CUDA graph (the "
-                           "one-process-per-rank CUDA fabric does)",
+                           "the %s fabric captures no call into a CUDA graph (the CUDA "
+                           "fabric does: tide.h, \"CUDA graphs\")",
                            ops->name);
         return TIDE_SUCCESS;
     }
@@ -99,9 +99,14 @@ tide_result_t tide_capture_precheck(const struct tide_group *g, const tide_progr
                                     uint32_t ran_bit, const char *what, const tide_set_use_t *use,
                                     void *stream, const char *call) {
     /* A fabric that captures nothing does not look at streams (the CPU fabric's are NULL). */
-    if (g->comm->ops->capture_check == NULL) return TIDE_SUCCESS;
+    const struct tide_fabric_ops *ops = g->comm->ops;
+    if (ops->capture_check == NULL) return TIDE_SUCCESS;
     tide_capture_verdict_t v;
     uint64_t key = 0;
+    /* An eager call (the common case) stops at the stream's capture status. */
+    memset(&v, 0, sizeof(v));
+    TIDE_CHECK(ops->capture_check(g->arena, prog, stream, &key, &v));
+    if (key == 0) return TIDE_SUCCESS;
     TIDE_CHECK(verdict(g, prog, ran_bit, what, use, stream, call, &key, &v));
     if (key == 0 || v.blockers == 0) return TIDE_SUCCESS; /* eager, or capturable */
     char why[TIDE_CAPTURE_REASON_MAX];
