@@ -33,9 +33,8 @@ tide_result_t tide_stream_capture_key(void *stream, uint64_t *key_out) {
     return tide_cuda_stream_capture_key(stream, key_out);
 #else
     (void)stream;
-    return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
-                    "stream_capture_key: this libtide is built without CUDA "
-                    "(cmake -DTIDE_WITH_CUDA=ON)");
+    return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "stream_capture_key: this libtide is built without CUDA "
+                                          "(cmake -DTIDE_WITH_CUDA=ON)");
 #endif
 }
 
@@ -114,8 +113,8 @@ tide_result_t tide_capture_precheck(const struct tide_group *g, const tide_progr
     return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "%s: %s", call, why);
 }
 
-tide_result_t tide_group_capture_readiness(tide_group_t group, tide_call_kind_t call,
-                                           void *stream, tide_capture_readiness_t *readiness_out) {
+tide_result_t tide_group_capture_readiness(tide_group_t group, tide_call_kind_t call, void *stream,
+                                           tide_capture_readiness_t *readiness_out) {
     tide_error_clear();
     const char *fn = "group_capture_readiness";
     TIDE_CHECK(tide_handle_check(group, TIDE_HANDLE_GROUP, fn));
@@ -133,7 +132,7 @@ tide_result_t tide_group_capture_readiness(tide_group_t group, tide_call_kind_t 
     uint64_t key = 0;
     TIDE_CHECK(verdict(group, ag ? &group->ag : &group->rs[mode],
                        ag ? TIDE_RAN_AG : TIDE_RAN_RS(mode),
-                       ag                          ? "all-gather"
+                       ag                         ? "all-gather"
                        : mode == TIDE_RS_IN_PLACE ? "In-Place reduce-scatter"
                                                   : "Slot-Reuse reduce-scatter",
                        group->set != NULL ? &use : NULL, stream, fn, &key, &v));

@@ -43,8 +43,8 @@ typedef struct {
 
 /* The public verdict on a call of group i must be exactly `want` (bits), and its reason must
  * name `text` (NULL: no check). */
-static void expect_public(rank_t *k, int i, tide_call_kind_t call, uint32_t want,
-                          const char *text, const char *step) {
+static void expect_public(rank_t *k, int i, tide_call_kind_t call, uint32_t want, const char *text,
+                          const char *step) {
     tide_capture_readiness_t v;
     memset(&v, 0x5a, sizeof(v));
     const tide_result_t res = tide_group_capture_readiness(k->g[i], call, NULL, &v);
@@ -53,8 +53,7 @@ static void expect_public(rank_t *k, int i, tide_call_kind_t call, uint32_t want
         return;
     }
     if (v.blockers != want)
-        e2e_note(k->rep, "%s: blockers 0x%x, expected 0x%x (%s)", step, v.blockers, want,
-                 v.reason);
+        e2e_note(k->rep, "%s: blockers 0x%x, expected 0x%x (%s)", step, v.blockers, want, v.reason);
     else if (text != NULL && strstr(v.reason, text) == NULL)
         e2e_note(k->rep, "%s: reason \"%s\" does not name \"%s\"", step, v.reason, text);
 }
@@ -65,7 +64,8 @@ static void expect_books(rank_t *k, int i, tide_call_kind_t call, int variant, u
     const struct tide_group *g = k->g[i];
     tide_set_use_t use;
     tide_group_call_use(g, call, &use);
-    const uint32_t bit = call == TIDE_CALL_ALL_GATHER ? TIDE_RAN_AG : TIDE_RAN_RS(g->plan->config.mode);
+    const uint32_t bit =
+        call == TIDE_CALL_ALL_GATHER ? TIDE_RAN_AG : TIDE_RAN_RS(g->plan->config.mode);
     tide_capture_verdict_t v;
     memset(&v, 0, sizeof(v));
     const int got = tide_capture_bookkeeping(g, bit, "call", &use, &v);
@@ -186,8 +186,8 @@ static void setup(ctx_t *c, tide_rs_mode_t mode) {
     for (int i = 0; i < NG; ++i) {
         for (int p = 0; p < 2; ++p)
             c->shapes[i][p] = (tide_param_shape_t){(uint64_t)(5 + 2 * i + p), (uint64_t)(8 + i)};
-        c->desc[i] = (tide_group_desc_t){2, c->shapes[i], TIDE_DTYPE_BF16, TIDE_DTYPE_BF16,
-                                         TIDE_DTYPE_BF16};
+        c->desc[i] =
+            (tide_group_desc_t){2, c->shapes[i], TIDE_DTYPE_BF16, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16};
         snprintf(c->names[i], sizeof(c->names[i]), "%c", 'A' + i);
         c->entries[i] = (tide_group_entry_t){&c->cfg, &c->desc[i], i == B ? 1 : 0, c->names[i]};
     }
@@ -260,9 +260,9 @@ static void test_bad_input(void **state) {
     assert_tide(TIDE_ERR_INVALID_ARGUMENT,
                 tide_group_capture_readiness(NULL, TIDE_CALL_ALL_GATHER, NULL, &v));
     /* A handle that is not a group (a communicator). */
-    assert_tide(TIDE_ERR_INVALID_ARGUMENT,
-                tide_group_capture_readiness((tide_group_t)c->comms[0], TIDE_CALL_ALL_GATHER,
-                                             NULL, &v));
+    assert_tide(
+        TIDE_ERR_INVALID_ARGUMENT,
+        tide_group_capture_readiness((tide_group_t)c->comms[0], TIDE_CALL_ALL_GATHER, NULL, &v));
     assert_int_equal(v.blockers, 0x5a5a5a5au); /* untouched */
     tide_group_t g = NULL;
     /* One rank registers alone: the CPU fabric's arena_create is collective, so use a world

@@ -98,11 +98,12 @@ static tide_result_t capture_verdict(tide_cuda_group_t *g, tide_cuda_family_t *f
                            "last call across the capture boundary)",
                            r);
     if (fam->pending > 0 && fam->pending_capture != key)
-        tide_capture_block(v, TIDE_CAPTURE_OTHER_GRAPH,
-                           "cuda fabric: rank %d: its stream is capturing, the stream of the ranks "
-                           "that called before it %s: every rank's call must be in one capture, "
-                           "or none",
-                           r, fam->pending_capture == 0 ? "is not capturing" : "is in another capture");
+        tide_capture_block(
+            v, TIDE_CAPTURE_OTHER_GRAPH,
+            "cuda fabric: rank %d: its stream is capturing, the stream of the ranks "
+            "that called before it %s: every rank's call must be in one capture, "
+            "or none",
+            r, fam->pending_capture == 0 ? "is not capturing" : "is in another capture");
     if (sh->captured > 0) {
         /* Every captured call joins the aggregation stream into its capture, so it tells
          * whether the fabric's streams belong to a capture still under way. */
@@ -132,10 +133,10 @@ tide_result_t tide_cuda_graph_arrive(tide_cuda_group_t *g, tide_cuda_family_t *f
         memset(&v, 0, sizeof(v));
         TIDE_CHECK(capture_verdict(g, fam, r, key, &v));
         if (v.blockers != 0) {
-        char why[TIDE_CAPTURE_REASON_MAX];
-        tide_capture_reason(&v, why, sizeof(why));
-        return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "%s", why);
-    }
+            char why[TIDE_CAPTURE_REASON_MAX];
+            tide_capture_reason(&v, why, sizeof(why));
+            return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "%s", why);
+        }
         /* Core refuses a program's first call inside a capture before it gets here
          * (api/capture.c): its bookkeeping says whether the program ran. */
         if (!ready)
@@ -165,8 +166,7 @@ tide_result_t tide_cuda_graph_arrive(tide_cuda_group_t *g, tide_cuda_family_t *f
 }
 
 tide_result_t tide_cuda_capture_check(struct tide_fabric_arena *arena, const tide_program_t *prog,
-                                      void *stream, uint64_t *key_out,
-                                      tide_capture_verdict_t *v) {
+                                      void *stream, uint64_t *key_out, tide_capture_verdict_t *v) {
     tide_cuda_arena_t *a = (tide_cuda_arena_t *)arena;
     tide_cuda_group_t *g = a->group;
     tide_cuda_shared_t *sh = g->shared;
