@@ -64,14 +64,15 @@ def readiness(group, call):
     """(blockers, reason) of `call` ("all_gather", "reduce_scatter", "reduce_scatter_staged")
     of TorchGroup `group` on the current stream: tide_group_capture_readiness, blockers 0 when
     the call would be captured (_lib.CAPTURE_* bits otherwise).  The one place this module asks
-    (a CPU test simulates a fabric that captures by wrapping it).  A library without the call
-    cannot say: nothing is captured then."""
+    (a CPU test simulates a fabric that captures by wrapping it).  A library without the call,
+    or one that cannot ask the stream (an invalidated capture), captures nothing: the call
+    runs on stock, which reports such a capture itself."""
     from .. import _lib
 
     try:
         return group.capture_readiness(call)
-    except OSError as exc:  # _lib.require: an older libtide
-        return _lib.CAPTURE_NO_FABRIC, ("this libtide cannot say whether a call would be "
+    except (OSError, _lib.TideError) as exc:  # OSError: _lib.require, an older libtide
+        return _lib.CAPTURE_NO_FABRIC, ("the library cannot say whether the call would be "
                                         "captured (%s)" % exc)
 
 
