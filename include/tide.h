@@ -536,6 +536,8 @@ TIDE_API tide_result_t tide_reduce_scatter_checked(tide_group_t group, const voi
  * of their cross-group fence, ran once outside the capture; from the first captured call on,
  * every eager call of the set is refused until deregistration, and a fence whose sibling was
  * captured in another graph is refused (docs/cuda-fabric.md, "Shared-arena sets").
+ * tide_group_capture_readiness (below) says beforehand, without calling, whether a call
+ * would be captured or refused, and why.
  * The device tables of a captured call are kept until the group is deregistered.  Events
  * recorded by a captured call (tide_group_read_done_event) mark points inside the capture:
  * later captured work may wait on them; a replay does not record them for eager waits.
@@ -547,6 +549,61 @@ TIDE_API tide_result_t tide_reduce_scatter_checked(tide_group_t group, const voi
  * in a build without CUDA, for the legacy default stream while a capture is under way, and
  * for an invalidated capture. */
 TIDE_API tide_result_t tide_stream_capture_key(void *stream, uint64_t *key_out);
+
+/* A collective call of a group, as tide_group_capture_readiness asks about it. */
+typedef enum {
+    TIDE_CALL_ALL_GATHER = 0,
+    /* The group's reduce-scatter in its registered mode (the _checked form), the gradients
+     * outside the arena. */
+    TIDE_CALL_REDUCE_SCATTER = 1,
+    /* The same with the gradients staged in the group's own landing slot, vacated by its
+     * reshard (Slot-Reuse on a shared arena): the call also touches that landing. */
+    TIDE_CALL_REDUCE_SCATTER_STAGED = 2,
+    TIDE_CALL_KIND_COUNT = 3
+} tide_call_kind_t;
+
+/* Why a call would not be captured: bits of tide_capture_readiness_t.blockers.  Fixed
+ * values: never renumbered, only appended. */
+typedef enum {
+    TIDE_CAPTURE_UNUSABLE = 1u << 0,     /* an earlier call failed: every call fails */
+    TIDE_CAPTURE_PROGRAM_COLD = 1u << 1, /* the call's program never ran outside a capture */
+    TIDE_CAPTURE_FENCE_COLD = 1u << 2,   /* the cross-group fence variant the call runs first
+                                            (shared arena) never ran outside a capture */
+    TIDE_CAPTURE_NO_FABRIC = 1u << 3,    /* the communicator's fabric captures no such call */
+    TIDE_CAPTURE_OTHER_GRAPH = 1u << 4   /* another capture holds the fabric's streams, or the
+                                            set's calls were captured in another graph */
+} tide_capture_blocker_t;
+
+#define TIDE_CAPTURE_REASON_MAX 1024
+
+typedef struct {
+    uint32_t blockers;                    /* tide_capture_blocker_t bits; 0: it is captured */
+    char reason[TIDE_CAPTURE_REASON_MAX]; /* a sentence per blocker, in the order of the
+                                             bits, joined by "; " (cut to fit); "" if none */
+} tide_capture_readiness_t;
+
+/*
+ * Whether a `call` of `group` made now on `stream` would be captured into the CUDA graph
+ * that `stream` is being captured into (a capture that begins now when `stream` is not
+ * capturing, NULL, or the build has no CUDA), and if not why: every blocker found, each with
+ * a sentence.  It runs and enqueues nothing and changes no state: it answers from the state
+ * the calls themselves check before they record a captured call (the same checks), namely
+ * the group is usable; the call's program, and the cross-group fence variant that the call
+ * would run first on a shared arena (which depends on the set's earlier calls), each ran
+ * once outside a capture; the fabric captures such calls (the one-process-per-rank CUDA
+ * fabric without a rail transport; the single-process CUDA fabric for groups registered
+ * alone; never the CPU and NCCL fabrics: TIDE_CAPTURE_NO_FABRIC there, always); no other
+ * capture holds the fabric's streams, and a fence would not wait on a sibling group's call
+ * captured in another graph.  It says nothing about the call's operands and the ring rule
+ * (tide_groups_register), which eager calls check alike, nor about an eager call after a
+ * capture (refused on a set whose calls were captured).  Errors: an invalid group, a call
+ * outside tide_call_kind_t, readiness_out NULL (TIDE_ERR_INVALID_ARGUMENT); the legacy
+ * default stream during a capture and an invalidated capture (TIDE_ERR_UNSUPPORTED, as
+ * tide_stream_capture_key).  readiness_out is set only on success.
+ */
+TIDE_API tide_result_t tide_group_capture_readiness(tide_group_t group, tide_call_kind_t call,
+                                                    void *stream,
+                                                    tide_capture_readiness_t *readiness_out);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Groups on one shared arena: the two-slot all-gather ring (docs/arena.md)                   */

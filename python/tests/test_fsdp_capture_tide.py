@@ -1,16 +1,21 @@
 """tide.fsdp with enable(..., capture="tide"): which calls a CUDA graph capture gets from TIDE.
 
 This machine has no GPU, so the capture is simulated as in test_fsdp_capture_fallback.py:
-tide.fsdp._auto._capturing answers True for the captured steps, and
-tide.fsdp._graph.fabric_reason is patched to take the CPU fabric for one that captures (it
-captures nothing: the "captured" calls run eagerly there, which is what lets the parameters
-be compared with stock's).  What is checked is the adapter's routing (tide.fsdp._graph):
+tide.fsdp._auto._capturing answers True for the captured steps.  Whether a call would be
+captured is the library's answer (tide_group_capture_readiness, through
+tide.fsdp._graph.readiness), and the CPU fabric answers that it captures nothing
+(TIDE_CAPTURE_NO_FABRIC, checked on every answer); the simulated fabric that captures is that
+answer without this one bit, everything else as the library says (which programs and fence
+variants ran, from its own state).  The "captured" calls run eagerly on the CPU fabric, which
+is what lets the parameters be compared with stock's.  What is checked is the adapter's
+routing (tide.fsdp._graph) on the library's answers:
 
 - opt-in on, two eager steps first: every call of the captured step runs TIDE (counted as
   captured_*), none on stock; eager steps after the capture run on stock FSDP2 with one
   reason per group (the library refuses them); a second capture runs on stock;
 - opt-in on, one eager step only: the cross-group fence variant that FSDP2's first
-  reduce-scatter of a backward needs has not run yet, so that call runs on stock;
+  reduce-scatter of a backward needs has not run yet (the library says so), so that call
+  runs on stock;
 - opt-in on, the first step captured (no warm-up): every call on stock, with the reason, and
   the eager steps after it on TIDE (nothing was captured);
 - opt-in off (the default): the capture runs on stock as before, the steps after on TIDE;
@@ -36,9 +41,9 @@ def _train(rank, world, tide_on, tier=1, capture="tide", captured=(), mode="in_p
 
     import torch.nn.functional as F
 
+    import capture_sim
     import fsdp_model
     import tide.fsdp
-    from tide.fsdp import _auto, _graph
 
     lines = []
 
@@ -48,14 +53,11 @@ def _train(rank, world, tide_on, tier=1, capture="tide", captured=(), mode="in_p
 
     handler = _Keep()
     logging.getLogger("tide.fsdp").addHandler(handler)
-    capturing = {"on": False}
-    real, real_fabric, real_key = _auto._capturing, _graph.fabric_reason, _graph.capture_key
-    _auto._capturing = lambda: capturing["on"]
+    capturing = {"on": False, "key": 0}
     # keys: each captured step is a capture of its own id, as tide_stream_capture_key tells
-    # on the GPU (None, the library cannot say, otherwise: CPU-only torch).
-    _graph.capture_key = (lambda: capturing["key"]) if keys else (lambda: None)
-    if fabric_ok:
-        _graph.fabric_reason = lambda comm: None
+    # on the GPU (without: the library cannot say, as with CPU-only torch).
+    sim = capture_sim.simulated(capturing, fabric_ok=fabric_ok, keys=keys)
+    sim.__enter__()
     try:
         if hsdp:  # a 2 x 2 (replicate, shard) mesh at world 4: TIDE serves the shard dim
             from torch.distributed.device_mesh import init_device_mesh
@@ -92,9 +94,7 @@ def _train(rank, world, tide_on, tier=1, capture="tide", captured=(), mode="in_p
         return {"steps": per_step, "fallbacks": fallbacks, "params": params, "lines": lines,
                 "tiers": tiers}
     finally:
-        _auto._capturing = real
-        _graph.fabric_reason = real_fabric
-        _graph.capture_key = real_key
+        sim.__exit__(None, None, None)
         logging.getLogger("tide.fsdp").removeHandler(handler)
 
 
@@ -174,7 +174,7 @@ def test_capture_without_warm_up_stays_on_stock(tmp_path):
             for step in range(1, STEPS):
                 assert _delta(tide, step, name, "reduce_scatter") == 1
             assert tide["steps"][-1][name]["captured_all_gather"] == 0
-            assert _said_once(tide, name, "ran no eager"), tide["fallbacks"]
+            assert _said_once(tide, name, "the first call of a program"), tide["fallbacks"]
             assert not _reasons(tide, name, "were captured"), tide["fallbacks"]
 
 
@@ -185,7 +185,7 @@ def test_fence_variant_not_run_eagerly_stays_on_stock(tmp_path, mode):
     # the captured step 1 it needs it: that reduction runs on stock, every other call TIDE.
     for tide in _results(tmp_path, mode=mode, captured=(1,)):
         fenced = [name for name in tide["steps"][0]
-                  if _reasons(tide, name, "cross-group fence (variant 1) never ran eagerly")]
+                  if _reasons(tide, name, "runs the cross-group fence (variant 1")]
         assert fenced, tide["fallbacks"]
         for name in tide["steps"][0]:
             assert _delta(tide, 1, name, "stock_all_gather") == 0
@@ -259,7 +259,7 @@ def test_fabric_that_cannot_capture_runs_on_stock(tmp_path):
         for name in tide["steps"][0]:
             assert _tide_calls(tide, 2, name) == 0 and _stock_calls(tide, 2, name) >= 2
             assert _delta(tide, 3, name, "reduce_scatter") == 1
-            assert _reasons(tide, name, "CPU fabric captures no call"), tide["fallbacks"]
+            assert _reasons(tide, name, "the cpu fabric captures no call"), tide["fallbacks"]
 
 
 def test_capture_mode_argument_and_environment(monkeypatch):

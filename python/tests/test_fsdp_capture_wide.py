@@ -6,8 +6,8 @@ The companion is a second registration of a group's shapes for fp32 gradients, m
 first such reduction (docs/fsdp.md, "Gradient accumulation without synchronisation").  Inside
 a capture it may only be used when it is already registered and its reduce-scatter ran
 eagerly; it must never be registered there (registration is collective and allocates).  The
-capture is simulated as in test_fsdp_capture_tide.py (no GPU here: the "captured" calls run
-eagerly on the CPU fabric), so what is checked is the adapter's routing:
+capture is simulated (capture_sim.py: no GPU here, the "captured" calls run eagerly on the CPU
+fabric, routed on the library's own readiness answers), so what is checked is the adapter's routing:
 
 - warm: eager steps accumulate without sync first (the companion runs), then a step of two
   micro-batches (the first without sync) is captured: its fp32 reductions run on TIDE
@@ -33,16 +33,12 @@ CAPTURED = 2  # the step captured
 def _train(rank, world, tide_on, warm):
     import torch.nn.functional as F
 
+    import capture_sim
     import fsdp_model
     import tide.fsdp
-    from tide.fsdp import _auto, _graph
 
-    capturing = {"on": False}
-    real, real_fabric, real_key = _auto._capturing, _graph.fabric_reason, _graph.capture_key
-    _auto._capturing = lambda: capturing["on"]
-    _graph.capture_key = lambda: 1 if capturing["on"] else 0
-    _graph.fabric_reason = lambda comm: None
-    try:
+    capturing = {"on": False, "key": 0}
+    with capture_sim.simulated(capturing):
         model = fsdp_model.build(seed=0, mp=(torch.bfloat16, torch.float32))
         if tide_on:
             tide.fsdp.enable(model, mode="in_place", capture="tide")
@@ -53,6 +49,7 @@ def _train(rank, world, tide_on, warm):
             # synchronise every micro-batch, so the bf16 registration reduces them).
             accumulate = warm or step == CAPTURED
             capturing["on"] = step == CAPTURED
+            capturing["key"] = 1 if step == CAPTURED else 0
             for micro in range(ACCUM):
                 model.set_requires_gradient_sync(not accumulate or micro == ACCUM - 1)
                 x, y = fsdp_model.batch(step, rank, micro)
@@ -72,10 +69,6 @@ def _train(rank, world, tide_on, warm):
         if rec is not None:
             tide.fsdp.disable(model)
         return out
-    finally:
-        _auto._capturing = real
-        _graph.fabric_reason = real_fabric
-        _graph.capture_key = real_key
 
 
 def _runs(rank, world, warm):

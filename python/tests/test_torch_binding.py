@@ -1,6 +1,7 @@
 """tide.torch_binding: TIDE-AG / TIDE-RS over torch tensors, one process per rank on the CPU
 fabric, against torch references; the argument checks; arena view lifetime."""
 
+import ctypes
 import os
 
 import pytest
@@ -161,6 +162,34 @@ def test_argument_checks(group):
     g.all_gather(torch.arange(g.shard_numel, dtype=torch.float32), 0)
     assert torch.equal(g.landing(0)[:g.shard_numel], torch.arange(g.shard_numel,
                                                                   dtype=torch.float32))
+
+
+def test_capture_readiness_on_the_cpu_fabric(group):
+    # The library's verdict (tide_group_capture_readiness): the CPU fabric captures nothing,
+    # always said; a program is cold until it ran once.
+    from tide import _lib
+
+    g = group
+    for call in ("all_gather", "reduce_scatter", "reduce_scatter_staged"):
+        blockers, reason = g.capture_readiness(call)
+        assert blockers == _lib.CAPTURE_NO_FABRIC | _lib.CAPTURE_PROGRAM_COLD, (call, reason)
+        assert "first call of a program" in reason and "cpu fabric" in reason
+    g.all_gather(torch.zeros(g.shard_numel), 0)
+    blockers, reason = g.capture_readiness("all_gather")
+    assert blockers == _lib.CAPTURE_NO_FABRIC and "first call" not in reason, reason
+    blockers, _ = g.capture_readiness("reduce_scatter")
+    assert blockers & _lib.CAPTURE_PROGRAM_COLD  # still: only the all-gather ran
+    with pytest.raises(ValueError, match="call"):
+        g.capture_readiness("broadcast")
+    with pytest.raises(ValueError, match="stream"):
+        g.capture_readiness("all_gather", stream=object())
+    # The C checks behind it: a call outside tide_call_kind_t, and a released group.
+    fn = _lib.require("tide_group_capture_readiness")
+    out = _lib.CaptureReadinessStruct()
+    assert fn(g._h(), 7, None, ctypes.byref(out)) == _lib.Result.INVALID_ARGUMENT
+    assert "tide_call_kind_t" in _lib.last_error()
+    assert fn(g._h(), 0, None, None) == _lib.Result.INVALID_ARGUMENT
+    assert fn(None, 0, None, ctypes.byref(out)) == _lib.Result.INVALID_ARGUMENT
 
 
 def test_views_keep_the_group_and_close_refuses_while_alive():

@@ -319,6 +319,26 @@ class GroupEntryStruct(ctypes.Structure):
 RING_OWN_SLOT = -1
 REGION_COUNT = 9
 
+# tide_call_kind_t: the call tide_group_capture_readiness asks about.
+CALL_ALL_GATHER, CALL_REDUCE_SCATTER, CALL_REDUCE_SCATTER_STAGED = 0, 1, 2
+
+# tide_capture_blocker_t: why a call would not be captured (bits; fixed values).
+CAPTURE_UNUSABLE = 1 << 0
+CAPTURE_PROGRAM_COLD = 1 << 1
+CAPTURE_FENCE_COLD = 1 << 2
+CAPTURE_NO_FABRIC = 1 << 3
+CAPTURE_OTHER_GRAPH = 1 << 4
+CAPTURE_REASON_MAX = 384
+
+
+class CaptureReadinessStruct(ctypes.Structure):
+    """tide_capture_readiness_t: the blockers of a call in a capture, the first one's reason."""
+
+    _fields_ = [
+        ("blockers", ctypes.c_uint32),
+        ("reason", ctypes.c_char * CAPTURE_REASON_MAX),
+    ]
+
 
 class ArenaSummaryStruct(ctypes.Structure):
     _fields_ = [
@@ -394,6 +414,8 @@ _PROTOTYPES = {
     "tide_group_name": (_res, [_void_p, _p(ctypes.c_char_p)]),
     "tide_group_read_done_event": (_res, [_void_p, _p(_void_p)]),
     "tide_stream_capture_key": (_res, [_void_p, _p(ctypes.c_uint64)]),
+    "tide_group_capture_readiness": (_res, [_void_p, ctypes.c_int, _void_p,
+                                            _p(CaptureReadinessStruct)]),
     "tide_group_segment": (_res, [_void_p, _p(_void_p), _p(ctypes.c_uint64), _p(ctypes.c_int)]),
     "tide_torch_pool_offer": (_res, [_void_p, ctypes.c_uint64, ctypes.c_int]),
     "tide_torch_pool_withdraw": (_res, [_void_p, _p(ctypes.c_int)]),

@@ -645,6 +645,23 @@ class TorchGroup:
                   out.numel() * 4, alpha, 1 if accumulate else 0, s)
         return out
 
+    _CALLS = {"all_gather": _lib.CALL_ALL_GATHER, "reduce_scatter": _lib.CALL_REDUCE_SCATTER,
+              "reduce_scatter_staged": _lib.CALL_REDUCE_SCATTER_STAGED}
+
+    def capture_readiness(self, call, stream=None):
+        """Whether `call` ("all_gather", "reduce_scatter", or "reduce_scatter_staged": the
+        gradients staged in the group's own landing slot) made now on `stream` would be
+        captured into the CUDA graph that stream is being captured into (one that begins now
+        when it is not capturing): (blockers, reason), blockers 0 when it would, else
+        _lib.CAPTURE_* bits and the first one's reason (tide_group_capture_readiness).  Runs
+        nothing.  stream: as all_gather's (None: the device's current stream)."""
+        if call not in self._CALLS:
+            raise ValueError("call: expected one of %s, got %r" % (sorted(self._CALLS), call))
+        out = _lib.CaptureReadinessStruct()
+        _lib.call("tide_group_capture_readiness", self._h(), self._CALLS[call],
+                  self._stream(stream), ctypes.byref(out))
+        return out.blockers, out.reason.decode("utf-8", "replace")
+
     def __repr__(self):
         return "<tide.torch_binding.TorchGroup rank %d of %d, %d params, %s%s>" % (
             self.rank, self.ranks, len(self.params), self.mode,

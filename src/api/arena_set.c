@@ -58,13 +58,18 @@ static bool used_by_other(const struct tide_arena_set *set, int res, int me) {
     return set->last_user[res] >= 0 && set->last_user[res] != me;
 }
 
-tide_result_t tide_set_fence(struct tide_group *g, const tide_set_use_t *use, void *stream) {
-    struct tide_arena_set *set = g->set;
+int tide_set_fence_variant(const struct tide_group *g, const tide_set_use_t *use) {
+    const struct tide_arena_set *set = g->set;
     const int me = g->set_index;
     const bool rs_handover = use->rs && used_by_other(set, TIDE_SET_RES_RS(set), me);
     const bool need = rs_handover || (use->landing >= 0 && used_by_other(set, use->landing, me)) ||
                       (use->recv && used_by_other(set, TIDE_SET_RES_RECV(set), me));
-    if (!need) return TIDE_SUCCESS;
+    return need ? (int)rs_handover : -1;
+}
+
+tide_result_t tide_set_fence(struct tide_group *g, const tide_set_use_t *use, void *stream) {
+    const int variant = tide_set_fence_variant(g, use);
+    if (variant < 0) return TIDE_SUCCESS;
     tide_binding_t b = {0};
     b.plan = g->plan;
     b.arena = g->arena;
@@ -72,8 +77,9 @@ tide_result_t tide_set_fence(struct tide_group *g, const tide_set_use_t *use, vo
     b.epoch = g->fences;
     /* On the group's view where the fabric makes views: the fence's call state is the
      * group's (its counter is the group's TIDE_CTR_FENCE). */
-    TIDE_CHECK(g->comm->ops->execute(g->arena, &g->fence[rs_handover], &b, stream));
+    TIDE_CHECK(g->comm->ops->execute(g->arena, &g->fence[variant], &b, stream));
     ++g->fences;
+    g->ran |= TIDE_RAN_FENCE(variant);
     return TIDE_SUCCESS;
 }
 

@@ -87,7 +87,16 @@ struct tide_group {
     char name[TIDE_GROUP_NAME_MAX];
     tide_program_t fence[2]; /* [1]: zeroes the inbox first (fence.c) */
     uint64_t fences;         /* of either form: they share the counter */
+    /* TIDE_RAN_* bits: the programs of which a call returned success.  A call of a program
+     * that never ran cannot be captured (its first call prepares device state), and a
+     * captured call succeeds only after an eager one: so a bit also says that the program
+     * ran outside a capture (api/capture.c). */
+    uint32_t ran;
 };
+
+#define TIDE_RAN_AG (1u << 0)
+#define TIDE_RAN_RS(mode) (1u << (1 + (int)(mode)))
+#define TIDE_RAN_FENCE(variant) (1u << (3 + (variant)))
 
 /* FNV-1a over what decides a group's arena and programs (group.c): ranks that registered
  * different groups are told so instead of exchanging misplaced bytes. */
@@ -103,7 +112,13 @@ int tide_set_landing(const struct tide_group *g);
 tide_result_t tide_set_ring_check(const struct tide_group *g, const tide_set_use_t *use,
                                   const char *call);
 
-/* Run g's fence when a resource of `use` was last used by another group. */
+/* The cross-group fence variant a call of g that uses `use` runs first: -1 for none (every
+ * resource it touches was last used by g, or by nobody), 1 when it takes the RS regions over
+ * from another group (that variant zeroes the inbox first), else 0.  The one copy of the
+ * rule: tide_set_fence runs it, tide_group_capture_readiness asks it. */
+int tide_set_fence_variant(const struct tide_group *g, const tide_set_use_t *use);
+
+/* Run g's fence variant (tide_set_fence_variant) when the call needs one. */
 tide_result_t tide_set_fence(struct tide_group *g, const tide_set_use_t *use, void *stream);
 
 /* After a successful call: record the users and the ring's new state. */
@@ -111,6 +126,32 @@ void tide_set_note_call(struct tide_group *g, const tide_set_use_t *use);
 
 /* Deregister a set group (its part of the collective release). */
 tide_result_t tide_set_group_release(struct tide_group *g);
+
+/* ---- group.c */
+
+/* What a call of kind `kind` of a set group touches in its set (for the ring and the fence):
+ * the call path and tide_group_capture_readiness both take it from here. */
+void tide_group_call_use(const struct tide_group *g, tide_call_kind_t kind, tide_set_use_t *use);
+
+/* Whether an earlier failure left g (or its set) unusable; if so its sentence in buf. */
+bool tide_group_unusable(const struct tide_group *g, const char *call, char *buf, size_t size);
+
+/* ---- capture.c: calls inside a CUDA graph capture */
+
+/* The fabric-independent part of a capture verdict, from g's bookkeeping alone: whether the
+ * program of bit `ran_bit` (TIDE_RAN_*), `what` in the reason, ran, and whether the fence
+ * variant that `use` (NULL: a group alone) makes the call run first ran; added to v as
+ * TIDE_CAPTURE_PROGRAM_COLD / TIDE_CAPTURE_FENCE_COLD.  Returns that variant (-1: none). */
+int tide_capture_bookkeeping(const struct tide_group *g, uint32_t ran_bit, const char *what,
+                             const tide_set_use_t *use, tide_capture_verdict_t *v);
+
+/* Before a call of `prog` (bit ran_bit) moves anything: when `stream` is capturing, refuse
+ * (TIDE_ERR_UNSUPPORTED, the first blocker's reason) a call that the capture could not hold,
+ * on the verdict tide_group_capture_readiness returns (core's bookkeeping and the fabric's
+ * capture_check, for the program and the fence variant it would run first). */
+tide_result_t tide_capture_precheck(const struct tide_group *g, const tide_program_t *prog,
+                                    uint32_t ran_bit, const char *what, const tide_set_use_t *use,
+                                    void *stream, const char *call);
 
 /* A communicator over a world that a fabric created outside tide_comm_init_all / _rank (the
  * NCCL fabric's, comm_nccl.c); the world's ops serve it.  The caller destroys the world when

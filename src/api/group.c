@@ -182,21 +182,46 @@ tide_result_t tide_group_resident(tide_group_t group, void **ptr_out) {
                             ptr_out);
 }
 
-/* Fail-stop: after a call failed part-way the counters disagree between ranks. */
-static tide_result_t check_usable(const struct tide_group *g, const char *call) {
-    if (g->set != NULL && g->set->poison != TIDE_SUCCESS)
-        return TIDE_ERR(TIDE_ERR_FABRIC,
-                        "%s: rank %d's groups on this shared arena are unusable since an earlier "
-                        "call failed (%s): %s; deregister them",
-                        call, g->comm->rank, tide_get_error_string(g->set->poison),
-                        g->set->poison_msg);
-    if (g->poison == TIDE_SUCCESS) return TIDE_SUCCESS;
-    return TIDE_ERR(TIDE_ERR_FABRIC,
-                    "%s: rank %d's group is unusable since an earlier call failed (%s): %s; "
-                    "deregister it",
-                    call, g->comm->rank, tide_get_error_string(g->poison), g->poison_msg);
+bool tide_group_unusable(const struct tide_group *g, const char *call, char *buf, size_t size) {
+    if (g->set != NULL && g->set->poison != TIDE_SUCCESS) {
+        snprintf(buf, size,
+                 "%s: rank %d's groups on this shared arena are unusable since an earlier call "
+                 "failed (%s): %s; deregister them",
+                 call, g->comm->rank, tide_get_error_string(g->set->poison), g->set->poison_msg);
+        return true;
+    }
+    if (g->poison == TIDE_SUCCESS) return false;
+    snprintf(buf, size,
+             "%s: rank %d's group is unusable since an earlier call failed (%s): %s; deregister "
+             "it",
+             call, g->comm->rank, tide_get_error_string(g->poison), g->poison_msg);
+    return true;
 }
 
+/* Fail-stop: after a call failed part-way the counters disagree between ranks. */
+static tide_result_t check_usable(const struct tide_group *g, const char *call) {
+    char why[1200];
+    if (!tide_group_unusable(g, call, why, sizeof(why))) return TIDE_SUCCESS;
+    return TIDE_ERR(TIDE_ERR_FABRIC, "%s", why);
+}
+
+void tide_group_call_use(const struct tide_group *g, tide_call_kind_t kind, tide_set_use_t *use) {
+    memset(use, 0, sizeof(*use));
+    use->landing = -1;
+    if (g->set == NULL) return;
+    if (kind == TIDE_CALL_ALL_GATHER) {
+        use->landing = tide_set_landing(g);
+        use->recv = g->plan->arena.regions[TIDE_REGION_RECV_STAGE].bytes > 0;
+        use->takes_slot = true;
+        return;
+    }
+    use->rs = true;
+    if (kind == TIDE_CALL_REDUCE_SCATTER_STAGED) {
+        /* Gradients staged in the group's own ring slot end its occupancy. */
+        use->landing = tide_set_landing(g);
+        use->frees_slot = true;
+    }
+}
 
 /* ------------------------------------------------------------------ the ranks agree */
 
@@ -328,11 +353,14 @@ static void poison_set(struct tide_group *g, tide_result_t res) {
 }
 
 /* use: what a set group's call touches (NULL for a group alone): the ring rule is checked
- * first (nothing has moved), the fence runs after the ranks agreed on the call. */
+ * first (nothing has moved), then whether a capture could hold the call, and the fence runs
+ * after the ranks agreed on the call.  ran_bit: the program's TIDE_RAN_* bit, `what` its name
+ * in a refusal. */
 static tide_result_t run(struct tide_group *g, const tide_program_t *prog, const tide_binding_t *b,
                          void *stream, uint64_t *calls, uint64_t sig, const char *call,
-                         const tide_set_use_t *use) {
+                         const tide_set_use_t *use, uint32_t ran_bit, const char *what) {
     if (use != NULL) TIDE_CHECK(tide_set_ring_check(g, use, call));
+    TIDE_CHECK(tide_capture_precheck(g, prog, ran_bit, what, use, stream, call));
     tide_result_t res = agree(g, prog->coll, sig, call);
     if (res != TIDE_SUCCESS) {
         poison(g, res);
@@ -354,6 +382,7 @@ static tide_result_t run(struct tide_group *g, const tide_program_t *prog, const
     res = g->comm->ops->execute(g->arena, prog, b, stream);
     if (res == TIDE_SUCCESS) {
         ++*calls;
+        g->ran |= ran_bit;
         if (use != NULL) tide_set_note_call(g, use);
     } else if (res != TIDE_ERR_INVALID_ARGUMENT && res != TIDE_ERR_UNSUPPORTED) {
         poison(g, res);
@@ -381,14 +410,10 @@ static tide_result_t all_gather(tide_group_t group, const void *shard, int slot,
     b.rank = group->comm->rank;
     b.slot = slot;
     b.epoch = group->ag_calls;
-    tide_set_use_t use = {0};
-    if (group->set != NULL) {
-        use.landing = tide_set_landing(group);
-        use.recv = group->plan->arena.regions[TIDE_REGION_RECV_STAGE].bytes > 0;
-        use.takes_slot = true;
-    }
+    tide_set_use_t use;
+    tide_group_call_use(group, TIDE_CALL_ALL_GATHER, &use);
     return run(group, &group->ag, &b, stream, &group->ag_calls, ag_signature(group, slot), call,
-               group->set != NULL ? &use : NULL);
+               group->set != NULL ? &use : NULL, TIDE_RAN_AG, "all-gather");
 }
 
 tide_result_t tide_all_gather(tide_group_t group, const void *shard, int slot, void *stream) {
@@ -440,20 +465,18 @@ static tide_result_t reduce_scatter(tide_group_t group, const void *const *grads
     }
     /* Slot-Reuse on a shared arena: gradients staged in the group's own ring slot (the only
      * part of the arena check_outside_arena lets them be in) end its occupancy. */
-    tide_set_use_t use = {0};
+    bool staged = false;
     if (group->set != NULL) {
         void *slot = NULL;
         TIDE_CHECK(tide_bind_region(group->arena, plan, group->comm->rank, TIDE_REGION_LANDING0,
                                     &slot));
-        use.landing = -1;
-        use.rs = true;
         for (int p = 0; p < plan->geom.num_params; ++p)
-            if (overlaps(grads[p], grad_bytes_of(plan, p), slot,
-                         plan->arena.regions[TIDE_REGION_LANDING0].bytes)) {
-                use.landing = tide_set_landing(group);
-                use.frees_slot = true;
-            }
+            staged = staged || overlaps(grads[p], grad_bytes_of(plan, p), slot,
+                                        plan->arena.regions[TIDE_REGION_LANDING0].bytes);
     }
+    tide_set_use_t use;
+    tide_group_call_use(group, staged ? TIDE_CALL_REDUCE_SCATTER_STAGED : TIDE_CALL_REDUCE_SCATTER,
+                        &use);
     TIDE_CHECK(check_usable(group, call));
     /* A mode the group was not registered with is compiled on first use; its failure (e.g.
      * an outbox the arena cannot hold) leaves the group usable in the other mode. */
@@ -469,7 +492,8 @@ static tide_result_t reduce_scatter(tide_group_t group, const void *const *grads
     b.accumulate = accumulate != 0;
     return run(group, &group->rs[mode], &b, stream, &group->rs_calls,
                rs_signature(group, alpha, accumulate, mode), call,
-               group->set != NULL ? &use : NULL);
+               group->set != NULL ? &use : NULL, TIDE_RAN_RS(mode),
+               mode == TIDE_RS_IN_PLACE ? "In-Place reduce-scatter" : "Slot-Reuse reduce-scatter");
 }
 
 tide_result_t tide_reduce_scatter(tide_group_t group, const void *const *grads, float *out,

@@ -111,6 +111,23 @@ tide_result_t tide_bind_sum(const tide_binding_t *b, const tide_program_t *prog,
 tide_result_t tide_bind_land(const tide_binding_t *b, const tide_program_t *prog, tide_queue_t q,
                              int index, tide_land_args_t *args_out);
 
+/* ------------------------------------------------------------------ capture verdicts */
+
+/* A verdict being formed: the blockers found (TIDE_CAPTURE_* bits of tide.h) and, for each,
+ * the first sentence found (capture.c). */
+#define TIDE_CAPTURE_BLOCKERS 5
+typedef struct {
+    uint32_t blockers;
+    char why[TIDE_CAPTURE_BLOCKERS][320];
+} tide_capture_verdict_t;
+
+/* Add blocker `bit` to v with its sentence (kept only if the bit had none). */
+void tide_capture_block(tide_capture_verdict_t *v, uint32_t bit, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* v's sentences in the order of the bits, joined by "; ", into buf ("" for none). */
+void tide_capture_reason(const tide_capture_verdict_t *v, char *buf, size_t size);
+
 /* ------------------------------------------------------------------ the provider vtable */
 
 struct tide_fabric_ops {
@@ -169,7 +186,21 @@ struct tide_fabric_ops {
     tide_result_t (*call_check)(struct tide_fabric_arena *arena, tide_collective_t coll,
                                 uint64_t epoch, uint64_t sig, int *other_rank_out,
                                 uint64_t *other_sig_out);
+
+    /* Optional (NULL: the fabric captures no call into a CUDA graph).  Whether this rank's
+     * call of `prog` on `arena` would be captured into the capture `stream` is part of (one
+     * that begins now when it is not capturing): the fabric's own checks, those execute makes
+     * before it records a captured call (the same function), with no side effects.  Adds
+     * TIDE_CAPTURE_NO_FABRIC / TIDE_CAPTURE_OTHER_GRAPH bits to v (tide_capture_block);
+     * *key_out: the capture's id + 1, 0 when `stream` is not capturing.  Whether the program
+     * ran before is core's bookkeeping (api/capture.c), not asked here.  Returns an error only
+     * when the stream cannot be asked (the legacy default stream during a capture, an
+     * invalidated capture, a CUDA error). */
+    tide_result_t (*capture_check)(struct tide_fabric_arena *arena, const tide_program_t *prog,
+                                   void *stream, uint64_t *key_out, tide_capture_verdict_t *v);
 };
+
+
 
 /* The providers.  A fabric that is not built has no ops; tide_fabric_lookup returns NULL. */
 extern const struct tide_fabric_ops tide_fabric_cpu_ops;

@@ -9,7 +9,10 @@ model): 2 eager steps with TIDE, then one whole step -- forward, backward, SGD s
 captured with torch.cuda.graph (its own side stream) on static inputs, then K = 10 replays,
 each after the next batch is copied into the static inputs.  Checked on every rank:
 - every group is Tier 1 and TIDE served the capture: each group's captured_all_gather >= 1 and
-  captured_reduce_scatter == 1, no stock call, no fallback (enabled(model));
+  captured_reduce_scatter == 1, no stock call, no fallback (enabled(model)); the adapter
+  routed every call on the library's answer (tide_group_capture_readiness), and asked
+  directly inside the capture after the step, the library says every group's all-gather
+  would be captured (no TIDE_CAPTURE_NO_FABRIC / _OTHER_GRAPH / _UNUSABLE / _PROGRAM_COLD);
 - the local parameter shards after each replay equal, bit for bit, those of the same steps run
   eagerly with TIDE, and those of stock FSDP2 run eagerly (gloo; the world-2 parity of
   fsdp_parity_gpu.py: gloo collectives cannot be captured, so stock is compared eagerly);
@@ -23,7 +26,8 @@ warm-up steps registered and ran eagerly; inside the capture it must run on TIDE
 (wide_reduce_scatter counted).
 
 Case "cold": the first step captured without warm-up (torchtitan's way).  Every call of the
-served groups must run on stock FSDP2 inside the capture, with the reason, and no exception.
+served groups must run on stock FSDP2 inside the capture, with the library's reason ("the
+first call of a program"), and no exception.
 FSDP2's lazy initialisation runs before the capture.  Stock's gloo collectives cannot be
 captured, so during that capture only they are replaced by local stand-ins (all-gather:
 this rank's shard copied into every rank's place; reduce-scatter: this rank's chunk) that
@@ -152,6 +156,12 @@ def _captured(kind, rank, world, replays):
     t0 = time.monotonic()
     with torch.cuda.graph(graph):
         _step(model, opt, static)
+        # The library's verdict inside the real capture (tide_group_capture_readiness on
+        # the capturing stream), after the step's calls: the fabric captures, the capture
+        # holds its streams, every group is usable and warm.  (A fence variant a next
+        # all-gather would run may be cold: not asked here.)
+        in_capture = {st.spec.name: st.group.capture_readiness("all_gather")
+                      for st in rec.states}
     capture_s = time.monotonic() - t0
     at_capture = {st.spec.name: dict(st.calls) for st in rec.states}
     fallbacks_at_capture = list(rec.fallbacks)
@@ -183,6 +193,7 @@ def _captured(kind, rank, world, replays):
     return {"params": params, "before": before, "at_capture": at_capture, "end": end,
             "fallbacks_at_capture": fallbacks_at_capture, "fallbacks": fallbacks,
             "tiers": tiers, "after_error": after_error, "capture_s": capture_s,
+            "in_capture": in_capture,
             "replay_s": replay_s}
 
 
@@ -351,6 +362,14 @@ def _check_warm(kind, rec, replays):
                 "stock_reduce"] + 1:
             problems.append("%s: the eager step after the capture did not run on stock: %s"
                             % (name, end))
+    from tide import _lib
+
+    whole = (_lib.CAPTURE_NO_FABRIC | _lib.CAPTURE_OTHER_GRAPH | _lib.CAPTURE_UNUSABLE
+             | _lib.CAPTURE_PROGRAM_COLD)
+    for name, (blockers, reason) in cap["in_capture"].items():
+        if blockers & whole:
+            problems.append("%s: inside the capture the library says its all-gather would not "
+                            "be captured: 0x%x %s" % (name, blockers, reason))
     if cap["after_error"]:
         problems.append("the eager step after the capture raised %s" % cap["after_error"])
     if not any("were captured into a CUDA graph" in why for _n, why in cap["fallbacks"]):
@@ -384,8 +403,10 @@ def _check_cold(rec, stock):
         if end["reduce_scatter"] != WARMUP or end["stock_reduce"] != 1:
             problems.append("%s: after the capture, %s (expected %d TIDE reduce-scatters)"
                             % (name, end, WARMUP))
-        if not any(n == name and "ran no eager" in why for n, why in rec["fallbacks"]):
-            problems.append("%s: no 'ran no eager' reason in %s" % (name, rec["fallbacks"]))
+        if not any(n == name and "first call of a program" in why
+                   for n, why in rec["fallbacks"]):
+            problems.append("%s: no 'first call of a program' reason in %s"
+                            % (name, rec["fallbacks"]))
     if rec["stand_ins"]["reduce_scatter"] != len(rec["at_capture"]):
         problems.append("stock stand-ins called %s" % rec["stand_ins"])
     for s in range(WARMUP):

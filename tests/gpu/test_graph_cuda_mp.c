@@ -10,7 +10,9 @@
  *                                    eager group makes the same calls on the same inputs;
  *                                    then BURST replays back to back with no host wait
  *                                    between them.  Also: capturing a program's first call
- *                                    and an eager call of a captured family are refused.
+ *                                    and an eager call of a captured family are refused, and
+ *                                    tide_group_capture_readiness answers PROGRAM_COLD before
+ *                                    the first call and 0 (capturable) inside the capture.
  *   test_graph_cuda_mp --kill        N = 4, TIDE_TIMEOUT_MS = 3000: a rank is killed between
  *                                    two replays; every survivor's replay must end and its
  *                                    sync report TIDE_ERR_TIMEOUT within TIDE_TIMEOUT_MS + 2 s
@@ -213,6 +215,22 @@ static bool refused(rank_t *k, tide_result_t res, const char *what, const char *
     return false;
 }
 
+/* tide_group_capture_readiness of the group's all-gather and reduce-scatter on k->s must
+ * answer exactly `want` (the same verdict the calls then act on). */
+static bool readiness(rank_t *k, uint32_t want, const char *what) {
+    for (int c = 0; c < 2; ++c) {
+        tide_capture_readiness_t v;
+        const tide_call_kind_t call = c == 0 ? TIDE_CALL_ALL_GATHER : TIDE_CALL_REDUCE_SCATTER;
+        CK(tide_group_capture_readiness(k->g, call, k->s, &v), "capture_readiness");
+        if (v.blockers != want) {
+            snprintf(k->err, 320, "%s: capture_readiness of the %s: 0x%x, expected 0x%x (%.160s)",
+                     what, c == 0 ? "all-gather" : "reduce-scatter", v.blockers, want, v.reason);
+            return false;
+        }
+    }
+    return true;
+}
+
 /* The nodes the caller's capture frontier `front` depends on, itself included (a backward
  * walk over the captured graph); NULL when the walk fails. */
 static cudaGraphNode_t *ancestors(const cudaGraphNode_t *front, size_t nf, size_t *n_out) {
@@ -306,7 +324,10 @@ static void unjoined_streams(const rank_t *k, cudaStream_t caller, unsigned long
 
 static bool capture(rank_t *k, cudaGraph_t *graph, cudaGraphExec_t *exec) {
     CU(cudaStreamBeginCapture(k->s, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
-    const bool ok = calls(k, k->g, k->out);
+    /* Warm now: the library says both calls would be captured, before and after the first. */
+    bool ok = readiness(k, 0, "in the capture, before its calls");
+    ok = ok && calls(k, k->g, k->out);
+    ok = ok && readiness(k, 0, "in the capture, after its calls");
     /* The capture's state just before it ends, reported if the end fails: an invalidated
      * capture points at a refused operation inside the calls, an active one with the end
      * refused at work forked into the capture and never joined back. */
@@ -353,9 +374,12 @@ static bool setup(rank_t *k, const char *name, tide_comm_t *comm, bool eager_gro
     /* A program's first call cannot be captured (it prepares device state). */
     cudaGraph_t graph = NULL;
     CU(cudaStreamBeginCapture(k->s, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+    /* Asked first: both programs are cold, nothing else blocks (the ipc transport). */
+    const bool cold = readiness(k, TIDE_CAPTURE_PROGRAM_COLD, "before the first call");
     const tide_result_t res = tide_all_gather(k->g, k->shard, 0, k->s);
     const cudaError_t ce = cudaStreamEndCapture(k->s, &graph);
     if (graph != NULL) cudaGraphDestroy(graph);
+    if (!cold) return false;
     if (!refused(k, res, "capturing the first all-gather", "first call of a program")) return false;
     CU(ce, "cudaStreamEndCapture (refused call)");
     /* Set 0 eagerly on the group that will be captured (prepares both programs). */

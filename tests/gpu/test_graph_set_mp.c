@@ -28,7 +28,9 @@
  *                                   the set (AG C: the set is replay-only as a whole), one
  *                                   that needs an eager fence (AG B), and, in a second
  *                                   capture, a call whose fence would wait on siblings of
- *                                   the first graph (AG B).  One more replay after them must
+ *                                   the first graph (AG B; tide_group_capture_readiness
+ *                                   asked before it must say TIDE_CAPTURE_OTHER_GRAPH, and
+ *                                   nothing else).  One more replay after them must
  *                                   still match the CPU fabric (the set stays usable).
  *
  * The parent never touches CUDA: it draws every input, runs the CPU fabric (a thread per
@@ -389,9 +391,19 @@ static bool refusals(rank_t *k) {
     /* The same call in a second capture: its fence would wait on A's calls of the first. */
     cudaGraph_t g2 = NULL;
     CU(cudaStreamBeginCapture(k->ag, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture (2)");
+    /* Asked first (tide_group_capture_readiness): the same verdict, nothing else blocks. */
+    tide_capture_readiness_t v;
+    const tide_result_t q = tide_group_capture_readiness(s->g[1], TIDE_CALL_ALL_GATHER, k->ag, &v);
     const tide_result_t r2 = tide_all_gather(s->g[1], k->shard[1], 0, k->ag);
     const cudaError_t e2 = cudaStreamEndCapture(k->ag, &g2);
     if (g2 != NULL) cudaGraphDestroy(g2);
+    if (q != TIDE_SUCCESS || v.blockers != TIDE_CAPTURE_OTHER_GRAPH ||
+        strstr(v.reason, "captured in one graph") == NULL) {
+        snprintf(k->err, 400, "capture_readiness of a fence in a second capture: %s, 0x%x (%.200s)",
+                 tide_get_error_string(q), q == TIDE_SUCCESS ? v.blockers : 0u,
+                 q == TIDE_SUCCESS ? v.reason : tide_get_last_error());
+        return false;
+    }
     if (!refused(k, r2, "a fence in a second capture", "captured in one graph")) return false;
     CU(e2, "cudaStreamEndCapture (refused call)");
     return true;

@@ -379,7 +379,7 @@ def _enable_on(module, pg0, specs, tier, mode, topology, tuning, reduce_in_fp32,
         if tier == 1:
             states, ring = _register_tier1(module, comm, kept, mode, capture)
         else:
-            graphs = _graph.Graphs(capture, comm, shared=False)  # Tier 0: groups alone
+            graphs = _graph.Graphs(capture, comm)  # Tier 0: groups alone
             for spec, pg, _m, config in kept:
                 states.append(_tier0.Tier0Group(pg, comm, spec, mode, graphs,
                                                 **_tuning.fields(config)))
@@ -423,7 +423,7 @@ def _register_tier1(module, comm, kept, mode, capture="stock"):
                                                  [k[3] for k in kept],
                                                  [k[0].name for k in kept], slots)
     ring = _ring.Ring(shared, reg_entries)
-    ring.graphs = _graph.Graphs(capture, comm, shared)
+    ring.graphs = _graph.Graphs(capture, comm)
     states = []
     try:
         for (spec, pg, _m, _config), g, slot in zip(kept, groups, slots):

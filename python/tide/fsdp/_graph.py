@@ -5,21 +5,23 @@ Default (capture="stock"): every call of a served group made while the current s
 captures runs on stock FSDP2 (OFF_REASON).  With capture="tide", a served group's
 all-gather / reduce-scatter made during a capture calls TIDE, so that the graph contains
 TIDE-AG / TIDE-RS and replays them, when the C layer can capture it
-(docs/cuda-fabric.md, "CUDA graphs across processes", "Shared-arena sets").  Its
-preconditions are checked here, before the library is called; a call that does not meet
-them runs on stock FSDP2, said once per group in the log and in enabled(model).fallbacks:
+(docs/cuda-fabric.md, "CUDA graphs across processes", "Shared-arena sets").  Whether it can
+is asked of the library before each such call (tide_group_capture_readiness, through
+TorchGroup.capture_readiness: the same checks the call itself makes, so nothing of the C
+rules is copied here); a call it would refuse runs on stock FSDP2, said once per group in
+the log and in enabled(model).fallbacks.  The library answers from its own state:
 
-- the fabric captures: the one-process-per-rank CUDA fabric without rails (the CPU and NCCL
+- the fabric captures (the one-process-per-rank CUDA fabric without rails; the CPU and NCCL
   fabrics, and TIDE_CUDA_MP_RAILS, capture nothing);
-- every group of the communicator ran an eager all-gather and reduce-scatter before the
-  capture (decided at the first call of the capture, so that a capture of a step without
-  warm-up -- torchtitan records its first step -- contains no TIDE call at all and leaves the
-  set usable eagerly);
-- the call's program ran eagerly before, and so did the cross-group fence variant it will
-  run (predicted by the same rule as src/api/arena_set.c, tide_set_fence, replayed here on
-  the calls TIDE made: the last user of each landing, of the receive stage and of the
-  reduce-scatter resources);
-- no earlier capture of the communicator's calls (the C layer allows one graph per set).
+- the call's program ran eagerly before, and so did the cross-group fence variant it would
+  run first (which depends on the set's earlier calls);
+- no other capture holds the fabric's streams or the set's calls.
+
+Two decisions stay here, about a capture as a whole, taken at its first call of the
+communicator's groups: a capture in which some group is not warm (its all-gather or
+reduce-scatter never ran eagerly: torchtitan records its first step) or the fabric captures
+nothing gets no TIDE call at all, so that the set stays usable eagerly; and after a capture
+that contains TIDE calls, no later capture gets any (the C layer allows one graph per set).
 
 A capture is told apart from the next by its id (tide_stream_capture_key on the current
 stream: cudaStreamGetCaptureInfo, which torch does not expose), so a second capture is seen
@@ -58,16 +60,29 @@ def capture_mode(arg):
     return value
 
 
-def fabric_reason(comm):
-    """Why `comm`'s calls cannot be captured (None when they can)."""
-    from ..torch_binding import FABRIC_CUDA
+def readiness(group, call):
+    """(blockers, reason) of `call` ("all_gather", "reduce_scatter", "reduce_scatter_staged")
+    of TorchGroup `group` on the current stream: tide_group_capture_readiness, blockers 0 when
+    the call would be captured (_lib.CAPTURE_* bits otherwise).  The one place this module asks
+    (a CPU test simulates a fabric that captures by wrapping it).  A library without the call,
+    or one that cannot ask the stream (an invalidated capture), captures nothing: the call
+    runs on stock, which reports such a capture itself."""
+    from .. import _lib
 
-    if comm.device.type != "cuda" or comm.fabric != FABRIC_CUDA:
-        return ("the %s fabric captures no call (only the one-process-per-rank CUDA fabric "
-                "does)" % ("CPU" if comm.device.type == "cpu" else "NCCL"))
-    if os.environ.get("TIDE_CUDA_MP_RAILS", "").strip() not in ("", "0"):
-        return "the CUDA fabric with rails (TIDE_CUDA_MP_RAILS) captures no call"
-    return None
+    try:
+        return group.capture_readiness(call)
+    except (OSError, _lib.TideError) as exc:  # OSError: _lib.require, an older libtide
+        return _lib.CAPTURE_NO_FABRIC, ("the library cannot say whether the call would be "
+                                        "captured (%s)" % exc)
+
+
+def _session_blockers():
+    """What keeps a whole capture off TIDE (Graphs._session); a per-call blocker (a cold
+    fence variant) leaves that call alone on stock."""
+    from .. import _lib
+
+    return (_lib.CAPTURE_UNUSABLE | _lib.CAPTURE_PROGRAM_COLD | _lib.CAPTURE_NO_FABRIC
+            | _lib.CAPTURE_OTHER_GRAPH)
 
 
 def _capturing():
@@ -100,55 +115,40 @@ def capture_key():
 
 
 class Graphs:
-    """Capture state of the groups of one communicator: one shared-arena set (`shared`),
-    or groups registered alone (Tier 0, or a set the library could not share)."""
+    """Capture state of the groups of one communicator: one shared-arena set, or groups
+    registered alone (Tier 0, or a set the library could not share)."""
 
-    def __init__(self, mode, comm, shared):
+    def __init__(self, mode, comm):
         self.mode = mode
         self.comm = comm
-        self.shared = shared
         self.members = []      # the states (Tier1Group / Tier0Group) of the communicator
-        self.ran = set()       # (group name, program) that ran eagerly
-        self.last_user = {}    # resource -> group name (src/api/arena_set.c's last_user)
-        self.capture = None    # while a capture is under way: {"why": reason or None}
+        self.capture = None    # while a capture is under way: {"why": reason or None, ...}
         self.captured = False  # some call was captured: the set is replay-only
         self.captures = 0      # captures that contained TIDE calls
 
-    # ------------------------------------------------------------ what a call needs
-
-    def _fence(self, name, use):
-        """The cross-group fence variant (0, 1) a call of group `name` runs, None for
-        none: tide_set_fence's rule."""
-        if not self.shared or use is None:
-            return None
-
-        def other(res):
-            who = self.last_user.get(res)
-            return who is not None and who != name
-
-        handover = bool(use.get("rs")) and other("rs")
-        need = handover or (use.get("landing") is not None and other(("landing",
-                                                                       use["landing"]))) or (
-            bool(use.get("recv")) and other("recv"))
-        return (1 if handover else 0) if need else None
-
-    def _cold(self):
-        """Why the communicator's groups are not warm for a capture (None when they are)."""
-        # A reduce-scatter through Tier 1's fp32 companion ("rs-wide") warms the group as
-        # well as one through its own registration: a job that always accumulates without
-        # sync never runs the latter.  Each captured call is still checked for its own
-        # program (check()).
+    def _session(self):
+        """Why this capture gets no TIDE call at all (None when it may): the library's
+        answer for every group's all-gather and reduce-scatter, where it concerns the
+        capture as a whole (the fabric, a failed group, another capture, a cold program)."""
         for st in self.members:
-            for programs, what in ((("ag",), "all-gather"), (("rs", "rs-wide"), "reduce-scatter")):
-                if not any((st.spec.name, program) in self.ran for program in programs):
-                    return ("group %s ran no eager %s before this capture (the first call of "
-                            "a program cannot be captured; run eager steps first)"
-                            % (st.spec.name, what))
+            for call in ("all_gather", "reduce_scatter"):
+                blockers, reason = readiness(st.group, call)
+                wide = getattr(st, "wide", None)
+                if call == "reduce_scatter" and blockers & _session_blockers() and wide:
+                    # A reduce-scatter through Tier 1's fp32 companion warms the group as
+                    # well as one through its own registration: a job that always
+                    # accumulates without sync never runs the latter.  The captured call is
+                    # asked about again on its own (check()).
+                    blockers, reason = readiness(wide, call)
+                if blockers & _session_blockers():
+                    return reason
         return None
 
-    def check(self, name, program, use=None):
-        """Why this call of group `name` runs on stock FSDP2 (None: TIDE runs it, captured
-        or not).  program: "ag", "rs" or "rs-wide"; use: what it touches (see _fence)."""
+    def check(self, group, name, call):
+        """Why this call runs on stock FSDP2 (None: TIDE runs it, captured or not).  group:
+        the TorchGroup that would run it (None: the fp32-gradient companion of a reduction,
+        not registered yet); name: the served group's, for messages; call: "all_gather",
+        "reduce_scatter" or "reduce_scatter_staged" (gradients staged in the landing)."""
         if not _capturing():
             if self.capture is not None:
                 self.capture = None  # the capture ended
@@ -162,30 +162,29 @@ class Graphs:
         if self.capture is not None and key is not None and self.capture.get("key") != key:
             self.capture = None  # another capture began with no call outside both
         if self.capture is None:
-            why = fabric_reason(self.comm)
-            if why is None and self.captured:
+            why = None
+            if self.captured:
                 why = ("an earlier CUDA graph holds the communicator's calls (one graph per "
                        "set)")
             if why is None:
-                why = self._cold()
+                why = self._session()
             self.capture = {"why": why, "key": key}
         why = self.capture["why"]
         if why is not None:
             return "a CUDA graph capture is under way and " + why
-        if (name, program) not in self.ran:
-            return ("a CUDA graph capture is under way and group %s's %s program never ran "
-                    "eagerly" % (name, program))
-        variant = self._fence(name, use)
-        if variant is not None and (name, ("fence", variant)) not in self.ran:
-            return ("a CUDA graph capture is under way and group %s's cross-group fence "
-                    "(variant %d) never ran eagerly" % (name, variant))
+        if group is None:
+            return ("a CUDA graph capture is under way and group %s's fp32-gradient "
+                    "reduce-scatter never ran eagerly (its fp32 companion group is registered "
+                    "at its first eager use)" % name)
+        blockers, reason = readiness(group, call)
+        if blockers:
+            return "a CUDA graph capture is under way and " + reason
         return None
 
-    def note(self, st, program, use=None):
-        """After TIDE ran a call of group state `st` (Tier1Group / Tier0Group): the library's
-        state moved as this, and st.calls counts it ("all_gather" / "reduce_scatter", and
-        "captured_*" too when it was captured: once, not per replay)."""
-        name = st.spec.name
+    def note(self, st, program):
+        """After TIDE ran a call of group state `st` (Tier1Group / Tier0Group), "ag" or "rs":
+        st.calls counts it ("all_gather" / "reduce_scatter", and "captured_*" too when it was
+        captured: once, not per replay)."""
         counter = "all_gather" if program == "ag" else "reduce_scatter"
         st.calls[counter] += 1
         if _capturing():
@@ -194,18 +193,6 @@ class Graphs:
             if self.capture is not None and not self.capture.get("served"):
                 self.capture["served"] = True
                 self.captures += 1
-        else:
-            self.ran.add((name, program))
-            variant = self._fence(name, use)  # before last_user moves, below
-            if variant is not None:
-                self.ran.add((name, ("fence", variant)))
-        if use is not None:
-            if use.get("landing") is not None:
-                self.last_user[("landing", use["landing"])] = name
-            if use.get("recv"):
-                self.last_user["recv"] = name
-            if use.get("rs"):
-                self.last_user["rs"] = name
 
 
 def log_once(st, why, what, kind="calls"):
@@ -224,4 +211,4 @@ def log_once(st, why, what, kind="calls"):
         sink.append((st.spec.name, "%s on stock FSDP2: %s" % (kind, why)))
 
 
-__all__ = ["Graphs", "MODES", "capture_mode", "fabric_reason", "log_once"]
+__all__ = ["Graphs", "MODES", "capture_mode", "log_once", "readiness"]

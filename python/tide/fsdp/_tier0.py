@@ -38,7 +38,7 @@ class Tier0Group:
         self.param_group = param_group
         self.spec = spec
         # Capture routing (_graph.py): Tier 0 groups are registered alone, no fences.
-        self.graphs = graphs if graphs is not None else _graph.Graphs("stock", comm, False)
+        self.graphs = graphs if graphs is not None else _graph.Graphs("stock", comm)
         self.world = comm.ranks
         n_ag = sum(geo_numel for geo_numel in spec.shard_numels)
         self.n_ag = n_ag
@@ -94,7 +94,8 @@ class Tier0Group:
         group and reason, in the log and in enabled(model).fallbacks."""
         from . import _auto, _graph
 
-        why = self.graphs.check(self.spec.name, program)
+        why = self.graphs.check(self.group, self.spec.name,
+                                "all_gather" if program == "ag" else "reduce_scatter")
         if why is None:
             return False
         _graph.log_once(self, why, what)

@@ -139,10 +139,8 @@ class Tier1Group:
         self.group = g = group
         self.ring = ring
         self.slot_key = slot_key
-        # Capture routing of the communicator's groups (_graph.py); what a call touches in
-        # the set, for the cross-group fence it runs (src/api/arena_set.c).
+        # Capture routing of the communicator's groups (_graph.py).
         self.graphs = ring.graphs
-        self.recv = g.plan.region("recv_stage").bytes > 0
         self.world = g.ranks
         numels = [geo.rows_per_rank * geo.inner for geo in g.params]
         self.numels = numels
@@ -333,8 +331,8 @@ class Tier1Group:
                                "enable(..., tier=0)")
         self.check_params(fsdp_params)
         args = (group, async_op, copy_in_stream, all_gather_stream, device, all_gather_comm)
-        why = _auto._dispatch_reason() or self.graphs.check(self.spec.name, "ag",
-                                                            self._ag_use())
+        why = _auto._dispatch_reason() or self.graphs.check(self.group, self.spec.name,
+                                                            "all_gather")
         if why is not None:
             return self._gather_on_stock(fsdp_params, args, why)
         if self.ring.claim(self.slot_key, self) is not None:
@@ -389,7 +387,7 @@ class Tier1Group:
         with handle.stream(all_gather_stream):
             stream = handle.current_stream() if device.type == "cuda" else None
             self.group.all_gather(self.packed, 0, stream=stream)
-            self.graphs.note(self, "ag", self._ag_use())
+            self.graphs.note(self, "ag")
             event = all_gather_stream.record_event()
         self.live = True
         self.saved_in_slot = False  # the landing holds this group's parameters again
@@ -513,10 +511,6 @@ class Tier1Group:
         return (not self.live and not self.on_stock
                 and self.ring.occupant.get(self.slot_key) is self)
 
-    def _ag_use(self):
-        """What this group's all-gather touches in its set (_graph.Graphs._fence)."""
-        return {"landing": self.slot_key, "recv": self.recv}
-
     def _log_fallback(self, why):
         # Also in enabled(model).fallbacks (the list enable() returned), once.
         _graph.log_once(self, why, "reduces", "reductions")
@@ -543,14 +537,15 @@ class Tier1Group:
         grad_dtype = unsharded_grads[0].dtype
         if reduce_scatter_group is None:
             return None  # never registered that way; stock handles it
-        # What the call touches in the set: the reduce-scatter resources, and the landing
-        # when Slot-Reuse stages the gradients there (as decided below).
-        program = "rs" if grad_dtype == self.spec.grad_dtype else "rs-wide"
-        use = None
-        if program == "rs":
+        # Which group runs it (the fp32 companion for fp32 gradients of a bf16 group), and
+        # whether Slot-Reuse stages the gradients in the landing (as decided below): the
+        # library's capture verdict depends on both (the fence variant the call runs).
+        if grad_dtype == self.spec.grad_dtype:
             staged = self.grad_views is not None and self._slot_vacated()
-            use = {"rs": True, "landing": self.slot_key if staged else None}
-        why = _auto._dispatch_reason() or self.graphs.check(self.spec.name, program, use)
+            runner, call = self.group, "reduce_scatter_staged" if staged else "reduce_scatter"
+        else:
+            runner, call = self.wide, "reduce_scatter"
+        why = _auto._dispatch_reason() or self.graphs.check(runner, self.spec.name, call)
         if why is not None:  # see _gather_on_stock
             self._log_fallback(why)
             self.calls["stock_reduce"] += 1
@@ -633,7 +628,7 @@ class Tier1Group:
             stream = handle.current_stream() if device.type == "cuda" else None
             g.reduce_scatter(grads, reduce_output, alpha=alpha, accumulate=False,
                              stream=stream)
-            self.graphs.note(self, program, use)
+            self.graphs.note(self, "rs")
             if g is not self.group:
                 self.calls["wide_reduce_scatter"] += 1
             if rounding is not None:

@@ -45,6 +45,7 @@
 
 #include "core/checks.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,6 +79,46 @@ static tide_result_t capture_key(const char *fabric, int r, cudaStream_t s, cons
     return TIDE_SUCCESS;
 }
 
+/* A capture that begins now: the key a query stands for when the stream is not capturing
+ * (capture ids + 1 never reach it), so that it matches no capture under way. */
+#define CAPTURE_NEW (~0ull)
+
+/* The capture checks of rank r's call of family `fam` in capture `key` (not 0), without side
+ * effects: the blockers into v.  The call path (tide_cuda_graph_arrive) and the query
+ * (tide_cuda_capture_check) both decide with it. */
+static tide_result_t capture_verdict(tide_cuda_group_t *g, tide_cuda_family_t *fam, int r,
+                                     unsigned long long key, tide_capture_verdict_t *v) {
+    tide_cuda_shared_t *sh = g->shared;
+    /* A shared arena's fence waits on its sibling views' last fences: a captured one would be
+     * waited on by eager fences, an eager one by a captured fence. */
+    if (fam == &g->fam[2] || g->parent != NULL)
+        tide_capture_block(v, TIDE_CAPTURE_NO_FABRIC,
+                           "cuda fabric: rank %d: calls of groups on a shared arena cannot be "
+                           "captured into a CUDA graph (the arena's fence waits on every group's "
+                           "last call across the capture boundary)",
+                           r);
+    if (fam->pending > 0 && fam->pending_capture != key)
+        tide_capture_block(
+            v, TIDE_CAPTURE_OTHER_GRAPH,
+            "cuda fabric: rank %d: its stream is capturing, the stream of the ranks "
+            "that called before it %s: every rank's call must be in one capture, "
+            "or none",
+            r, fam->pending_capture == 0 ? "is not capturing" : "is in another capture");
+    if (sh->captured > 0) {
+        /* Every captured call joins the aggregation stream into its capture, so it tells
+         * whether the fabric's streams belong to a capture still under way. */
+        unsigned long long held = 0;
+        TIDE_CHECK(capture_key("cuda fabric", r, sh->agg, "the fabric's streams are", &held));
+        if (held != 0 && held != key)
+            tide_capture_block(v, TIDE_CAPTURE_OTHER_GRAPH,
+                               "cuda fabric: rank %d: the fabric's streams are in a stream capture "
+                               "that is still under way (capture %llu); calls of two concurrent "
+                               "captures on one world cannot be captured: end one capture first",
+                               r, held - 1);
+    }
+    return TIDE_SUCCESS;
+}
+
 tide_result_t tide_cuda_graph_arrive(tide_cuda_group_t *g, tide_cuda_family_t *fam, bool ready,
                                      int r, cudaStream_t caller) {
     tide_cuda_shared_t *sh = g->shared;
@@ -87,46 +128,57 @@ tide_result_t tide_cuda_graph_arrive(tide_cuda_group_t *g, tide_cuda_family_t *f
         if (fam->pending == 0) fam->pending_capture = 0;
         return TIDE_SUCCESS;
     }
-    /* A shared arena's fence waits on its sibling views' last fences: a captured one would be
-     * waited on by eager fences, an eager one by a captured fence. */
-    if (key != 0 && (fam == &g->fam[2] || g->parent != NULL))
-        return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
-                        "cuda fabric: rank %d: calls of groups on a shared arena cannot be "
-                        "captured into a CUDA graph (the arena's fence waits on every group's "
-                        "last call across the capture boundary)",
-                        r);
-    if (key != 0 && !ready)
-        return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
-                        "cuda fabric: rank %d: the first call of a program (all-gather, or a "
-                        "reduce-scatter mode) cannot be captured into a CUDA graph: it allocates "
-                        "and uploads the program's device state; call it once outside the "
-                        "capture first",
-                        r);
-    if (fam->pending > 0 && fam->pending_capture != key)
-        return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
-                        "cuda fabric: rank %d: its stream is %s, the stream of the ranks that "
-                        "called before it %s: every rank's call must be in one capture, or none",
-                        r, key != 0 ? "capturing" : "not capturing",
-                        fam->pending_capture == 0 ? "is not capturing"
-                        : key != 0                ? "is in another capture"
-                                                  : "is capturing");
-    if (sh->captured > 0) {
-        /* Every captured call joins the aggregation stream into its capture, so it tells
-         * whether the fabric's streams belong to a capture still under way. */
+    if (key != 0) {
+        tide_capture_verdict_t v;
+        memset(&v, 0, sizeof(v));
+        TIDE_CHECK(capture_verdict(g, fam, r, key, &v));
+        if (v.blockers != 0) {
+            char why[TIDE_CAPTURE_REASON_MAX];
+            tide_capture_reason(&v, why, sizeof(why));
+            return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "%s", why);
+        }
+        /* Core refuses a program's first call inside a capture before it gets here
+         * (api/capture.c): its bookkeeping says whether the program ran. */
+        if (!ready)
+            return TIDE_ERR(TIDE_ERR_INTERNAL,
+                            "cuda fabric: rank %d: a captured call of a program this fabric "
+                            "never prepared (its first call cannot be captured into a CUDA "
+                            "graph)",
+                            r);
+    } else {
+        if (fam->pending > 0 && fam->pending_capture != 0)
+            return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
+                            "cuda fabric: rank %d: its stream is not capturing, the stream of the "
+                            "ranks that called before it is capturing: every rank's call must be "
+                            "in one capture, or none",
+                            r);
         unsigned long long held = 0;
         TIDE_CHECK(capture_key("cuda fabric", r, sh->agg, "the fabric's streams are", &held));
-        if (held != 0 && held != key)
+        if (held != 0)
             return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
                             "cuda fabric: rank %d: the fabric's streams are in a stream capture "
-                            "that is still under way (capture %llu); %s",
-                            r, held - 1,
-                            key != 0 ? "calls of two concurrent captures on one world cannot be "
-                                       "captured: end one capture first"
-                                     : "an eager call would join it: end the capture first, or "
-                                       "capture this call too");
+                            "that is still under way (capture %llu); an eager call would join "
+                            "it: end the capture first, or capture this call too",
+                            r, held - 1);
     }
     if (fam->pending == 0) fam->pending_capture = key;
     return TIDE_SUCCESS;
+}
+
+tide_result_t tide_cuda_capture_check(struct tide_fabric_arena *arena, const tide_program_t *prog,
+                                      void *stream, uint64_t *key_out, tide_capture_verdict_t *v) {
+    tide_cuda_arena_t *a = (tide_cuda_arena_t *)arena;
+    tide_cuda_group_t *g = a->group;
+    tide_cuda_shared_t *sh = g->shared;
+    const int r = arena->world->rank;
+    unsigned long long key = 0;
+    TIDE_CHECK(capture_key("cuda fabric", r, (cudaStream_t)stream, "the stream is", &key));
+    pthread_mutex_lock(&sh->lock);
+    const tide_result_t res =
+        capture_verdict(g, &g->fam[tide_cuda_family_of(prog)], r, key != 0 ? key : CAPTURE_NEW, v);
+    pthread_mutex_unlock(&sh->lock);
+    if (res == TIDE_SUCCESS) *key_out = (uint64_t)key;
+    return res;
 }
 
 /* ------------------------------------------------------------------ the captured call's tables */

@@ -11,12 +11,18 @@
 #include <stdint.h>
 
 /* Rank r calls on `caller` (NULL: the legacy default stream): find whether the stream is
- * capturing and check that the call can be captured (its program was prepared by an eager
- * call, it is not a shared arena's fence, it is in the capture of the ranks before it, no
- * other capture holds the fabric's streams).  Sets fam->pending_capture for the first rank
+ * capturing and check that the call can be captured (it is not a shared arena's, it is in the
+ * capture of the ranks before it, no other capture holds the fabric's streams; core checked
+ * that its program ran before, api/capture.c).  Sets fam->pending_capture for the first rank
  * of a call.  Nothing is recorded on failure (TIDE_ERR_UNSUPPORTED naming what). */
 tide_result_t tide_cuda_graph_arrive(tide_cuda_group_t *g, tide_cuda_family_t *fam, bool ready,
                                      int r, cudaStream_t caller);
+
+/* The fabric's capture_check (fabric.h): the capture checks of tide_cuda_graph_arrive for a
+ * call of `prog` on `arena`, without side effects. */
+tide_result_t tide_cuda_capture_check(struct tide_fabric_arena *arena, const tide_program_t *prog,
+                                      void *stream, uint64_t *key_out,
+                                      tide_capture_verdict_t *v);
 
 /* Whether call `call` of the family was enqueued in the pending call's capture (both 0:
  * eager).  A wait or fence on an earlier call crosses the capture boundary otherwise. */

@@ -529,9 +529,16 @@ void tide_cuda_mp_set_broken(tide_mp_arena_t *a, const char *msg);
 
 /* ------------------------------------------------------------------ CUDA graphs (mp_graph.c) */
 
+/* The fabric's capture_check (fabric.h; also the NCCL fabric's): the capture checks of
+ * tide_cuda_mp_graph_arrive for a call of `prog` on `arena`, without side effects. */
+tide_result_t tide_cuda_mp_capture_check(struct tide_fabric_arena *arena,
+                                         const tide_program_t *prog, void *stream,
+                                         uint64_t *key_out, tide_capture_verdict_t *v);
+
 /* A call of family fi on `caller`: whether it is captured (*captured_out), or refused with
  * TIDE_ERR_UNSUPPORTED before anything is enqueued (the restrictions of mp_graph.c).  ready:
- * the call's program was prepared.  An eager call costs one capture query while nothing was
+ * the call's program was prepared (core refused its first call in a capture before:
+ * api/capture.c; a captured unprepared one is TIDE_ERR_INTERNAL).  An eager call costs one capture query while nothing was
  * captured on the world. */
 tide_result_t tide_cuda_mp_graph_arrive(tide_mp_arena_t *a, int fi, bool ready,
                                         cudaStream_t caller, bool *captured_out,

@@ -65,21 +65,66 @@ struct tide_mp_graph_mem {
 
 static const char *const family_name[3] = {"all-gather", "reduce-scatter", "cross-group fence"};
 
-/* A captured fence of view a in capture `key`: every sibling family whose last call was
- * captured must have been captured in this capture (mp_graph.c, top). */
-static tide_result_t siblings_check(const tide_mp_arena_t *a, unsigned long long key) {
-    const tide_mp_arena_t *p = a->parent;
-    for (int i = 0; p->views != NULL && i < p->num_views; ++i) {
-        const tide_mp_arena_t *v = p->views[i];
-        if (v == NULL || v == a || v->graph == NULL) continue;
-        for (int f = 0; f < 3; ++f)
-            if (v->graph->captured[f] && v->graph->key[f] != key)
-                return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
-                                "cuda mp fabric: rank %d: calls of one set must be captured in "
-                                "one graph: this cross-group fence waits on the last %s call of "
-                                "the set's view %d, which was captured in another capture",
-                                a->w->base.rank, family_name[f], i);
+/* A capture that begins now: the key a query stands for when the stream is not capturing
+ * (capture ids + 1 never reach it), so that it matches no capture under way. */
+#define CAPTURE_NEW (~0ull)
+
+/* The capture checks of a call of family fi on arena a in capture `key` (not 0), without side
+ * effects: the blockers into v.  The call path (tide_cuda_mp_graph_arrive) and the query
+ * (tide_cuda_mp_capture_check) both decide with it. */
+static tide_result_t capture_verdict(const tide_mp_arena_t *a, int fi, unsigned long long key,
+                                     tide_capture_verdict_t *v) {
+    const tide_mp_world_t *w = a->w;
+    const int me = w->base.rank;
+    if (w->transport != &tide_transport_ipc)
+        tide_capture_block(v, TIDE_CAPTURE_NO_FABRIC,
+                           "cuda mp fabric (%s transport): rank %d: calls cannot be captured into "
+                           "a CUDA graph on this fabric; capture on the CUDA fabric "
+                           "(TIDE_FABRIC_CUDA), or call outside the capture",
+                           w->transport->name, me);
+    if (w->rails != NULL)
+        tide_capture_block(v, TIDE_CAPTURE_NO_FABRIC,
+                           "cuda mp fabric: rank %d: calls cannot be captured into a CUDA graph "
+                           "with a rail transport (TIDE_CUDA_MP_RAILS)",
+                           me);
+    if (w->graph_calls > 0) {
+        /* Every captured call joins the world's streams into its capture. */
+        unsigned long long held = 0;
+        TIDE_CHECK(tide_cuda_graph_key("cuda mp fabric", me, w->stream[0],
+                                       "the fabric's streams are", &held));
+        if (held != 0 && held != key)
+            tide_capture_block(v, TIDE_CAPTURE_OTHER_GRAPH,
+                               "cuda mp fabric: rank %d: the fabric's streams are in a stream "
+                               "capture that is still under way; calls of two concurrent captures "
+                               "on one world cannot be captured: end one capture first",
+                               me);
     }
+    /* A captured fence of a view: every sibling family whose last call was captured must have
+     * been captured in this capture (mp_graph.c, top). */
+    const tide_mp_arena_t *p = a->parent;
+    for (int i = 0; fi == 2 && p != NULL && p->views != NULL && i < p->num_views; ++i) {
+        const tide_mp_arena_t *sib = p->views[i];
+        if (sib == NULL || sib == a || sib->graph == NULL) continue;
+        for (int f = 0; f < 3; ++f)
+            if (sib->graph->captured[f] && sib->graph->key[f] != key)
+                tide_capture_block(v, TIDE_CAPTURE_OTHER_GRAPH,
+                                   "cuda mp fabric: rank %d: calls of one set must be captured in "
+                                   "one graph: this cross-group fence waits on the last %s call "
+                                   "of the set's view %d, which was captured in another capture",
+                                   me, family_name[f], i);
+    }
+    return TIDE_SUCCESS;
+}
+
+tide_result_t tide_cuda_mp_capture_check(struct tide_fabric_arena *arena,
+                                         const tide_program_t *prog, void *stream,
+                                         uint64_t *key_out, tide_capture_verdict_t *v) {
+    const tide_mp_arena_t *a = (const tide_mp_arena_t *)arena;
+    unsigned long long key = 0;
+    TIDE_CHECK(tide_cuda_graph_key("cuda mp fabric", a->w->base.rank, (cudaStream_t)stream,
+                                   "the stream is", &key));
+    TIDE_CHECK(capture_verdict(a, tide_cuda_family_of(prog), key != 0 ? key : CAPTURE_NEW, v));
+    *key_out = (uint64_t)key;
     return TIDE_SUCCESS;
 }
 
@@ -92,29 +137,18 @@ tide_result_t tide_cuda_mp_graph_arrive(tide_mp_arena_t *a, int fi, bool ready, 
     *captured_out = false;
     *key_out = 0;
     if (key == 0 && w->graph_calls == 0) return TIDE_SUCCESS; /* eager, nothing ever captured */
-    if (key != 0 && w->transport != &tide_transport_ipc)
-        return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
-                        "cuda mp fabric (%s transport): rank %d: calls cannot be captured into a "
-                        "CUDA graph on this fabric; capture on the CUDA fabric "
-                        "(TIDE_FABRIC_CUDA), or call outside the capture",
-                        w->transport->name, me);
-    if (w->graph_calls > 0) {
+    if (key == 0) {
         /* Every captured call joins the world's streams into its capture. */
         unsigned long long held = 0;
         TIDE_CHECK(tide_cuda_graph_key("cuda mp fabric", me, w->stream[0],
                                        "the fabric's streams are", &held));
-        if (held != 0 && held != key)
+        if (held != 0)
             return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
                             "cuda mp fabric: rank %d: the fabric's streams are in a stream "
-                            "capture that is still under way; %s",
-                            me,
-                            key != 0 ? "calls of two concurrent captures on one world cannot be "
-                                       "captured: end one capture first"
-                                     : "an eager call would join it: end the capture first, or "
-                                       "capture this call too");
-    }
-    const struct tide_mp_graph *g = a->graph;
-    if (key == 0) {
+                            "capture that is still under way; an eager call would join it: end "
+                            "the capture first, or capture this call too",
+                            me);
+        const struct tide_mp_graph *g = a->graph;
         if (g != NULL && g->captured[fi])
             return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
                             "cuda mp fabric: rank %d: this group's %s calls were captured into a "
@@ -136,19 +170,21 @@ tide_result_t tide_cuda_mp_graph_arrive(tide_mp_arena_t *a, int fi, bool ready, 
                         "cuda mp fabric: rank %d: a captured call on a set's arena, not on one "
                         "of its views",
                         me);
-    if (fi == 2) TIDE_CHECK(siblings_check(a, key));
-    if (w->rails != NULL)
-        return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
-                        "cuda mp fabric: rank %d: calls cannot be captured into a CUDA graph with "
-                        "a rail transport (TIDE_CUDA_MP_RAILS)",
-                        me);
+    tide_capture_verdict_t v;
+    memset(&v, 0, sizeof(v));
+    TIDE_CHECK(capture_verdict(a, fi, key, &v));
+    if (v.blockers != 0) {
+        char why[TIDE_CAPTURE_REASON_MAX];
+        tide_capture_reason(&v, why, sizeof(why));
+        return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "%s", why);
+    }
+    /* Core refuses a program's first call inside a capture before it gets here
+     * (api/capture.c): its bookkeeping says whether the program ran. */
     if (!ready)
-        return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
-                        "cuda mp fabric: rank %d: the first call of a program (all-gather, a "
-                        "reduce-scatter mode, or a cross-group fence variant) cannot be captured "
-                        "into a CUDA graph: it allocates "
-                        "and uploads the program's device state; call it once outside the "
-                        "capture first",
+        return TIDE_ERR(TIDE_ERR_INTERNAL,
+                        "cuda mp fabric: rank %d: a captured call of a program this fabric never "
+                        "prepared (the first call of a program cannot be captured into a CUDA "
+                        "graph)",
                         me);
     *captured_out = true;
     *key_out = key;

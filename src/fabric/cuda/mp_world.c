@@ -536,5 +536,6 @@ const struct tide_fabric_ops tide_fabric_cuda_mp_ops = {
     .arena_view_create = tide_cuda_mp_view_create,
     .execute = tide_cuda_mp_execute,
     .call_check = tide_cuda_mp_call_check,
+    .capture_check = tide_cuda_mp_capture_check,
     .rail_lane = tide_cuda_mp_rail_lane, /* test_fabric_cuda_mp checks it (--lane: 2..4 x 1) */
 };

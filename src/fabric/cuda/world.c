@@ -14,6 +14,7 @@
  */
 #include "core/checks.h"
 #include "fabric/cuda/cuda.h"
+#include "fabric/cuda/graph.h"
 #include "fabric/cuda/mp.h"
 
 #include <stdlib.h>
@@ -332,6 +333,7 @@ const struct tide_fabric_ops tide_fabric_cuda_ops = {
     .arena_view_create = tide_cuda_arena_view_create,
     .execute = tide_cuda_execute,
     .call_check = tide_cuda_call_compare,
+    .capture_check = tide_cuda_capture_check,
 };
 
 static const struct tide_fabric_ops *cuda_ops(void) {

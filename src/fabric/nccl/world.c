@@ -381,4 +381,7 @@ const struct tide_fabric_ops tide_fabric_nccl_ops = {
     .arena_view_create = tide_cuda_mp_view_create,
     .execute = tide_cuda_mp_execute,
     .call_check = tide_nccl_call_check,
+    /* Its calls run through the one-process-per-rank fabric's execute, whose capture checks
+     * refuse the nccl transport (TIDE_CAPTURE_NO_FABRIC). */
+    .capture_check = tide_cuda_mp_capture_check,
 };
