@@ -54,8 +54,8 @@ step mp-kill-rails 90 env TIDE_CUDA_MP_RAILS=1 "$t" --kill
 step mp-stop-rails 90 env TIDE_CUDA_MP_RAILS=1 "$t" --stop
 step mp-enqueue-rails 120 env TIDE_CUDA_MP_RAILS=1 "$t" --enqueue
 step mp-lane 150 "$t" --lane --seconds 60
-step mp-lane-rails 150 env TIDE_CUDA_MP_RAILS=1 "$t" --lane --seconds 60
-step mp-lane-rails-kernflags 150 env TIDE_CUDA_MP_RAILS=1 TIDE_CUDA_MP_FLAGS=kernel "$t" --lane --seconds 60
+step mp-lane-rails 150 env TIDE_CUDA_MP_RAILS=1 TIDE_RAIL_LANE_OVER_RAILS=1 "$t" --lane --seconds 60
+step mp-lane-rails-kernflags 150 env TIDE_CUDA_MP_RAILS=1 TIDE_RAIL_LANE_OVER_RAILS=1 TIDE_CUDA_MP_FLAGS=kernel "$t" --lane --seconds 60
 step mp-legacy-ipc 90 env TIDE_CUDA_IPC=legacy "$t" --seconds 5
 step mp-matrix-devflags $(( ${TIDE_MP_SECONDS:-60} + 90 )) env TIDE_CUDA_MP_FLAGS=device "$t" --seconds "${TIDE_MP_SECONDS:-60}"
 step mp-enqueue-devflags 120 env TIDE_CUDA_MP_FLAGS=device "$t" --enqueue
