@@ -175,9 +175,10 @@ def _gpu_gates():
 
 
 def _open_skip_gate(n):
-    """skip_if_lt_x_gpu(x) decides when the test module is imported (its wrapper keeps x and
-    allow_cpu), so the test file must import this one: run it when x <= n, as on a machine
-    of n accelerators; skip as before when x > n.  allow_cpu=True cases are unchanged."""
+    """skip_if_lt_x_gpu(x) is bound when the test module is imported (its wrapper keeps x
+    and allow_cpu), so this replaces it before that import: a case runs when x <= n, as on
+    a machine of n accelerators, and skips as before when x > n.  allow_cpu=True cases are
+    unchanged."""
     original = common_distributed.skip_if_lt_x_gpu
     if getattr(original, "_upstream_gate", False):
         return
