@@ -18,6 +18,11 @@
 #   TIDE_UPSTREAM_MODES       TIDE modes to run (default "in_place"; "in_place slot_reuse")
 #   TIDE_UPSTREAM_RUNS        which passes: "stock tide" (default), "stock" or "tide"
 #   TIDE_LIBRARY              libtide.so to use (default build/libtide.so, built if absent)
+#   TIDE_UPSTREAM_GPU_GATES   opt-in, for files not written for the CPU
+#                             (test_fully_shard_state_dict.py): answer the file's GPU-count
+#                             gates as a machine of N accelerators would (run_cpu.py's
+#                             --gpu-gates; docs/torch-upstream-tests.md says which gates
+#                             and why); unset: torch's gates as they are
 #
 # For every test, OUTDIR/summary.txt records passed / failed / skipped (with the reason)
 # per run, and for the TIDE runs whether TIDE served the test: "served" means every rank
@@ -64,7 +69,9 @@ summary=$out/summary.txt
     echo "# PyTorch FSDP2 upstream tests on the CPU (gloo), stock and with TIDE switched on"
     echo "# test file: $file (sha256 $(sha256sum "$file" | cut -c1-16))"
     echo "# torch $(python3 -c 'import torch; print(torch.__version__, torch.version.git_version)')"
-    echo "# tests: $tests; TIDE modes: $modes; $(date -u +%Y-%m-%dT%H:%MZ); $(nproc) cores"
+    echo "# tests: $tests; TIDE modes: $modes; $(date -u +%Y-%m-%dT%H:%MZ); $(OMP_NUM_THREADS= nproc) cores"
+    [ -z "${TIDE_UPSTREAM_GPU_GATES:-}" ] ||
+        echo "# GPU-count gates answered as $TIDE_UPSTREAM_GPU_GATES accelerators (TIDE_UPSTREAM_GPU_GATES)"
 } >"$summary"
 status=0
 run() { # run LABEL [ENV...]: one pass over the tests; the rest of the line is its environment
@@ -75,8 +82,13 @@ run() { # run LABEL [ENV...]: one pass over the tests; the rest of the line is i
         --out "$out/$label.json" "$file" $tests >"$out/$label.log" 2>&1
     local rc=$?
     python3 - "$out/$label.json" "$label" >>"$summary" <<'EOF' || rc=1
-import json, sys
+import json, re, sys
 s = json.load(open(sys.argv[1]))
+def reason(detail):
+    # the exception's line: torch's failure text ends with a how-to-rerun note
+    lines = detail.strip().splitlines() or [""]
+    return next((l for l in reversed(lines)
+                 if re.match(r"[\w.]*(Error|Exception|Exit)\b", l.strip())), lines[-1])
 bad = 0
 for c in s["cases"]:
     name = c["id"].split(".")[-1]
@@ -97,7 +109,7 @@ for c in s["cases"]:
         line += "  (" + c["detail"] + ")"
     if c["status"] in ("failed", "error"):
         bad = 1
-        line += "\n         " + c["detail"].strip().splitlines()[-1][:300]
+        line += "\n         " + reason(c["detail"])[:300]
     print(line + "  [%ss]" % c["seconds"])
 print("   %d passed, %d skipped, %d failed/error in %ss" % (
     sum(c["status"] == "passed" for c in s["cases"]),

@@ -18,6 +18,16 @@ the rank sees a changed device count.
 This module's top level runs in the parent and again in every rank, which multiprocessing's
 spawn start method starts by re-importing the main script, so the gate and the TIDE
 recorder are in place before a rank unpickles its FSDPTest._run.
+
+Opt-in, off unless asked: --gpu-gates N (or TIDE_UPSTREAM_GPU_GATES=N) answers the
+GPU-count gates written into a test file as a machine of N accelerators would, for files
+whose classes are not written for the CPU (test_fully_shard_state_dict.py): a case under
+skip_if_lt_x_gpu(x) without allow_cpu runs when x <= N (skips otherwise, as it does now),
+and an FSDPTest class that sizes itself by the device count
+(min(8, torch.get_device_module(device_type).device_count()), which is 1 for the CPU
+module) sees N devices while its world_size is read.  Nothing else sees N, and the test
+bodies run as shipped: a body that needs CUDA still fails (docs/torch-upstream-tests.md
+says which, and why the others are device-agnostic).
 """
 
 import argparse
@@ -32,9 +42,10 @@ import traceback
 import unittest
 
 import torch  # noqa: F401  (the helpers below need it imported)
-from torch.testing._internal import common_fsdp
+from torch.testing._internal import common_distributed, common_fsdp
 
 STATS_ENV = "TIDE_UPSTREAM_STATS_DIR"
+GATES_ENV = "TIDE_UPSTREAM_GPU_GATES"
 
 
 # ------------------------------------------------------------------ rank side
@@ -128,6 +139,8 @@ def _open_cpu_gate():
         return
 
     def _run(klass, rank, test_name, file_name, pipe, **kwargs):
+        if _gpu_gates():
+            _size_as_if(klass, _gpu_gates())
         accel = torch.accelerator
         real = accel.device_count
         if common_fsdp.DEVICE_TYPE == "cpu":
@@ -150,8 +163,61 @@ def _open_cpu_gate():
     cls._run = classmethod(_run)
 
 
+def _gpu_gates():
+    """N of the --gpu-gates opt-in (0: off).  Only on a CPU-only machine: where torch sees
+    an accelerator, its own gates answer."""
+    n = os.environ.get(GATES_ENV, "")
+    if not n or common_fsdp.DEVICE_TYPE != "cpu":
+        return 0
+    if not n.isdigit() or int(n) < 1:
+        raise SystemExit("%s=%r: expected a device count >= 1" % (GATES_ENV, n))
+    return int(n)
+
+
+def _open_skip_gate(n):
+    """skip_if_lt_x_gpu(x) is bound when the test module is imported (its wrapper keeps x
+    and allow_cpu), so this replaces it before that import: a case runs when x <= n, as on
+    a machine of n accelerators, and skips as before when x > n.  allow_cpu=True cases are
+    unchanged."""
+    original = common_distributed.skip_if_lt_x_gpu
+    if getattr(original, "_upstream_gate", False):
+        return
+
+    def skip_if_lt_x_gpu(x, *, allow_cpu=False):
+        return original(x, allow_cpu=allow_cpu or x <= n)
+
+    skip_if_lt_x_gpu._upstream_gate = True
+    common_distributed.skip_if_lt_x_gpu = skip_if_lt_x_gpu
+
+
+def _size_as_if(klass, n):
+    """An FSDPTest class's world_size, read as on a machine of n devices: the CPU device
+    module answers n to device_count() while the property runs, and 1 (its real answer)
+    to everyone else.  Classes that size themselves for the CPU do not ask, and keep their
+    size."""
+    if not isinstance(klass, type) or not issubclass(klass, common_fsdp.FSDPTest):
+        return
+    prop = klass.__dict__.get("world_size")
+    if not isinstance(prop, property) or getattr(prop.fget, "_upstream_gate", False):
+        return
+    module = torch.get_device_module("cpu")
+
+    def world_size(self, _get=prop.fget):
+        real = module.device_count
+        module.device_count = lambda: n
+        try:
+            return _get(self)
+        finally:
+            module.device_count = real
+
+    world_size._upstream_gate = True
+    klass.world_size = property(world_size)
+
+
 _open_cpu_gate()
 _record_tide()
+if _gpu_gates():
+    _open_skip_gate(_gpu_gates())
 
 
 # ------------------------------------------------------------------ parent side
@@ -289,7 +355,15 @@ def main():
     ap.add_argument("--label", default="")
     ap.add_argument("--in-process", action="store_true",
                     help="run FSDPTestMultiThread tests in this process too (see _run_apart)")
+    ap.add_argument("--gpu-gates", type=int, metavar="N",
+                    help="answer the test file's GPU-count gates (skip_if_lt_x_gpu, a world "
+                         "size read from the device count) as N accelerators would; sets "
+                         "%s for the ranks" % GATES_ENV)
     args = ap.parse_args()
+    if args.gpu_gates is not None:
+        os.environ[GATES_ENV] = str(args.gpu_gates)
+        if _gpu_gates():  # before the test module's import: its decorators read the gate
+            _open_skip_gate(_gpu_gates())
 
     test_file = os.path.abspath(args.test_file)
     sys.path.insert(0, os.path.dirname(test_file))
@@ -305,6 +379,8 @@ def main():
     suite, threaded = unittest.TestSuite(), []
     for name in args.classes:
         for test in _flatten(loader.loadTestsFromName(name, module)):
+            if _gpu_gates():
+                _size_as_if(type(test), _gpu_gates())
             if isinstance(test, common_fsdp.FSDPTestMultiThread) and not args.in_process:
                 threaded.append(test)
             else:
@@ -331,7 +407,7 @@ def main():
                     mark in line for mark in _FALLBACK_MARKS)]
         cases.append(case)
     summary = {"label": args.label, "test_file": test_file, "torch": torch.__version__,
-               "tide_switch": os.environ.get("TIDE_FSDP", ""),
+               "tide_switch": os.environ.get("TIDE_FSDP", ""), "gpu_gates": _gpu_gates(),
                "seconds": round(time.time() - t0, 1), "cases": cases}
     with open(args.out, "w") as f:
         json.dump(summary, f, indent=1)
