@@ -107,10 +107,10 @@ tide_result_t tide_capture_precheck(const struct tide_group *g, const tide_progr
     TIDE_CHECK(ops->capture_check(g->arena, prog, stream, &key, &v));
     if (key == 0) return TIDE_SUCCESS;
     TIDE_CHECK(verdict(g, prog, ran_bit, what, use, stream, call, &key, &v));
-    if (key == 0 || v.blockers == 0) return TIDE_SUCCESS; /* eager, or capturable */
-    char why[TIDE_CAPTURE_REASON_MAX];
-    tide_capture_reason(&v, why, sizeof(why));
-    return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "%s: %s", call, why);
+    if (key == 0) return TIDE_SUCCESS; /* eager */
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "%s: ", call);
+    return tide_capture_refuse(&v, prefix);
 }
 
 tide_result_t tide_group_capture_readiness(tide_group_t group, tide_call_kind_t call, void *stream,

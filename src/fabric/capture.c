@@ -6,6 +6,8 @@
  */
 #include "fabric/fabric.h"
 
+#include "core/checks.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -32,4 +34,11 @@ void tide_capture_reason(const tide_capture_verdict_t *v, char *buf, size_t size
         if (n < 0) break;
         at += (size_t)n;
     }
+}
+
+tide_result_t tide_capture_refuse(const tide_capture_verdict_t *v, const char *prefix) {
+    if (v->blockers == 0) return TIDE_SUCCESS;
+    char why[TIDE_CAPTURE_REASON_MAX];
+    tide_capture_reason(v, why, sizeof(why));
+    return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "%s%s", prefix, why);
 }

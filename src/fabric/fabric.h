@@ -128,6 +128,10 @@ void tide_capture_block(tide_capture_verdict_t *v, uint32_t bit, const char *fmt
 /* v's sentences in the order of the bits, joined by "; ", into buf ("" for none). */
 void tide_capture_reason(const tide_capture_verdict_t *v, char *buf, size_t size);
 
+/* TIDE_SUCCESS when v has no blocker, else TIDE_ERR_UNSUPPORTED with `prefix` ("" for none)
+ * and v's reason: how every layer refuses a call a capture cannot hold. */
+tide_result_t tide_capture_refuse(const tide_capture_verdict_t *v, const char *prefix);
+
 /* ------------------------------------------------------------------ the provider vtable */
 
 struct tide_fabric_ops {

@@ -132,11 +132,7 @@ tide_result_t tide_cuda_graph_arrive(tide_cuda_group_t *g, tide_cuda_family_t *f
         tide_capture_verdict_t v;
         memset(&v, 0, sizeof(v));
         TIDE_CHECK(capture_verdict(g, fam, r, key, &v));
-        if (v.blockers != 0) {
-            char why[TIDE_CAPTURE_REASON_MAX];
-            tide_capture_reason(&v, why, sizeof(why));
-            return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "%s", why);
-        }
+        TIDE_CHECK(tide_capture_refuse(&v, ""));
         /* Core refuses a program's first call inside a capture before it gets here
          * (api/capture.c): its bookkeeping says whether the program ran. */
         if (!ready)

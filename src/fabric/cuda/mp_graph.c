@@ -173,11 +173,7 @@ tide_result_t tide_cuda_mp_graph_arrive(tide_mp_arena_t *a, int fi, bool ready, 
     tide_capture_verdict_t v;
     memset(&v, 0, sizeof(v));
     TIDE_CHECK(capture_verdict(a, fi, key, &v));
-    if (v.blockers != 0) {
-        char why[TIDE_CAPTURE_REASON_MAX];
-        tide_capture_reason(&v, why, sizeof(why));
-        return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "%s", why);
-    }
+    TIDE_CHECK(tide_capture_refuse(&v, ""));
     /* Core refuses a program's first call inside a capture before it gets here
      * (api/capture.c): its bookkeeping says whether the program ran. */
     if (!ready)
