@@ -207,7 +207,26 @@ static tide_result_t execute_two_calls_rails(tide_sched_run_t *run, const tide_r
             progress = true;
         }
     }
-    const tide_result_t res = tide_machine_done(&m) ? TIDE_SUCCESS : deadlock(&m);
+    tide_result_t res = TIDE_SUCCESS;
+    if (!tide_machine_done(&m)) {
+        /* Name the first rank not at the next step's first put, if any (else a wait). */
+        int a = 0;
+        for (; g < steps && a < m.n; ++a) {
+            const tide_rails_rank_t *ra = &r->ranks[a];
+            const int t = a * TIDE_Q_COUNT + ra->queue;
+            if (m.finished[a] || m.epoch[a] != g / r->num_steps ||
+                m.pc[t] != ra->steps[g % r->num_steps].first_op)
+                break;
+        }
+        res = g < steps && a < m.n
+                  ? TIDE_ERR(TIDE_ERR_INTERNAL,
+                             "schedule: the rail steps deadlock: rail step %d of call %d never "
+                             "runs: rank %d's %s queue is at op %d of call %d",
+                             g % r->num_steps, g / r->num_steps, a,
+                             tide_queue_name((tide_queue_t)r->ranks[a].queue),
+                             m.pc[a * TIDE_Q_COUNT + r->ranks[a].queue], m.epoch[a])
+                  : deadlock(&m);
+    }
     tide_machine_free(&m);
     return res;
 }
