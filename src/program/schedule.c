@@ -20,6 +20,7 @@
  */
 #include "core/checks.h"
 #include "plan/plan.h"
+#include "program/rails.h"
 #include "program/schedule.h"
 
 #include <inttypes.h>
@@ -144,6 +145,92 @@ static tide_result_t execute_two_calls(tide_sched_run_t *run) {
     return res;
 }
 
+/* Whether thread t's head is a put that a rail step carries (rails.h). */
+static bool rail_put_head(const tide_rails_t *r, const tide_machine_t *m, int t) {
+    const int a = t / TIDE_Q_COUNT, q = t % TIDE_Q_COUNT;
+    const tide_rails_rank_t *ra = &r->ranks[a];
+    return q == ra->queue && tide_machine_head(m, t) != NULL && ra->put_step[m->pc[t]] >= 0;
+}
+
+/* Step g (call g / steps, step g % steps) may run: every rank's put queue is at its first
+ * put (so each rank's credits for it ran: the WAITs before it passed). */
+static bool rail_step_ready(const tide_rails_t *r, const tide_machine_t *m, int g) {
+    const int e = g / r->num_steps, st = g % r->num_steps;
+    for (int a = 0; a < m->n; ++a) {
+        const tide_rails_rank_t *ra = &r->ranks[a];
+        const int t = a * TIDE_Q_COUNT + ra->queue;
+        if (ra->queue < 0 || m->finished[a] || m->epoch[a] != e ||
+            m->pc[t] != ra->steps[st].first_op)
+            return false;
+    }
+    return true;
+}
+
+/*
+ * The same two calls on a rail fabric.  A rail step is one rendezvous of every rank
+ * (program/rails.h): its puts run as one block, every rank's in turn, once every rank's put
+ * queue reached the step; no other op runs in between.  So in the global order every
+ * precondition of a step (the queues reaching it, the receivers' credits) comes before the
+ * step's puts of every rank, and whatever counts its arrivals after all of them.  The rail
+ * fabrics enqueue a step's transfers at the position of each rank's first put
+ * (fabric/cuda/mp_rails.c) and write its arrival flags there, so the deadlock argument of
+ * fabric/cuda/execute.c (every wait names something enqueued earlier, whatever hardware
+ * queues the streams share) holds with rails too.  The order of the plain abstract run
+ * does not give that: a rank's wait for an arrival, or its receive's credit, could stand
+ * before its own step, which writes that arrival or waits for that credit
+ * (tests/unit/test_rails_streams.c).
+ */
+static tide_result_t execute_two_calls_rails(tide_sched_run_t *run, const tide_rails_t *r) {
+    tide_machine_t m;
+    TIDE_CHECK(tide_machine_init(&m, run->prog, run->s->num_counters, TIDE_SCHED_FORMS));
+    int norder[TIDE_SCHED_FORMS] = {0, 0};
+    const int steps = TIDE_SCHED_FORMS * r->num_steps;
+    int g = 0;
+    for (bool progress = true; progress;) {
+        progress = false;
+        for (int t = 0; t < m.threads; ++t)
+            while (tide_machine_enabled(&m, t) && !rail_put_head(r, &m, t)) {
+                note(run, &m, t, norder);
+                tide_machine_fire(&m, t);
+                progress = true;
+            }
+        if (g < steps && rail_step_ready(r, &m, g)) {
+            const int st = g % r->num_steps;
+            for (int a = 0; a < m.n; ++a) {
+                const int t = a * TIDE_Q_COUNT + r->ranks[a].queue;
+                for (int k = 0; k < r->ranks[a].steps[st].num_puts; ++k) {
+                    note(run, &m, t, norder);
+                    tide_machine_fire(&m, t);
+                }
+            }
+            ++g;
+            progress = true;
+        }
+    }
+    tide_result_t res = TIDE_SUCCESS;
+    if (!tide_machine_done(&m)) {
+        /* Name the first rank not at the next step's first put, if any (else a wait). */
+        int a = 0;
+        for (; g < steps && a < m.n; ++a) {
+            const tide_rails_rank_t *ra = &r->ranks[a];
+            const int t = a * TIDE_Q_COUNT + ra->queue;
+            if (m.finished[a] || m.epoch[a] != g / r->num_steps ||
+                m.pc[t] != ra->steps[g % r->num_steps].first_op)
+                break;
+        }
+        res = g < steps && a < m.n
+                  ? TIDE_ERR(TIDE_ERR_INTERNAL,
+                             "schedule: the rail steps deadlock: rail step %d of call %d never "
+                             "runs: rank %d's %s queue is at op %d of call %d",
+                             g % r->num_steps, g / r->num_steps, a,
+                             tide_queue_name((tide_queue_t)r->ranks[a].queue),
+                             m.pc[a * TIDE_Q_COUNT + r->ranks[a].queue], m.epoch[a])
+                  : deadlock(&m);
+    }
+    tide_machine_free(&m);
+    return res;
+}
+
 static void run_free(tide_sched_run_t *run) {
     for (int f = 0; f < TIDE_SCHED_FORMS; ++f) {
         free(run->order[f]);
@@ -202,7 +289,16 @@ tide_result_t tide_schedule_build_rails(const tide_program_t *prog, int gpus_per
         goto fail;
     }
     TIDE_CHECK_GOTO(count_signals(&run), res, fail);
-    TIDE_CHECK_GOTO(execute_two_calls(&run), res, fail);
+    if (gpus_per_node > 0) {
+        tide_rails_t rails;
+        TIDE_CHECK_GOTO(tide_rails_build(prog, &rails), res, fail);
+        res = rails.num_steps > 0 ? execute_two_calls_rails(&run, &rails)
+                                  : execute_two_calls(&run);
+        tide_rails_free(&rails);
+        if (res != TIDE_SUCCESS) goto fail;
+    } else {
+        TIDE_CHECK_GOTO(execute_two_calls(&run), res, fail);
+    }
     TIDE_CHECK_GOTO(tide_schedule_commands_build(&run), res, fail);
     s.rank_hash = calloc((size_t)s.num_ranks, sizeof(*s.rank_hash));
     if (s.rank_hash == NULL) {

@@ -80,7 +80,10 @@ tide_result_t tide_schedule_layout(const tide_program_t *prog, tide_schedule_t *
  * is written by its receiver once the bytes are in and a credit becomes a precondition of a
  * receive, so the sender's stream order says nothing about the receiver: a wait on a signal
  * of another node's rank is never dropped as implied by what the waiter knows, and teaches
- * the waiter nothing (its clock snapshot is not merged). */
+ * the waiter nothing (its clock snapshot is not merged).  The global order comes from a run
+ * in which each rail step's puts of every rank run as one block once every rank reached the
+ * step (schedule.c), so that a step's credits precede it and its arrivals' waiters follow it
+ * in every rank's enqueue order.  TIDE_ERR_UNSUPPORTED where tide_rails_build refuses. */
 tide_result_t tide_schedule_build_rails(const tide_program_t *prog, int gpus_per_node,
                                              tide_schedule_t *out);
 

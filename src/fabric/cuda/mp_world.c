@@ -515,7 +515,9 @@ bool tide_cuda_mp_uses_vmm(const struct tide_fabric_arena *arena, int rank) {
  * bench/results/h100-2026-12-06j/lane_rails_first.log), although the CPU emulation of the
  * same schedule (tests/unit/rails_sim.h) is bit-exact.  So a rail world keeps the generic
  * programs at L = 1, unless TIDE_RAIL_LANE_OVER_RAILS=1 asks for the lane (development only:
- * gpu_test_fabric_cuda_mp_rails_lane, disabled in ctest until it passes). */
+ * gpu_test_fabric_cuda_mp_rails_lane, disabled in ctest until it passes).  A likely cause, a
+ * rail step enqueued before the credit record it waits for, is fixed in the schedule's order
+ * (program/schedule.c; docs/protocol.md "Over rails"), not yet confirmed on a GPU. */
 bool tide_cuda_mp_rail_lane(const struct tide_fabric_world *world) {
     if (((const tide_mp_world_t *)world)->rails == NULL) return true;
     const char *v = getenv("TIDE_RAIL_LANE_OVER_RAILS");
