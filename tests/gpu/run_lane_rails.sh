@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # run_lane_rails.sh OUTDIR - on the GPU machine: the rail lane over the emulated rails
 # (TIDE_CUDA_MP_RAILS=1 with the development switch TIDE_RAIL_LANE_OVER_RAILS=1) after the
-# schedule fix of docs/protocol.md "Over rails", and the generic programs over rails, whose
-# command lists the same fix reorders.  Each with the driver's default hardware queues and with
+# schedule fix of docs/protocol.md "Over rails" (the lane's programs only), and the generic programs
+# over rails (their order unchanged: a control).  Each with the driver's default hardware queues and with
 # CUDA_DEVICE_MAX_CONNECTIONS=1 (one hardware queue per process: the case in which the CPU
 # model, tests/unit/test_rails_streams.c, deadlocked the lane before the fix).  The lane
 # without rails runs first as the control.  Every process on device 0.
