@@ -16,6 +16,7 @@
 
 #include "program/check.h"
 #include "program/program.h"
+#include "wide_values.h"
 
 /* Padded rows (D_p not a multiple of N), a parameter with fewer rows than ranks, K_p = 1. */
 static const tide_param_shape_t k_shapes[] = {{37, 6}, {5, 4}, {19, 1}};
@@ -185,24 +186,8 @@ static void test_checker(void **state) {
 /* ------------------------------------------------------------------ CPU fabric */
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint64_t rng(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-
-/* A value over a wide exponent range (2^-40 .. 2^40), either sign, sometimes +-0, and rarely
- * NaN or an infinity: sums of such values round at every add. */
-static float wide_value(bool specials) {
-    const uint64_t x = rng();
-    if (specials && x % 97 == 0) return NAN;
-    if (specials && x % 89 == 0) return (x & 1) ? INFINITY : -INFINITY;
-    if (x % 31 == 0) return (x & 2) ? -0.0f : 0.0f;
-    const double mant = 1.0 + (double)((x >> 8) & 0xffff) / 65536.0;
-    const int e = (int)((x >> 32) % 81) - 40;
-    return (float)((x & 4 ? -1.0 : 1.0) * ldexp(mant, e));
-}
+static uint64_t rng(void) { return wide_rng_next(&rng_state); }
+static float wide_value(bool specials) { return wide_value_next(&rng_state, specials); }
 
 typedef struct {
     int m, passes;

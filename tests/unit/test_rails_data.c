@@ -20,28 +20,15 @@
 
 #include "fabric/cpu/cpu.h"
 #include "fabric/fabric.h"
+#include "wide_values.h"
 
 #define CALLS 4
 #define NUM_PARAMS 4
 #define MAX_M 8
 
 static uint64_t rng_state = 0x243f6a8885a308d3ull;
-static uint64_t rng(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-
-/* 2^-40 .. 2^40, either sign, sometimes +-0, rarely NaN or an infinity. */
-static float wide_value(bool specials) {
-    const uint64_t x = rng();
-    if (specials && x % 97 == 0) return NAN;
-    if (specials && x % 89 == 0) return (x & 1) ? INFINITY : -INFINITY;
-    if (x % 31 == 0) return (x & 2) ? -0.0f : 0.0f;
-    const double mant = 1.0 + (double)((x >> 8) & 0xffff) / 65536.0;
-    return (float)((x & 4 ? -1.0 : 1.0) * ldexp(mant, (int)((x >> 32) % 81) - 40));
-}
+static uint64_t rng(void) { return wide_rng_next(&rng_state); }
+static float wide_value(bool specials) { return wide_value_next(&rng_state, specials); }
 
 static const float k_alpha[CALLS] = {1.0f, 0.125f, -3.0f, 1.0f / 3.0f};
 static const int k_accumulate[CALLS] = {0, 1, 0, 1};
