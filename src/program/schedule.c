@@ -292,7 +292,7 @@ tide_result_t tide_schedule_build_rails(const tide_program_t *prog, int gpus_per
     /* Only the rail lane's programs take the step-block order for now: the generic programs'
      * rail command lists in the order of the plain run passed on an H100 (gpu_test_fabric_
      * cuda_mp_rails, bench/results/h100-2026-12-06h) and the new order has not run on a GPU
-     * yet (tests/gpu/run_lane_rails.sh runs both); the lane itself is behind
+     * yet (TIDE_MP_ONLY='lane|rails' tests/gpu/run_mp.sh runs both); the lane itself is behind
      * TIDE_RAIL_LANE_OVER_RAILS until it passes there. */
     if (gpus_per_node > 0 && prog->plan != NULL && prog->plan->rs.rail_lane) {
         tide_rails_t rails;

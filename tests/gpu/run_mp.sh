@@ -12,6 +12,10 @@
 # host flags.
 # Results: OUTDIR/mp.log and OUTDIR/mp-summary.txt.
 #   TIDE_MP_SECONDS=S   matrix budget (default 60)
+#   TIDE_MP_ONLY=REGEX  only the steps whose name matches (the builds always run), e.g.
+#                       'lane|rails' for the rail lane over the emulated rails (development
+#                       switch on) with the default hardware queues and with one
+#                       (CUDA_DEVICE_MAX_CONNECTIONS=1), and the generic programs over rails
 # Safety: NVLink multicast never runs; these are exported for every process started here.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -27,6 +31,10 @@ status=0
 step_width=22 step_echo=1
 step() { # step NAME TIMEOUT CMD...
     local name=$1 limit=$2; shift 2
+    if [ -n "${TIDE_MP_ONLY:-}" ] && [[ $name != configure && $name != build* ]] &&
+        ! [[ $name =~ $TIDE_MP_ONLY ]]; then
+        return 0
+    fi
     run_step "$name" "$log" "$limit" "$@"
 }
 step configure 120 cmake -S "$root" -B "$work/lib" -DTIDE_WITH_CUDA=ON -DTIDE_BUILD_TESTS=OFF \
@@ -55,6 +63,8 @@ step mp-stop-rails 90 env TIDE_CUDA_MP_RAILS=1 "$t" --stop
 step mp-enqueue-rails 120 env TIDE_CUDA_MP_RAILS=1 "$t" --enqueue
 step mp-lane 150 "$t" --lane --seconds 60
 step mp-lane-rails 150 env TIDE_CUDA_MP_RAILS=1 TIDE_RAIL_LANE_OVER_RAILS=1 "$t" --lane --seconds 60
+step mp-lane-rails-1conn 150 env TIDE_CUDA_MP_RAILS=1 TIDE_RAIL_LANE_OVER_RAILS=1 CUDA_DEVICE_MAX_CONNECTIONS=1 "$t" --lane --seconds 60
+step mp-matrix-rails-1conn $(( ${TIDE_MP_SECONDS:-60} + 90 )) env TIDE_CUDA_MP_RAILS=1 CUDA_DEVICE_MAX_CONNECTIONS=1 "$t" --seconds "${TIDE_MP_SECONDS:-60}"
 step mp-lane-rails-kernflags 150 env TIDE_CUDA_MP_RAILS=1 TIDE_RAIL_LANE_OVER_RAILS=1 TIDE_CUDA_MP_FLAGS=kernel "$t" --lane --seconds 60
 step mp-legacy-ipc 90 env TIDE_CUDA_IPC=legacy "$t" --seconds 5
 step mp-matrix-devflags $(( ${TIDE_MP_SECONDS:-60} + 90 )) env TIDE_CUDA_MP_FLAGS=device "$t" --seconds "${TIDE_MP_SECONDS:-60}"
