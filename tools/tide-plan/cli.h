@@ -11,6 +11,7 @@
 #include "tide.h"
 
 #include "plan/presets.h"
+#include "program/program.h"
 
 #include <cjson/cJSON.h>
 #include <getopt.h>
@@ -38,6 +39,9 @@ int cli_cmd_memory(int argc, char **argv);
 /* `tide-plan memory --model NAME` (memory_model.c); returns the exit code. */
 int cli_memory_model(const char *cmd, const char *model, int nodes, int gpus_per_node,
                      tide_rs_mode_t mode, bool with_root, bool json);
+/* `tide-plan program --stream-ops` (stream_ops_cmd.c): what rank's part of one call of prog
+ * enqueues on the two CUDA fabrics; returns the exit code. */
+int cli_program_stream_ops(const char *cmd, const tide_program_t *prog, int rank);
 int cli_cmd_solve(int argc, char **argv);
 int cli_cmd_program(int argc, char **argv);
 

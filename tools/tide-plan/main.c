@@ -51,7 +51,7 @@ static const cli_command_t commands[] = {
      "tide-plan program --nodes M --gpus-per-node L (--preset NAME | --shapes LIST)\n"
      "                  --collective ag|rs [--mode in-place|slot-reuse] [--rank r]\n"
      "                  [--dtype bf16|fp32] [--wave-width W] [--round-width k] [--passes n]\n"
-     "                  [--staging-slots n] [--lane auto|generic|rail] [--json]"},
+     "                  [--staging-slots n] [--lane auto|generic|rail] [--json | --stream-ops]"},
 };
 #define NUM_COMMANDS ((int)(sizeof(commands) / sizeof(commands[0])))
 

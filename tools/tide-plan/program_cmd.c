@@ -26,14 +26,16 @@ typedef struct {
     bool have_collective;
     tide_collective_t collective;
     bool json;
+    bool stream_ops;
 } program_args_t;
 
-enum { OPT_COLLECTIVE = CLI_OPT_OWN, OPT_RANK };
+enum { OPT_COLLECTIVE = CLI_OPT_OWN, OPT_RANK, OPT_STREAM_OPS };
 
 static const struct option long_options[] = {
     CLI_GROUP_LONG_OPTIONS,
     {"collective", required_argument, NULL, OPT_COLLECTIVE},
     {"rank", required_argument, NULL, OPT_RANK},
+    {"stream-ops", no_argument, NULL, OPT_STREAM_OPS},
     {NULL, 0, NULL, 0},
 };
 
@@ -41,6 +43,10 @@ static const struct option long_options[] = {
 static int own_option(const char *cmd, int c, const char *arg, void *ctx) {
     program_args_t *a = ctx;
     if (c == OPT_RANK) return cli_int_option(cmd, "rank", arg, &a->rank);
+    if (c == OPT_STREAM_OPS) {
+        a->stream_ops = true;
+        return -1;
+    }
     if (strcmp(arg, "ag") == 0)
         a->collective = TIDE_COLL_ALL_GATHER;
     else if (strcmp(arg, "rs") == 0)
@@ -56,6 +62,8 @@ static int parse_args(int argc, char **argv, program_args_t *a) {
     memset(a, 0, sizeof(*a));
     int rc = cli_group_parse(CMD, argc, argv, long_options, &a->group, &a->json, own_option, a);
     if (rc >= 0) return rc;
+    if (a->json && a->stream_ops)
+        return cli_usage_error(CMD, "--stream-ops prints text: it does not take --json");
     return cli_group_opts_require(
         CMD, &a->group, a->have_collective ? NULL : "--collective is required (ag or rs)");
 }
@@ -236,7 +244,9 @@ int cli_cmd_program(int argc, char **argv) {
             goto done_plan;
         }
     }
-    if (a.json) {
+    if (a.stream_ops) {
+        rc = cli_program_stream_ops(CMD, &prog, a.rank);
+    } else if (a.json) {
         rc = print_json(&a, preset, plan, &prog);
     } else {
         res = tide_program_print(&prog, a.rank, stdout);
