@@ -16,7 +16,7 @@
  *     in direct mode the caller's stream waits on every rank's done flag again at the end
  *     (mp_direct.c: the peers read this rank's gradients and wrote its output).
  * This mirrors those files' counting into tide_cuda_stats_t; a change there must change
- * stream_ops.c too.  Counts are of an eager call in the given form, with the gradient pointer
+ * stream_ops.c too (tests/gpu/test_stream_ops_mp.c compares the two on a GPU).  Counts are of an eager call in the given form, with the gradient pointer
  * row and the fused-sum tables unchanged since the call of the same parity (the steady state
  * of a training loop: no uploads), copies unbatched, sums and landings one launch each
  * (slicing, fabric/cuda/slices.c, may split a launch: counted as one here).

@@ -13,6 +13,7 @@
 #                                      bench-torch-unfused interference enqueue sum-variants
 #                                      tide-bench layer-gap (TIDE_GPU_GAP_RUNS, _WORLDS)
 #                                      layer-ctas (TIDE_GPU_CTAS, TIDE_GPU_GAP_WORLDS)
+#                                      stream-ops
 #   TIDE_GPU_LAYER_ARGS="..."          extra bench_fsdp_layers / bench_layer_single arguments
 #                                      (e.g. "--sum-ctas 32 --landing-ctas 32")
 #   TIDE_GPU_LAYER_PUSHED=0            skip fsdp-layers' run with TIDE_CUDA_MP_DIRECT=0
@@ -127,6 +128,16 @@ if want layer-ctas; then
             step layer-ctas-c$c-w$w with_mps "$out/mps-ctas-c$c-w$w" bash -c "set -o pipefail; $cta --json '$out/ctas_c${c}_w$w.json' | tee '$out/ctas_c${c}_w$w.txt'"
             step layer-ctas-single-c$c-w$w bash -c "set -o pipefail; python3 '$root/tests/gpu/bench_layer_single.py' --lib '$b/libtide.so' --worlds $w --sum-ctas $c --landing-ctas $c --mp-json '$out/ctas_c${c}_w$w.json' | tee '$out/ctas_single_c${c}_w$w.txt'"
         done
+    done
+fi
+# stream-ops (issue 25): the per-rank stream operations of one reduce-scatter call of the
+# layer's shapes, as tide-plan program --stream-ops counts them without a GPU, against the
+# one-process-per-rank fabric's own counts at N = 2, 4, 8 (test_stream_ops_mp; under MPS
+# too).  Not in the default steps (ctest -L gpu runs N = 8).
+if want stream-ops; then
+    for w in 2 4 8; do
+        step stream-ops-w$w "$b/tests/gpu/test_stream_ops_mp" $w
+        step stream-ops-mps-w$w with_mps "$out/mps-ops-w$w" "$b/tests/gpu/test_stream_ops_mp" $w
     done
 fi
 if command -v compute-sanitizer >/dev/null; then
