@@ -13,7 +13,7 @@
 #                                      bench-torch-unfused interference enqueue sum-variants
 #                                      tide-bench layer-gap (TIDE_GPU_GAP_RUNS, _WORLDS)
 #                                      layer-ctas (TIDE_GPU_CTAS, TIDE_GPU_GAP_WORLDS)
-#                                      stream-ops
+#                                      stream-ops mps-sum (TIDE_GPU_GAP_WORLDS, _CTAS)
 #   TIDE_GPU_LAYER_ARGS="..."          extra bench_fsdp_layers / bench_layer_single arguments
 #                                      (e.g. "--sum-ctas 32 --landing-ctas 32")
 #   TIDE_GPU_LAYER_PUSHED=0            skip fsdp-layers' run with TIDE_CUDA_MP_DIRECT=0
@@ -138,6 +138,17 @@ if want stream-ops; then
     for w in 2 4 8; do
         step stream-ops-w$w "$b/tests/gpu/test_stream_ops_mp" $w
         step stream-ops-mps-w$w with_mps "$out/mps-ops-w$w" "$b/tests/gpu/test_stream_ops_mp" $w
+    done
+fi
+# mps-sum (issue 25): the Level-1 sum alone, one process with N streams against N processes
+# reading each other's gradients through IPC and N processes reading their own copies, under
+# MPS (tests/gpu/bench_mps_sum.cu); at N in TIDE_GPU_GAP_WORLDS (default "2 4 8") and the sum
+# CTAs of TIDE_GPU_CTAS (default 10).  Not in the default steps.
+if want mps-sum; then
+    for w in ${TIDE_GPU_GAP_WORLDS:-2 4 8}; do
+        for c in ${TIDE_GPU_CTAS:-10}; do
+            step mps-sum-w$w-c$c with_mps "$out/mps-sum-w$w-c$c" bash -c "set -o pipefail; '$b/tests/gpu/bench_mps_sum' --ranks $w --ctas $c | tee -a '$out/mps_sum.txt'"
+        done
     done
 fi
 if command -v compute-sanitizer >/dev/null; then

@@ -1,0 +1,343 @@
+/*
+ * bench_mps_sum.cu - is the one-process-per-rank reduce-scatter's gap to the single-process
+ * fabric (issue 25, docs/performance.md) in the Level-1 sum itself?  The same sum, the one a
+ * rank of a 1 x N group runs at M = 1 in direct mode (each rank reduces its 1/N chunk of N
+ * bf16 gradients into fp32, reading the other ranks' gradients where they are), timed three
+ * ways on one GPU:
+ *
+ *   single  one process, N streams: rank r's sum reads the other ranks' gradients in the same
+ *           process (the single-process fabric's direct mode);
+ *   peer    N processes: rank r's sum reads the other ranks' gradients through CUDA IPC
+ *           mappings (the multi-process fabric's direct mode);
+ *   local   N processes: rank r's sum reads N - 1 gradients of its own allocation (the same
+ *           bytes and kernel, no mapping): separates what the processes cost from what the
+ *           mappings cost.
+ *
+ *   bench_mps_sum [--ranks N] [--mib M] [--ctas C] [--reps R] [--modes single,peer,local]
+ *
+ * Run it under an MPS daemon (run.sh step mps-sum, tests/gpu/mps.sh) for the processes to
+ * share the SMs; without one they are time-sliced.  Each rep: every rank waits at a
+ * process-shared barrier, launches its sum and synchronises; the rep's span is the last
+ * rank's end minus the first rank's start (host CLOCK_MONOTONIC, one clock for all
+ * processes), so it includes the launch skew a collective pays.  Per mode the median span,
+ * the median of the ranks' own kernel times (CUDA events), and the share of the HBM peak of
+ * the bytes every rank's sum reads and writes: N x (M MiB of bf16 read + M/N x 2 MiB of fp32
+ * written).  Inputs are random; the outputs of the three modes are compared bit for bit with
+ * each other (a rank's sum must not depend on how the inputs are reached), so a wrong mapping
+ * fails the run (exit 1) instead of printing a figure.  Measurement only, not a timed test.
+ */
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cuda_ok.h"
+#include "gpu_hash.cuh"
+#include "kernels/kernels.h"
+#include "kernels/launch.h"
+
+#define MAX_RANKS 8
+#define MAX_REPS 64
+#define SEG_ELEMS (1u << 20)
+
+__global__ void fill_grad(uint16_t *p, uint64_t n, uint32_t seed) {
+    for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
+         i += (uint64_t)gridDim.x * blockDim.x)
+        p[i] = (uint16_t)(__float_as_uint(hash_value(i, seed)) >> 16);
+}
+
+/* Shared by every process of one mode (an anonymous shared mapping made before the fork). */
+struct shared_t {
+    pthread_barrier_t bar;
+    cudaIpcMemHandle_t grad[MAX_RANKS];
+    double start[MAX_REPS][MAX_RANKS], end[MAX_REPS][MAX_RANKS], kernel_ms[MAX_REPS][MAX_RANKS];
+    uint64_t out_hash[MAX_RANKS];
+};
+
+struct opts_t {
+    int ranks = 8, ctas = 10, reps = 20;
+    uint64_t mib = 384;
+};
+
+static double now_s() {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static uint64_t elems(const opts_t &o) { return o.mib * (1ull << 20) / 2 / o.ranks * o.ranks; }
+
+/* The sum's segment table for rank r: its chunk of the gradient, in 1 Mi-element segments. */
+static tide_sum_seg_t *upload_segs(const opts_t &o, int r, int *n_out) {
+    const uint64_t chunk = elems(o) / o.ranks;
+    std::vector<tide_sum_seg_t> h;
+    for (uint64_t off = 0; off < chunk; off += SEG_ELEMS) {
+        tide_sum_seg_t s{};
+        s.out_off = off;
+        s.own_off = (uint64_t)r * chunk + off;
+        s.len = s.valid = (uint32_t)std::min<uint64_t>(SEG_ELEMS, chunk - off);
+        h.push_back(s);
+    }
+    tide_sum_seg_t *d;
+    CUDA_OK(cudaMalloc(&d, h.size() * sizeof(h[0])));
+    CUDA_OK(cudaMemcpy(d, h.data(), h.size() * sizeof(h[0]), cudaMemcpyHostToDevice));
+    *n_out = (int)h.size();
+    return d;
+}
+
+/* One rank's sum: own = grads[r], staged contribution k read in place at grads[(r+1+k) % N]. */
+struct rank_sum_t {
+    tide_sum_args_t args{};
+    float *out = nullptr;
+    cudaStream_t stream{};
+    cudaEvent_t ev0{}, ev1{};
+};
+
+static void rank_sum_init(rank_sum_t *rs, const opts_t &o, int r, void *const *grads) {
+    const void *own_h[1] = {grads[r]};
+    const void *peers_h[MAX_RANKS];
+    for (int k = 0; k < o.ranks - 1; ++k) peers_h[k] = grads[(r + 1 + k) % o.ranks];
+    const void **own_d, **peers_d;
+    CUDA_OK(cudaMalloc(&own_d, sizeof(own_h)));
+    CUDA_OK(cudaMalloc(&peers_d, sizeof(peers_h)));
+    CUDA_OK(cudaMemcpy(own_d, own_h, sizeof(own_h), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(peers_d, peers_h, sizeof(peers_h), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMalloc(&rs->out, elems(o) / o.ranks * sizeof(float)));
+    rs->args.segs = upload_segs(o, r, &rs->args.num_segs);
+    rs->args.num_staged = o.ranks - 1;
+    rs->args.own = own_d;
+    rs->args.peers = peers_d;
+    rs->args.peer_stride = 1;
+    rs->args.dtype = TIDE_DTYPE_BF16;
+    rs->args.out = rs->out;
+    CUDA_OK(cudaStreamCreateWithFlags(&rs->stream, cudaStreamNonBlocking));
+    CUDA_OK(cudaEventCreate(&rs->ev0));
+    CUDA_OK(cudaEventCreate(&rs->ev1));
+}
+
+static void rank_sum_launch(rank_sum_t *rs, const opts_t &o) {
+    CUDA_OK(cudaEventRecord(rs->ev0, rs->stream));
+    CUDA_OK(tide_cuda_sum(&rs->args, o.ctas, 0, rs->stream));
+    CUDA_OK(cudaEventRecord(rs->ev1, rs->stream));
+}
+
+static uint64_t out_hash(const rank_sum_t &rs, const opts_t &o) {
+    std::vector<uint32_t> h(elems(o) / o.ranks);
+    CUDA_OK(cudaMemcpy(h.data(), rs.out, h.size() * 4, cudaMemcpyDeviceToHost));
+    uint64_t x = 1469598103934665603ull;
+    for (uint32_t v : h) x = (x ^ v) * 1099511628211ull;
+    return x;
+}
+
+static uint16_t *alloc_grad(const opts_t &o, uint32_t seed) {
+    uint16_t *g;
+    CUDA_OK(cudaMalloc(&g, elems(o) * 2));
+    fill_grad<<<264, 1024>>>(g, elems(o), seed);
+    CUDA_OK(cudaGetLastError());
+    return g;
+}
+
+/* A process of mode peer or local, rank r. */
+static int run_rank(shared_t *sh, const opts_t &o, int r, bool peer) {
+    CUDA_OK(cudaSetDevice(0));
+    void *grads[MAX_RANKS];
+    uint16_t *mine = alloc_grad(o, 1000 + r);
+    CUDA_OK(cudaDeviceSynchronize());
+    if (peer) {
+        CUDA_OK(cudaIpcGetMemHandle(&sh->grad[r], mine));
+        pthread_barrier_wait(&sh->bar);
+        for (int p = 0; p < o.ranks; ++p) {
+            if (p == r) grads[p] = mine;
+            else CUDA_OK(cudaIpcOpenMemHandle(&grads[p], sh->grad[p], cudaIpcMemLazyEnablePeerAccess));
+        }
+    } else {
+        /* The other ranks' gradients, as copies in this process: the same values as peer's. */
+        for (int p = 0; p < o.ranks; ++p) grads[p] = p == r ? mine : alloc_grad(o, 1000 + p);
+        CUDA_OK(cudaDeviceSynchronize());
+    }
+    rank_sum_t rs;
+    rank_sum_init(&rs, o, r, grads);
+    rank_sum_launch(&rs, o); /* warm-up */
+    CUDA_OK(cudaStreamSynchronize(rs.stream));
+    for (int i = 0; i < o.reps; ++i) {
+        pthread_barrier_wait(&sh->bar);
+        sh->start[i][r] = now_s();
+        rank_sum_launch(&rs, o);
+        CUDA_OK(cudaStreamSynchronize(rs.stream));
+        sh->end[i][r] = now_s();
+        float ms;
+        CUDA_OK(cudaEventElapsedTime(&ms, rs.ev0, rs.ev1));
+        sh->kernel_ms[i][r] = ms;
+    }
+    sh->out_hash[r] = out_hash(rs, o);
+    pthread_barrier_wait(&sh->bar); /* peers keep their memory until every rank is done */
+    return 0;
+}
+
+/* Mode single: one process, one stream per rank, launched back to back each rep. */
+static int run_single(shared_t *sh, const opts_t &o) {
+    CUDA_OK(cudaSetDevice(0));
+    void *grads[MAX_RANKS];
+    for (int p = 0; p < o.ranks; ++p) grads[p] = alloc_grad(o, 1000 + p);
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<rank_sum_t> rs(o.ranks);
+    for (int r = 0; r < o.ranks; ++r) rank_sum_init(&rs[r], o, r, grads);
+    for (int i = -1; i < o.reps; ++i) {
+        const double t0 = now_s();
+        for (int r = 0; r < o.ranks; ++r) rank_sum_launch(&rs[r], o);
+        for (int r = 0; r < o.ranks; ++r) CUDA_OK(cudaStreamSynchronize(rs[r].stream));
+        const double t1 = now_s();
+        if (i < 0) continue; /* warm-up */
+        for (int r = 0; r < o.ranks; ++r) {
+            float ms;
+            CUDA_OK(cudaEventElapsedTime(&ms, rs[r].ev0, rs[r].ev1));
+            sh->start[i][r] = t0;
+            sh->end[i][r] = t1;
+            sh->kernel_ms[i][r] = ms;
+        }
+    }
+    for (int r = 0; r < o.ranks; ++r) sh->out_hash[r] = out_hash(rs[r], o);
+    return 0;
+}
+
+static double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+/* The HBM peak from the device's memory clock and bus width (2 x clock x width / 8). */
+static double hbm_peak_bytes_s() {
+    int khz = 0, bits = 0;
+    if (cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, 0) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, 0) != cudaSuccess)
+        return 0.0;
+    return 2.0 * khz * 1e3 * bits / 8.0;
+}
+
+/* Runs one mode in child processes (so that no CUDA context outlives it); its figures. */
+static bool run_mode(const std::string &mode, const opts_t &o, shared_t *sh, double *span_ms,
+                     double *kernel_ms, uint64_t hash[MAX_RANKS]) {
+    std::memset(sh, 0, sizeof(*sh));
+    pthread_barrierattr_t at;
+    pthread_barrierattr_init(&at);
+    pthread_barrierattr_setpshared(&at, PTHREAD_PROCESS_SHARED);
+    const int procs = mode == "single" ? 1 : o.ranks;
+    pthread_barrier_init(&sh->bar, &at, (unsigned)procs);
+    std::vector<pid_t> pids;
+    for (int r = 0; r < procs; ++r) {
+        const pid_t pid = fork();
+        if (pid == 0) _exit(mode == "single" ? run_single(sh, o) : run_rank(sh, o, r, mode == "peer"));
+        pids.push_back(pid);
+    }
+    bool ok = true;
+    for (pid_t pid : pids) {
+        int st = 0;
+        waitpid(pid, &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) ok = false;
+    }
+    pthread_barrier_destroy(&sh->bar);
+    if (!ok) return false;
+    std::vector<double> spans, kms;
+    for (int i = 0; i < o.reps; ++i) {
+        double lo = sh->start[i][0], hi = sh->end[i][0];
+        for (int r = 0; r < o.ranks; ++r) {
+            lo = std::min(lo, sh->start[i][r]);
+            hi = std::max(hi, sh->end[i][r]);
+            kms.push_back(sh->kernel_ms[i][r]);
+        }
+        spans.push_back((hi - lo) * 1e3);
+    }
+    *span_ms = median(spans);
+    *kernel_ms = median(kms);
+    std::memcpy(hash, sh->out_hash, sizeof(sh->out_hash));
+    return true;
+}
+
+int main(int argc, char **argv) {
+    setenv("NCCL_NVLS_ENABLE", "0", 1);
+    setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 1);
+    setenv("NVSHMEM_DISABLE_NVLS", "1", 1);
+    opts_t o;
+    std::string modes = "single,peer,local";
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : nullptr;
+        if (a == "--ranks" && v) o.ranks = atoi(argv[++i]);
+        else if (a == "--mib" && v) o.mib = strtoull(argv[++i], nullptr, 10);
+        else if (a == "--ctas" && v) o.ctas = atoi(argv[++i]);
+        else if (a == "--reps" && v) o.reps = atoi(argv[++i]);
+        else if (a == "--modes" && v) modes = argv[++i];
+        else {
+            std::fprintf(stderr, "usage: %s [--ranks N<=8] [--mib M] [--ctas C] [--reps R<=64] "
+                                 "[--modes single,peer,local]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (o.ranks < 2 || o.ranks > MAX_RANKS || o.reps < 1 || o.reps > MAX_REPS || o.ctas < 1 ||
+        o.mib < 1) {
+        std::fprintf(stderr, "bench_mps_sum: --ranks 2..%d, --reps 1..%d, --ctas >= 1, --mib >= 1\n",
+                     MAX_RANKS, MAX_REPS);
+        return 2;
+    }
+    auto *sh = (shared_t *)mmap(nullptr, sizeof(shared_t), PROT_READ | PROT_WRITE,
+                                MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (sh == MAP_FAILED) return 2;
+    const double bytes = (double)o.ranks * (elems(o) * 2.0 + elems(o) / o.ranks * 4.0);
+    std::printf("bench_mps_sum: %d ranks, %llu MiB bf16 gradient a rank, %d sum CTAs a rank, "
+                "%d reps; %s\n", o.ranks, (unsigned long long)o.mib, o.ctas, o.reps,
+                getenv("CUDA_MPS_PIPE_DIRECTORY") ? "under MPS" : "no MPS daemon named");
+    std::printf("%-8s %10s %8s %12s %12s\n", "mode", "span ms", "HBM %", "kernel ms", "vs single");
+    uint64_t ref[MAX_RANKS] = {0};
+    bool have_ref = false, all_ok = true;
+    double single_span = 0.0, peak = 0.0;
+    size_t pos = 0;
+    while (pos <= modes.size()) {
+        const size_t comma = modes.find(',', pos);
+        const std::string m = modes.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+        pos = comma == std::string::npos ? modes.size() + 1 : comma + 1;
+        if (m != "single" && m != "peer" && m != "local") {
+            std::fprintf(stderr, "bench_mps_sum: unknown mode '%s'\n", m.c_str());
+            return 2;
+        }
+        double span = 0, kms = 0;
+        uint64_t hash[MAX_RANKS];
+        if (!run_mode(m, o, sh, &span, &kms, hash)) {
+            std::printf("%-8s FAILED (a process exited with an error; see stderr)\n", m.c_str());
+            all_ok = false;
+            continue;
+        }
+        if (peak == 0.0) {
+            /* Asked in a child: the parent keeps no CUDA context across later forks. */
+            const pid_t pid = fork();
+            if (pid == 0) {
+                const double p = hbm_peak_bytes_s();
+                std::memcpy(&sh->start[0][0], &p, sizeof(p));
+                _exit(0);
+            }
+            waitpid(pid, nullptr, 0);
+            std::memcpy(&peak, &sh->start[0][0], sizeof(peak));
+        }
+        if (m == "single") single_span = span;
+        if (!have_ref) {
+            std::memcpy(ref, hash, sizeof(ref));
+            have_ref = true;
+        } else if (std::memcmp(ref, hash, sizeof(uint64_t) * o.ranks) != 0) {
+            std::printf("%-8s output differs from the first mode's: WRONG\n", m.c_str());
+            all_ok = false;
+        }
+        const double share = peak > 0 ? 100.0 * bytes / (span * 1e-3) / peak : 0.0;
+        char ratio[32] = "-";
+        if (single_span > 0 && m != "single") std::snprintf(ratio, sizeof(ratio), "%.2fx", span / single_span);
+        std::printf("%-8s %10.3f %7.1f%% %12.3f %12s\n", m.c_str(), span, share, kms, ratio);
+    }
+    std::printf("bytes a rep: %.1f MiB; HBM peak %.2f TB/s\n", bytes / (1 << 20), peak / 1e12);
+    return all_ok ? 0 : 1;
+}
