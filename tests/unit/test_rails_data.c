@@ -195,24 +195,10 @@ static void on_op(void *ctx, int rank, int q, int i, int e) {
         return;
     }
     switch (op->kind) {
-    case TIDE_OP_COPY:
-        if (op->bytes > 0) memcpy(bo.dst, bo.src, op->bytes);
-        break;
-    case TIDE_OP_ZERO:
-        if (op->bytes > 0) memset(bo.dst, 0, op->bytes);
-        break;
-    case TIDE_OP_CAST:
-        tide_cpu_cast_bf16(bo.src, bo.dst, op->bytes / 2);
-        break;
-    case TIDE_OP_LAND: {
-        tide_land_args_t a;
-        if (tide_bind_land(b, x->prog, (tide_queue_t)q, i, &a) != TIDE_SUCCESS) {
-            fail_once(x, "bind land", rank, e);
-            return;
-        }
-        tide_cpu_land(&a);
-        break;
-    }
+    case TIDE_OP_SUM:
+    case TIDE_OP_COPY2D: /* the lane has neither */
+        fail_once(x, "op kind outside the lane", rank, e);
+        return;
     case TIDE_OP_EVENT:
         if (op->event == TIDE_EVENT_CALL_DONE) {
             const bool ag = x->prog->coll == TIDE_COLL_ALL_GATHER;
@@ -226,11 +212,10 @@ static void on_op(void *ctx, int rank, int q, int i, int e) {
             memcpy(x->seen[e][rank], src,
                    ag ? x->c->landing_bytes : x->c->out_elems * sizeof(float));
         }
-        break;
-    case TIDE_OP_SIGNAL:
-        break;
-    default: /* the lane has no SUM or 2D copy */
-        fail_once(x, "op kind outside the lane", rank, e);
+        return;
+    default: /* the cpu fabric's data path; the rail schedule here does the waits and signals */
+        if (tide_cpu_op_data(NULL, b, x->prog, (tide_queue_t)q, i, &bo) != TIDE_SUCCESS)
+            fail_once(x, "op data", rank, e);
     }
 }
 

@@ -241,6 +241,15 @@ tide_result_t tide_cpu_direct_end(tide_cpu_arena_t *a, tide_cpu_direct_prog_t *d
                                   const tide_binding_t *b, bool failed);
 void tide_cpu_direct_free_all(tide_cpu_arena_t *a);
 
+/* The data effect of op `index` of queue q of b's rank (opdata.c), whose tide_bind_op result
+ * is `bo`: COPY, COPY2D, ZERO, CAST, SUM and LAND move their bytes; SIGNAL, WAIT and EVENT
+ * do nothing (their waiting and signalling are the caller's, and so is the fused signal of a
+ * copy).  `dp`: direct mode's context, whose rewrites of a copy's source and of the SUM and
+ * LAND tables apply; NULL for the plain emulation.  An op kind without a data path fails. */
+tide_result_t tide_cpu_op_data(tide_cpu_direct_prog_t *dp, const tide_binding_t *b,
+                               const tide_program_t *prog, tide_queue_t q, int index,
+                               const tide_bound_op_t *bo);
+
 /* The interpreter (interp.c). */
 tide_result_t tide_cpu_execute(struct tide_fabric_arena *arena, const tide_program_t *prog,
                                const tide_binding_t *binding, void *stream);

@@ -43,13 +43,6 @@ static void signal_add(run_t *run, uint64_t *ctr, int owner) {
     tide_cpu_doorbell_ring(&run->recs[owner].doorbell);
 }
 
-static void copy_2d(const tide_op_t *op, const tide_bound_op_t *bo) {
-    uint8_t *dst = bo->dst;
-    const uint8_t *src = bo->src;
-    for (uint64_t r = 0; r < op->rows; ++r)
-        memcpy(dst + r * op->dst_pitch, src + r * op->src_pitch, op->bytes);
-}
-
 /* Execute op pc[q] of queue q; *ready = false when it is a WAIT that cannot pass yet. */
 static tide_result_t step(run_t *run, tide_queue_t q, bool *ready) {
     const int index = run->pc[q];
@@ -57,20 +50,7 @@ static tide_result_t step(run_t *run, tide_queue_t q, bool *ready) {
     tide_bound_op_t bo;
     TIDE_CHECK(tide_bind_op(run->b, run->prog, q, index, &bo));
     *ready = true;
-    /* Direct mode: a copy nobody reads, or a landing a fused sum stored, only signals. */
-    if (run->direct != NULL && op->kind != TIDE_OP_WAIT &&
-        tide_cpu_direct_skips(run->direct, run->b->rank, q, index)) {
-        if (op->kind == TIDE_OP_LAND) {
-            tide_land_args_t a; /* bound all the same: its table's checks */
-            TIDE_CHECK(tide_bind_land(run->b, run->prog, q, index, &a));
-        }
-        if (bo.signal != NULL) signal_add(run, bo.signal, op->sig_rank);
-        return TIDE_SUCCESS;
-    }
-    if (run->direct != NULL && (op->kind == TIDE_OP_COPY || op->kind == TIDE_OP_COPY2D))
-        TIDE_CHECK(tide_cpu_direct_copy(run->direct, run->b, q, index, &bo));
-    switch (op->kind) {
-    case TIDE_OP_WAIT: {
+    if (op->kind == TIDE_OP_WAIT) {
         uint64_t v = atomic_load_explicit(tide_cpu_counter(bo.wait_ctr), memory_order_acquire);
         if (bo.wait_target > 0 && v < (uint64_t)bo.wait_target) {
             *ready = false;
@@ -78,40 +58,16 @@ static tide_result_t step(run_t *run, tide_queue_t q, bool *ready) {
         }
         return TIDE_SUCCESS;
     }
-    case TIDE_OP_COPY:
-        if (op->bytes > 0) memcpy(bo.dst, bo.src, op->bytes);
-        break;
-    case TIDE_OP_COPY2D:
-        copy_2d(op, &bo);
-        break;
-    case TIDE_OP_SIGNAL:
-        break; /* the signal below */
-    case TIDE_OP_SUM: {
-        tide_sum_args_t a;
-        TIDE_CHECK(tide_bind_sum(run->b, run->prog, q, index, &a));
-        if (run->direct != NULL) TIDE_CHECK(tide_cpu_direct_sum(run->direct, run->b, q, index, &a));
-        tide_cpu_sum(&a);
-        break;
-    }
-    case TIDE_OP_LAND: {
-        tide_land_args_t a;
-        TIDE_CHECK(tide_bind_land(run->b, run->prog, q, index, &a));
-        if (run->direct != NULL)
-            TIDE_CHECK(tide_cpu_direct_land(run->direct, run->b, q, index, &a));
-        tide_cpu_land(&a);
-        break;
-    }
-    case TIDE_OP_ZERO:
-        if (op->bytes > 0) memset(bo.dst, 0, op->bytes);
-        break;
-    case TIDE_OP_CAST:
-        tide_cpu_cast_bf16(bo.src, bo.dst, op->bytes / 2);
-        break;
-    case TIDE_OP_EVENT:
-        /* The call returns only after every queue finished, which implies both events. */
-        break;
-    default:
-        break; /* tide_bind_op rejected unknown kinds */
+    /* Direct mode: a copy nobody reads, or a landing a fused sum stored, only signals. */
+    if (run->direct != NULL && tide_cpu_direct_skips(run->direct, run->b->rank, q, index)) {
+        if (op->kind == TIDE_OP_LAND) {
+            tide_land_args_t a; /* bound all the same: its table's checks */
+            TIDE_CHECK(tide_bind_land(run->b, run->prog, q, index, &a));
+        }
+    } else {
+        /* An EVENT has no data: the call returns only after every queue finished, which
+         * implies both events. */
+        TIDE_CHECK(tide_cpu_op_data(run->direct, run->b, run->prog, q, index, &bo));
     }
     if (bo.signal != NULL) signal_add(run, bo.signal, op->sig_rank);
     return TIDE_SUCCESS;
