@@ -115,6 +115,8 @@ static void rank_sum_init(rank_sum_t *rs, const opts_t &o, int r, void *const *g
     rs->args.num_staged = o.ranks - 1;
     rs->args.own = own_d;
     rs->args.peers = peers_d;
+    /* Never read while peers is set; the launcher asks for a staged block all the same. */
+    rs->args.staged = grads[r];
     rs->args.peer_stride = 1;
     rs->args.dtype = TIDE_DTYPE_BF16;
     rs->args.out = rs->out;
