@@ -507,21 +507,15 @@ bool tide_cuda_mp_uses_vmm(const struct tide_fabric_arena *arena, int rank) {
 /* The lane's puts are copies into mapped peer segments and its landings the shared bf16-input
  * kernel, issued by the same interpreter (call.c) as on the single-process fabric.  With a
  * rail transport (TIDE_CUDA_MP_RAILS=1, and the NCCL fabric on several nodes) the cross-node
- * puts would become rail steps: src/program/rails.c maps the lane's programs (tests/unit/
- * test_rails.c, test_rails_data.c), and the transports resolve the RS pieces' gradient
- * sources and skip the empty puts (mp_rails.c, fabric/nccl/rails*.c).  That path is not
- * enabled: on an H100 its reduce-scatter at 3 x 1 and 4 x 1 over the emulated rail transport
- * never completed on the device (every rank failed stop at TIDE_TIMEOUT_MS;
- * bench/results/h100-2026-12-06j/lane_rails_first.log), although the CPU emulation of the
- * same schedule (tests/unit/rails_sim.h) is bit-exact.  So a rail world keeps the generic
- * programs at L = 1, unless TIDE_RAIL_LANE_OVER_RAILS=1 asks for the lane (development only:
- * gpu_test_fabric_cuda_mp_rails_lane, disabled in ctest until it passes).  A likely cause, a
- * rail step enqueued before the credit record it waits for, is fixed in the schedule's order
- * (program/schedule.c; docs/protocol.md "Over rails"), not yet confirmed on a GPU. */
+ * puts are rail steps: src/program/rails.c maps the lane's programs (tests/unit/test_rails.c,
+ * test_rails_data.c), the schedule fires each rail step of every rank as one block so that a
+ * step's credits are enqueued before it (program/schedule.c, test_rails_streams.c), and the
+ * transports resolve the RS pieces' gradient sources and skip the empty puts (mp_rails.c,
+ * fabric/nccl/rails*.c).  Every world runs the lane at M x 1 (docs/protocol.md, "Over rails"
+ * says what ran on a GPU). */
 bool tide_cuda_mp_rail_lane(const struct tide_fabric_world *world) {
-    if (((const tide_mp_world_t *)world)->rails == NULL) return true;
-    const char *v = getenv("TIDE_RAIL_LANE_OVER_RAILS");
-    return v != NULL && strcmp(v, "1") == 0;
+    (void)world;
+    return true;
 }
 
 void tide_cuda_mp_segment(const struct tide_fabric_arena *arena, void **ptr_out,
