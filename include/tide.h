@@ -103,8 +103,8 @@ typedef enum {
  * node (L = 1: M rail peers, no local peers, e.g. an expert subgroup) runs the rail lane: the
  * all-gather forwards landing to landing with no receive stage, the reduce-scatter puts
  * gradient pieces straight into a double-buffered inbox with no staging, outbox or spare.
- * Both give the generic programs' bits.  AUTO picks the lane when L = 1 and M >= 2 and the
- * fabric runs it (the cpu fabric, the cuda fabric without a rail transport); GENERIC keeps the general programs (for
+ * Both give the generic programs' bits.  AUTO picks the lane when L = 1 and M >= 2 (every
+ * fabric runs it, over a rail transport too); GENERIC keeps the general programs (for
  * comparison); RAIL asks for the lane and is refused where it does not apply.
  */
 typedef enum {

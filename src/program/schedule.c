@@ -289,11 +289,12 @@ tide_result_t tide_schedule_build_rails(const tide_program_t *prog, int gpus_per
         goto fail;
     }
     TIDE_CHECK_GOTO(count_signals(&run), res, fail);
-    /* Only the rail lane's programs take the step-block order for now: the generic programs'
-     * rail command lists in the order of the plain run passed on an H100 (gpu_test_fabric_
-     * cuda_mp_rails, bench/results/h100-2026-12-06h) and the new order has not run on a GPU
-     * yet (TIDE_MP_ONLY='lane|rails' tests/gpu/run_mp.sh runs both); the lane itself is behind
-     * TIDE_RAIL_LANE_OVER_RAILS until it passes there. */
+    /* Only the rail lane's programs take the step-block order: with it the lane over the
+     * emulated rails passed on an H100 at 2..4 x 1 (bench/results/h100-2026-12-07/lane_rails_
+     * on.log), where the plain order had deadlocked (h100-2026-12-06j).  The generic programs'
+     * rail command lists keep the order of the plain run, which passed there too (gpu_test_
+     * fabric_cuda_mp_rails; h100-2026-12-06h and -07); the step-block order has not run on a
+     * GPU for them. */
     if (gpus_per_node > 0 && prog->plan != NULL && prog->plan->rs.rail_lane) {
         tide_rails_t rails;
         TIDE_CHECK_GOTO(tide_rails_build(prog, &rails), res, fail);

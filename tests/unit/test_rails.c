@@ -37,7 +37,8 @@ static tide_plan_t plan_of(int m, int l, int passes, tide_rs_mode_t mode, bool c
     const int n = m * l;
     /* Rows that do not divide by N (padding), a parameter with fewer rows than ranks. */
     const tide_param_shape_t shapes[] = {{2 * n - 1, 3}, {5, 8}, {n + 1, 1}};
-    /* Rails serve the NCCL fabric, which runs the generic programs at L = 1 too (group.c). */
+    /* The generic programs, L = 1 included (lane = GENERIC asks for them there, over rails
+     * too); the rail lane's own programs are mapped below (lane_plan_of). */
     return test_plan_lane(m, l, 0, passes, mode, TIDE_DTYPE_BF16,
                           cast ? TIDE_DTYPE_FP32 : TIDE_DTYPE_BF16, shapes, 3, TIDE_LANE_GENERIC);
 }
