@@ -93,14 +93,20 @@ static bool ref_ok(const chk_ctx_t *c, const tide_ref_t *ref, char *why, size_t 
             snprintf(why, len, "gradient %d of P = %d", ref->param, c->p);
             return false;
         }
-        return true;
+        break;
     case TIDE_REF_SHARD:
     case TIDE_REF_OUT:
-        return true;
+        break;
     default:
         snprintf(why, len, "reference kind %d", ref->kind);
         return false;
     }
+    /* A call operand is the issuing rank's (-1).  One naming a rank is a peer's operand
+     * accessed in place, which only direct mode's model makes (options.direct_operands). */
+    if (ref->rank == -1 || (c->entry && ref->rank >= 0 && ref->rank < c->n)) return true;
+    snprintf(why, len, "operand reference to rank %d%s", ref->rank,
+             c->entry ? "" : " (peer operands need options.direct_operands)");
+    return false;
 }
 
 static bool counter_ok(const chk_ctx_t *c, int rank, int ctr) {
@@ -135,8 +141,7 @@ static const char *op_problem(const chk_ctx_t *c, int rank, const tide_op_t *op,
                            (unsigned long long)op->bytes);
         if (op->kind == TIDE_OP_CAST && op->bytes % 2 != 0)
             return problem(why, len, "cast of %llu bf16 bytes", (unsigned long long)op->bytes);
-        if (tide_machine_signals(op) &&
-            !counter_ok(c, op->sig_rank, op->ctr))
+        if (tide_machine_signals(op) && !counter_ok(c, op->sig_rank, op->ctr))
             return problem(why, len, "fused signal to rank %d counter %d", op->sig_rank, op->ctr);
         return NULL;
     case TIDE_OP_SIGNAL:
@@ -173,6 +178,12 @@ static const char *op_problem(const chk_ctx_t *c, int rank, const tide_op_t *op,
                 return problem(why, len, "landing table with %d inputs", t->num_in);
             for (int k = 0; k < t->num_in; ++k)
                 if (!ref_ok(c, &t->in[k], why, len)) return why;
+            /* `out` unset: the own output; else the output it names (chk_land_out). */
+            if (t->out.kind != TIDE_REF_NONE &&
+                (t->out.kind != TIDE_REF_OUT || t->out.offset != 0 ||
+                 !ref_ok(c, &t->out, why, len)))
+                return problem(why, len, "landing table %d writes %s", op->table,
+                               t->out.kind == TIDE_REF_OUT ? why : "no output operand");
         }
         return NULL;
     }
@@ -259,6 +270,7 @@ tide_result_t tide_program_check_ex(const tide_program_t *prog, const tide_check
     c.threads = c.n * TIDE_Q_COUNT;
     c.rs = prog->coll == TIDE_COLL_REDUCE_SCATTER;
     c.per_trace = opts->per_trace != 0;
+    c.entry = opts->direct_operands != 0;
     c.rep = &rep;
 
     tide_result_t res = TIDE_SUCCESS;
@@ -309,6 +321,6 @@ fail_objects:
 
 tide_result_t tide_program_check(const tide_program_t *prog, int calls,
                                  tide_check_report_t *report_out) {
-    tide_check_options_t o = {calls, TIDE_CHECK_DEFAULT_SCHEDULES, 1, 0, 0};
+    tide_check_options_t o = {calls, TIDE_CHECK_DEFAULT_SCHEDULES, 1, 0, 0, 0};
     return tide_program_check_ex(prog, &o, report_out);
 }

@@ -68,15 +68,20 @@ typedef struct {
 } tide_check_report_t;
 
 typedef struct {
-    int calls;     /* consecutive calls, >= 2 */
-    int schedules; /* >= 1 runs in different seeded orders; the first also traces I1.  The
-                      verdict does not depend on the order, so more runs only re-derive it */
-    uint64_t seed; /* seeds the runs' choices among enabled ops */
-    int skip_inc;  /* 1: skip the INC pass (to see which deeper invariant a fault breaks) */
-    int per_trace; /* 1: sample instead of prove: each run's own happens-before (a WAIT
-                      acquires the signals that run delivered before it), over `schedules`
-                      runs that starve different threads; a race shows only if some run
-                      exhibits it.  Kept to cross-check the default against executions */
+    int calls;           /* consecutive calls, >= 2 */
+    int schedules;       /* >= 1 runs in different seeded orders; the first also traces I1.  The
+                            verdict does not depend on the order, so more runs only re-derive it */
+    uint64_t seed;       /* seeds the runs' choices among enabled ops */
+    int skip_inc;        /* 1: skip the INC pass (to see which deeper invariant a fault breaks) */
+    int per_trace;       /* 1: sample instead of prove: each run's own happens-before (a WAIT
+                            acquires the signals that run delivered before it), over `schedules`
+                            runs that starve different threads; a race shows only if some run
+                            exhibits it.  Kept to cross-check the default against executions */
+    int direct_operands; /* 1: model the caller at each call entry as writing its gradients
+                            and output (the backward produced them, the caller owns the
+                            output), so a peer's in-place access to them (a gradient or output
+                            reference naming a rank, program/sync_elide.h) must follow the
+                            owner's entry through the program's signals */
 } tide_check_options_t;
 
 #define TIDE_CHECK_DEFAULT_SCHEDULES 1

@@ -255,7 +255,7 @@ static tide_result_t land(chk_ctx_t *c, const tide_op_t *op, const tide_check_si
         }
         TIDE_CHECK(tags_of(c, in_obj[k], &in[k]));
     }
-    const int out_obj = chk_obj_out(c, s->rank, s->call);
+    const int out_obj = chk_land_out(c, t, s->rank, s->call);
     TIDE_CHECK(tags_of(c, out_obj, &out));
     for (int g = 0; g < t->num_segs && !c->i1_found; ++g) {
         const tide_land_seg_t *seg = &t->land_segs[g];

@@ -156,13 +156,13 @@ static void report_stuck(chk_ctx_t *c) {
         const int rank = t / TIDE_Q_COUNT;
         if (first < 0) first = t;
         if (shown++ >= 4) continue;
-        int k = snprintf(msg + used, sizeof(msg) - used,
-                         "%srank %d queue %s op %d (wait) call %d: counter %d = %lld < %lld",
-                         shown > 1 ? "; " : "", rank,
-                         tide_queue_name((tide_queue_t)(t % TIDE_Q_COUNT)), c->m.pc[t],
-                         c->m.epoch[rank], op->ctr,
-                         (long long)*tide_machine_counter(&c->m, rank, op->ctr),
-                         (long long)tide_machine_head_target(&c->m, t));
+        int k =
+            snprintf(msg + used, sizeof(msg) - used,
+                     "%srank %d queue %s op %d (wait) call %d: counter %d = %lld < %lld",
+                     shown > 1 ? "; " : "", rank, tide_queue_name((tide_queue_t)(t % TIDE_Q_COUNT)),
+                     c->m.pc[t], c->m.epoch[rank], op->ctr,
+                     (long long)*tide_machine_counter(&c->m, rank, op->ctr),
+                     (long long)tide_machine_head_target(&c->m, t));
         if (k < 0) break;
         used += (size_t)k < sizeof(msg) - used ? (size_t)k : sizeof(msg) - used - 1;
     }
@@ -342,18 +342,37 @@ static void check_events(chk_ctx_t *c, int r, int call) {
                  r, call);
 }
 
-/* Rank r enters call `call`: check the calls it left, join its queues. */
-static void enter_call(chk_ctx_t *c, chk_trace_t *tr, int r, int call, bool checks) {
+/* Rank r enters call `call`: check the calls it left, join its queues (with
+ * options.direct_operands, the caller's operand writes of each call entered go first). */
+static tide_result_t enter_call(chk_ctx_t *c, chk_trace_t *tr, int r, int call, bool checks) {
     const size_t T = (size_t)c->threads, q0 = (size_t)r * TIDE_Q_COUNT;
     uint32_t *base = c->vc + q0 * T;
     while (tr->rank_call[r] < call) {
         if (checks) check_events(c, r, tr->rank_call[r]);
         for (int q = 1; q < TIDE_Q_COUNT; ++q)
             join(base, base + (size_t)q * T, (int)T);
+        /* The entry is an event of its own: nothing of the call before it shares its clock
+         * (in every replay, so the fixpoint's clocks match the checking replay's). */
+        if (c->entry) ++base[q0];
         for (int q = 1; q < TIDE_Q_COUNT; ++q)
             memcpy(base + (size_t)q * T, base, T * sizeof(uint32_t));
         ++tr->rank_call[r];
+        if (checks && c->entry && !c->found)
+            TIDE_CHECK(chk_mem_entry(c, (int)q0, r, tr->rank_call[r]));
     }
+    return TIDE_SUCCESS;
+}
+
+/* options.direct_operands: every rank's queues start after its caller entered call 0. */
+static tide_result_t enter_first_call(chk_ctx_t *c, bool checks) {
+    const size_t T = (size_t)c->threads;
+    for (int r = 0; r < c->n && !c->found; ++r) {
+        const size_t q0 = (size_t)r * TIDE_Q_COUNT;
+        for (int q = 1; q < TIDE_Q_COUNT; ++q)
+            c->vc[(q0 + (size_t)q) * T + q0] = c->vc[q0 * T + q0];
+        if (checks) TIDE_CHECK(chk_mem_entry(c, (int)q0, r, 0));
+    }
+    return TIDE_SUCCESS;
 }
 
 /* One replay of the trace; *changed says whether any signal's clock grew.  With checks,
@@ -367,13 +386,14 @@ static tide_result_t replay(chk_ctx_t *c, chk_trace_t *tr, bool checks, bool *ch
     if (checks) memset(c->events, 0, (size_t)c->n * (size_t)c->calls * TIDE_EVENT_COUNT);
     const size_t keys = (size_t)c->n * (size_t)(c->ctrs > 0 ? c->ctrs : 1);
     if (c->per_trace) memset(tr->key_vc, 0, keys * T * sizeof(uint32_t));
+    if (c->entry) TIDE_CHECK(enter_first_call(c, checks));
     *changed = false;
     uint32_t sig = 0;
     for (size_t i = 0; i < tr->num && !c->found; ++i) {
         const int t = tr->inst[i].thread, rank = t / TIDE_Q_COUNT, call = tr->inst[i].call;
         const tide_op_t *op = op_at(c, t, tr->inst[i].pc);
         uint32_t *vc = c->vc + (size_t)t * T;
-        if (call != tr->rank_call[rank]) enter_call(c, tr, rank, call, checks);
+        if (call != tr->rank_call[rank]) TIDE_CHECK(enter_call(c, tr, rank, call, checks));
         if (op->kind == TIDE_OP_WAIT && c->per_trace && wait_target(call, op) > 0)
             join(vc, tr->key_vc + ctr_key(c, rank, op->ctr) * T, (int)T);
         else if (op->kind == TIDE_OP_WAIT)
@@ -403,7 +423,7 @@ static tide_result_t replay(chk_ctx_t *c, chk_trace_t *tr, bool checks, bool *ch
     }
     if (checks)
         for (int r = 0; r < c->n && !c->found; ++r) {
-            enter_call(c, tr, r, c->calls - 1, true);
+            TIDE_CHECK(enter_call(c, tr, r, c->calls - 1, true));
             check_events(c, r, c->calls - 1);
         }
     return TIDE_SUCCESS;

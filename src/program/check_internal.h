@@ -70,6 +70,7 @@ typedef struct {
     bool i1_found;
     bool trace;     /* this run traces I1 */
     bool per_trace; /* happens-before of each run as it happened */
+    bool entry;     /* options.direct_operands: the caller's operand writes at call entry */
     bool i1_able;
 
     int num_objs;
@@ -77,8 +78,8 @@ typedef struct {
 
     /* run state */
     tide_machine_t m; /* pc, call, counters (machine.h) */
-    uint32_t *vc;    /* threads x threads */
-    uint8_t *events; /* ranks x calls x TIDE_EVENT_COUNT: recorded */
+    uint32_t *vc;     /* threads x threads */
+    uint8_t *events;  /* ranks x calls x TIDE_EVENT_COUNT: recorded */
     uint64_t ops_run;
 } chk_ctx_t;
 
@@ -107,6 +108,11 @@ void chk_resolve(const chk_ctx_t *c, const tide_ref_t *ref, bool bank_dep, int r
 void chk_describe_obj(const chk_ctx_t *c, int obj, char *buf, size_t len);
 /* Record every access of op `op` run by thread t (bounds, races, reads after events). */
 tide_result_t chk_mem_op(chk_ctx_t *c, int t, const tide_op_t *op, const tide_check_site_t *s);
+/* The output object a LAND of `rank` writes: its own, or the rank its table's `out` names. */
+int chk_land_out(const chk_ctx_t *c, const tide_table_t *t, int rank, int call);
+/* options.direct_operands: rank's caller writes its gradients and output of `call` as the
+ * call begins (thread t: the rank's first queue, just joined). */
+tide_result_t chk_mem_entry(chk_ctx_t *c, int t, int rank, int call);
 /* The caller's accesses at an event of rank r's call e. */
 tide_result_t chk_mem_event(chk_ctx_t *c, int t, int event, const tide_check_site_t *s);
 

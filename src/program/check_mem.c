@@ -146,13 +146,13 @@ void chk_resolve(const chk_ctx_t *c, const tide_ref_t *ref, bool bank_dep, int r
         *obj_out = chk_obj_landing(c, ref->rank);
         break;
     case TIDE_REF_SHARD:
-        *obj_out = chk_obj_shard(c, rank, call);
+        *obj_out = chk_obj_shard(c, ref->rank >= 0 ? ref->rank : rank, call);
         break;
     case TIDE_REF_OUT:
-        *obj_out = chk_obj_out(c, rank, call);
+        *obj_out = chk_obj_out(c, ref->rank >= 0 ? ref->rank : rank, call);
         break;
-    default: /* TIDE_REF_GRAD (the IR pass admits nothing else) */
-        *obj_out = chk_obj_grad(c, rank, call, ref->param);
+    default: /* TIDE_REF_GRAD (the IR pass admits nothing else); a rank: a peer's, in place */
+        *obj_out = chk_obj_grad(c, ref->rank >= 0 ? ref->rank : rank, call, ref->param);
         break;
     }
     *offset_out = off;
@@ -257,7 +257,7 @@ static tide_result_t land_spans(const chk_ctx_t *c, int rank, int call, const ti
     uint64_t in_off[TIDE_MAX_GPUS_PER_NODE];
     for (int k = 0; k < t->num_in; ++k)
         chk_resolve(c, &t->in[k], op->bank_dep, rank, call, &in_obj[k], &in_off[k]);
-    const int out = chk_obj_out(c, rank, call);
+    const int out = chk_land_out(c, t, rank, call);
     const uint64_t item = t->in_bf16 ? 2 : 4;
     for (int i = 0; i < t->num_segs; ++i) {
         const tide_land_seg_t *g = &t->land_segs[i];
@@ -267,6 +267,11 @@ static tide_result_t land_spans(const chk_ctx_t *c, int rank, int call, const ti
         TIDE_CHECK(add_span(s, out, off_mul_add(0, g->out_off, 4), 4ull * g->len, true));
     }
     return TIDE_SUCCESS;
+}
+
+int chk_land_out(const chk_ctx_t *c, const tide_table_t *t, int rank, int call) {
+    return chk_obj_out(c, t->out.kind == TIDE_REF_OUT && t->out.rank >= 0 ? t->out.rank : rank,
+                       call);
 }
 
 /* Every byte range op reads or writes, reads first. */
@@ -352,7 +357,9 @@ static tide_result_t hist_cut(chk_object_t *o, uint64_t lo, uint64_t hi) {
 static void describe_access(const chk_ctx_t *c, const chk_access_t *a, bool write, char *buf,
                             size_t len) {
     int rank = (int)a->thread / TIDE_Q_COUNT, q = (int)a->thread % TIDE_Q_COUNT;
-    if (a->user)
+    if (a->user && a->op < 0)
+        snprintf(buf, len, "the caller of rank %d entering call %d writes", rank, a->call);
+    else if (a->user)
         snprintf(buf, len, "the caller of rank %d after its %s event of call %d %s", rank,
                  a->op == TIDE_EVENT_READ_DONE ? "read-done" : "call-done", a->call,
                  write ? "releases" : "reads");
@@ -476,6 +483,23 @@ tide_result_t chk_mem_op(chk_ctx_t *c, int t, const tide_op_t *op, const tide_ch
 out:
     if (sp.v != sp.inline_v) free(sp.v);
     return res;
+}
+
+tide_result_t chk_mem_entry(chk_ctx_t *c, int t, int rank, int call) {
+    chk_access_t self = {0};
+    self.thread = (uint32_t)t;
+    self.clock = c->vc[(size_t)t * (size_t)c->threads + (size_t)t];
+    self.kind = TIDE_OP_EVENT;
+    self.user = 1;
+    self.op = -1;
+    self.call = call;
+    int obj = chk_obj_out(c, rank, call);
+    TIDE_CHECK(access(c, t, obj, 0, c->objs[obj].bytes, true, &self));
+    for (int p = 0; p < c->p && !c->found; ++p) {
+        obj = chk_obj_grad(c, rank, call, p);
+        TIDE_CHECK(access(c, t, obj, 0, c->objs[obj].bytes, true, &self));
+    }
+    return TIDE_SUCCESS;
 }
 
 tide_result_t chk_mem_event(chk_ctx_t *c, int t, int event, const tide_check_site_t *s) {

@@ -122,7 +122,7 @@ static void test_verdict_independent_of_schedule(void **state) {
     tide_program_t rs;
     assert_tide(TIDE_SUCCESS, tide_program_compile_rs(plan, TIDE_RS_SLOT_REUSE, &rs));
     for (uint64_t seed = 0; seed < 4; ++seed) {
-        tide_check_options_t o = {2 + (int)seed, 3, seed * 7919, 0, 0};
+        tide_check_options_t o = {2 + (int)seed, 3, seed * 7919, 0, 0, 0};
         tide_check_report_t rep;
         assert_tide(TIDE_SUCCESS, tide_program_check_ex(&rs, &o, &rep));
         assert_true(rep.ok);
@@ -142,7 +142,7 @@ static void test_bad_arguments(void **state) {
     assert_tide(TIDE_ERR_INVALID_ARGUMENT, tide_program_check(NULL, 3, &rep));
     assert_tide(TIDE_ERR_INVALID_ARGUMENT, tide_program_check(&ag, 1, &rep));
     assert_tide(TIDE_ERR_INVALID_ARGUMENT, tide_program_check(&ag, 3, NULL));
-    tide_check_options_t o = {3, 0, 1, 0, 0};
+    tide_check_options_t o = {3, 0, 1, 0, 0, 0};
     assert_tide(TIDE_ERR_INVALID_ARGUMENT, tide_program_check_ex(&ag, &o, &rep));
     tide_program_free(&ag);
     tide_plan_destroy(plan);
@@ -453,7 +453,7 @@ static void test_proof_matches_executions(void **state) {
             tide_fault_site_t site;
             assert_tide(TIDE_SUCCESS,
                         tide_fault_inject(&prog, cases[i].kind, (uint64_t)s, &faulty, &site));
-            const tide_check_options_t proof = {3, 1, 1, 1, 0}, runs = {3, 24, 5, 1, 1};
+            const tide_check_options_t proof = {3, 1, 1, 1, 0, 0}, runs = {3, 24, 5, 1, 1, 0};
             tide_check_report_t a, b;
             assert_tide(TIDE_SUCCESS, tide_program_check_ex(&faulty, &proof, &a));
             assert_tide(TIDE_SUCCESS, tide_program_check_ex(&faulty, &runs, &b));

@@ -96,7 +96,7 @@ typedef struct {
 } static_case_t;
 
 static tide_check_report_t check(const tide_program_t *prog, int skip_inc) {
-    tide_check_options_t o = {3, 1, 1, skip_inc, 0};
+    tide_check_options_t o = {3, 1, 1, skip_inc, 0, 0};
     tide_check_report_t rep;
     assert_tide(TIDE_SUCCESS, tide_program_check_ex(prog, &o, &rep));
     return rep;

@@ -1,0 +1,68 @@
+/*
+ * sync_elide.h - groundwork for eliding synchronisation in fused direct mode
+ * (docs/performance.md, "What one reduce-scatter call enqueues per rank"; docs/sync-elide.md).
+ *
+ * In direct mode with fused sums at M = 1 every Level-1 push is elided and every landing is
+ * fused into a SUM, so nothing touches staging or the spare across ranks, and the credits,
+ * the own PUSHED / SUMMED signals and the ARRIVED / LANDED barriers only order what the
+ * fabric's end-of-call fence already orders.  The proposal keeps only the STAGED signals and
+ * waits ("rank u's caller reached this call").
+ *
+ * The static checker proves invariants on a program, not on a fabric's elisions, so this
+ * file builds a *model* program: the compiled program as the fused direct fabric runs it,
+ * with the proposed waits and signals removed and the fence written out as ordinary ops.
+ * tide_program_check_ex with options.direct_operands = 1 then checks it.  The model is
+ * analysis only: no fabric or executor runs it, and no fabric elides these ops yet.
+ *
+ * How the direct semantics are lowered into the IR (what the checker sees):
+ *   - an elided push keeps its fused signal as a bare SIGNAL where it stood (as the fabrics
+ *     fire it), and its bytes move into a pull on the target's READ queue right before the
+ *     SUM: a copy from the pusher's gradient (a peer operand reference) into the target's
+ *     staging.  The SUM reads the peers' gradients there in direct mode, so the pull makes
+ *     the same accesses at the same point; staging becomes private to one queue;
+ *   - a fused LAND moves from the owner's NET queue to the summing rank's READ queue, right
+ *     after the SUM, writing the owner's output (a LAND table whose `out` names a peer);
+ *   - the fence: every non-empty queue of a rank ends with a SIGNAL of the rank's own
+ *     TIDE_SYNC_ELIDE_CTR_QUEUES; the CALLER queue waits for them, signals
+ *     TIDE_SYNC_ELIDE_CTR_FENCE on every rank, waits for all N, then records read-done and
+ *     call-done (the proposal records both after the end fence).  Both counters are
+ *     all-gather counters, unused by a reduce-scatter program.
+ */
+#ifndef TIDE_PROGRAM_SYNC_ELIDE_H_
+#define TIDE_PROGRAM_SYNC_ELIDE_H_
+
+#include "program/counters.h"
+#include "program/program.h"
+
+enum {
+    TIDE_SYNC_ELIDE_CTR_QUEUES = TIDE_CTR_AG_READY, /* a queue of the rank finished the call */
+    TIDE_SYNC_ELIDE_CTR_FENCE = TIDE_CTR_FENCE      /* a rank finished the call */
+};
+
+enum {
+    TIDE_SYNC_ELIDE_PROPOSAL = 0,    /* keep the STAGED waits and signals, drop the rest */
+    TIDE_SYNC_ELIDE_DROP_STAGED = 1, /* drop the STAGED ones as well (must fail the check) */
+    TIDE_SYNC_ELIDE_NO_FENCE = 2     /* leave the fence out (ops and events stay) */
+};
+
+/* What the reduction removed and kept, summed over all ranks, counted as program ops (a
+ * WAIT for k signals is one op; a copy's fused signal is one signal). */
+typedef struct {
+    int waits_dropped, signals_dropped;
+    int waits_kept, signals_kept;
+    int pushes_elided, landings_fused;
+} tide_sync_elide_stats_t;
+
+/*
+ * Build the model of `prog` (a reduce-scatter program at M = 1, L >= 2, compiled, not a
+ * fence) as fused direct mode runs it, with the proposal's waits and signals removed (flags:
+ * TIDE_SYNC_ELIDE_*).  The direct analysis is the fabrics' (tide_direct_analyse with
+ * TIDE_DIRECT_SUM | TIDE_DIRECT_FUSE); TIDE_ERR_UNSUPPORTED when it does not elide every
+ * push and fuse every landing, or the program has ops the lowering does not know.
+ * *model_out (release with tide_program_free; it borrows prog's plan) and *stats_out (may be
+ * NULL) are set only on success.
+ */
+tide_result_t tide_sync_elide_model(const tide_program_t *prog, int flags,
+                                    tide_program_t *model_out, tide_sync_elide_stats_t *stats_out);
+
+#endif /* TIDE_PROGRAM_SYNC_ELIDE_H_ */
