@@ -6,10 +6,9 @@
  * Checked: at M = 1 and N = 2, 4, 8 (both modes) the reduced model keeps exactly the STAGED
  * waits (one a rank, for N - 1 signals) and signals (N - 1 a rank), drops every other wait
  * and signal of the program, and passes every invariant over 3 calls (and 16 sampled
- * executions find no race either); dropping the STAGED
- * waits and signals as well fails (a race with the owner's caller on a gradient or an
- * output), and so do the reduction without the fence and a fence that does not wait for
- * the rank's queues; a peer operand reference is
+ * executions find no race either); dropping the STAGED waits and signals as well fails (a
+ * race with the owner's caller on a gradient), and so do the reduction without the fence
+ * and a fence that does not wait for the rank's queues; a peer operand reference is
  * malformed unless the checker models direct operands; other shapes are refused.
  */
 #include "test_util.h"
