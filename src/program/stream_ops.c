@@ -53,7 +53,7 @@ static void count_op(const tide_op_t *op, const tide_direct_t *dir, int id, bool
 }
 
 /* The executor's part of rank `rank`'s call (an eager call after the first: it has a fence). */
-static void count_executor(tide_stream_ops_fabric_t fabric, int n, bool direct_sum,
+static void count_executor(tide_stream_ops_fabric_t fabric, int n, bool direct_sum, bool elided,
                            tide_stream_ops_t *o, tide_stream_ops_shared_t *sh) {
     if (fabric == TIDE_STREAM_OPS_EVENTS) {
         o->exec_event_records += 2; /* call start, done */
@@ -77,17 +77,32 @@ static void count_executor(tide_stream_ops_fabric_t fabric, int n, bool direct_s
     o->exec_flag_waits += n;
     o->exec_flag_calls += 1;
     if (direct_sum) {
-        /* mp_direct.c: the call ends once every rank's did, then read-done. */
+        /* mp_direct.c: the call ends once every rank's did, then read-done (with the
+         * elision, the late EVENTs instead: counted as events). */
         o->exec_flag_waits += n;
         o->exec_flag_calls += 1;
-        o->exec_event_records += 1;
+        if (!elided) o->exec_event_records += 1;
     }
 }
 
+/* The late ops of rank `rank` (sync_elide.h), issued by the executor after its end fence. */
+static void count_late(const tide_program_t *prog, const tide_schedule_t *sched,
+                       const tide_sync_elide_t *se, int rank, tide_stream_ops_t *o) {
+    for (int t = rank * TIDE_Q_COUNT; t < (rank + 1) * TIDE_Q_COUNT; ++t)
+        for (int id = sched->op_base[t]; id < sched->op_base[t + 1]; ++id) {
+            if (!se->late[id]) continue;
+            const tide_op_t *op = tide_schedule_op(prog, sched, id, t);
+            if (op->kind == TIDE_OP_EVENT)
+                ++o->events;
+            else if (op->bytes > 0)
+                ++o->copies;
+        }
+}
+
 tide_result_t tide_stream_ops_count(const tide_program_t *prog, const tide_schedule_t *sched,
-                                    const tide_direct_t *dir, tide_stream_ops_fabric_t fabric,
-                                    int rank, int form, tide_stream_ops_t *out,
-                                    tide_stream_ops_shared_t *shared_out) {
+                                    const tide_direct_t *dir, const tide_sync_elide_t *se,
+                                    tide_stream_ops_fabric_t fabric, int rank, int form,
+                                    tide_stream_ops_t *out, tide_stream_ops_shared_t *shared_out) {
     TIDE_ARG_CHECK(prog != NULL && sched != NULL && out != NULL, "stream ops: NULL argument");
     TIDE_ARG_CHECK(rank >= 0 && rank < sched->num_ranks, "stream ops: rank %d of %d", rank,
                    sched->num_ranks);
@@ -105,8 +120,10 @@ tide_result_t tide_stream_ops_count(const tide_program_t *prog, const tide_sched
      * operands addressable on FLAGS is a run-time condition, assumed met). */
     const bool direct_sum = dir != NULL && dir->rs && dir->sum;
     const tide_direct_t *d = direct_sum ? dir : NULL;
-    const tide_sched_cmd_t *cmds = sched->cmds[form];
-    for (int i = 0; i < sched->num_cmds[form]; ++i) {
+    const bool elided = direct_sum && se != NULL && se->on;
+    const tide_sched_cmd_t *cmds = elided ? se->cmds[form] : sched->cmds[form];
+    const int ncmds = elided ? se->num_cmds[form] : sched->num_cmds[form];
+    for (int i = 0; i < ncmds; ++i) {
         const tide_sched_cmd_t *c = &cmds[i];
         const int t = c->thread;
         if (t / TIDE_Q_COUNT != rank) continue;
@@ -157,7 +174,8 @@ tide_result_t tide_stream_ops_count(const tide_program_t *prog, const tide_sched
         p->in_run = false;
     }
     free(pend);
-    count_executor(fabric, sched->num_ranks, direct_sum, &o, &sh);
+    if (elided) count_late(prog, sched, se, rank, &o);
+    count_executor(fabric, sched->num_ranks, direct_sum, elided, &o, &sh);
     *out = o;
     if (shared_out != NULL) *shared_out = sh;
     return TIDE_SUCCESS;

@@ -26,6 +26,7 @@
 
 #include "program/direct.h"
 #include "program/schedule.h"
+#include "program/sync_elide.h"
 
 typedef enum { TIDE_STREAM_OPS_EVENTS = 0, TIDE_STREAM_OPS_FLAGS = 1 } tide_stream_ops_fabric_t;
 
@@ -63,12 +64,15 @@ typedef struct {
 
 /* Count what rank `rank`'s part of one call in form `form` (tide_sched_form_t) enqueues on
  * `fabric`.  `sched` is prog's schedule (tide_schedule_build); `dir` its direct analysis, or
- * NULL for the pushed path.  *shared_out (may be NULL) gets the once-per-call part (EVENTS;
- * zero on FLAGS). */
+ * NULL for the pushed path; `se` the synchronisation elision the fabric runs with fused
+ * outputs (program/sync_elide.h: the one-process-per-rank fabric's default), or NULL (or not
+ * on): the schedule's own commands.  With it, the late ops are counted where the executor
+ * issues them after its end fence: ZEROs as copies, EVENTs as events.  *shared_out (may be
+ * NULL) gets the once-per-call part (EVENTS; zero on FLAGS). */
 tide_result_t tide_stream_ops_count(const tide_program_t *prog, const tide_schedule_t *sched,
-                                    const tide_direct_t *dir, tide_stream_ops_fabric_t fabric,
-                                    int rank, int form, tide_stream_ops_t *out,
-                                    tide_stream_ops_shared_t *shared_out);
+                                    const tide_direct_t *dir, const tide_sync_elide_t *se,
+                                    tide_stream_ops_fabric_t fabric, int rank, int form,
+                                    tide_stream_ops_t *out, tide_stream_ops_shared_t *shared_out);
 
 /* Stream memory operations of a rank's call on FLAGS: every RECORD and WAIT of the commands
  * plus the executor's flag writes and wait calls. */

@@ -41,33 +41,12 @@ static bool keep_counter(const se_t *s, int ctr) {
     return ctr == TIDE_CTR_RS_STAGED && !(s->flags & TIDE_SYNC_ELIDE_DROP_STAGED);
 }
 
-/* The program is the shape the lowering knows: pushes elided into STAGING, every LAND fused,
- * the reduce-scatter queues only (and the NET queue's zeroing of the output's padding). */
+/* The program is the shape the lowering knows (tide_sync_elide_shape, shared with the
+ * fabrics' elision). */
 static tide_result_t check_shape(const se_t *s) {
-    const tide_schedule_t *sc = &s->sched;
-    for (int t = 0; t < sc->num_threads; ++t) {
-        const int q = t % TIDE_Q_COUNT;
-        for (int id = sc->op_base[t]; id < sc->op_base[t + 1]; ++id) {
-            const tide_op_t *op = tide_schedule_op(s->prog, sc, id, t);
-            const bool ok =
-                (q == TIDE_Q_CE || q == TIDE_Q_READ || q == TIDE_Q_NET) &&
-                (op->kind == TIDE_OP_WAIT || op->kind == TIDE_OP_SIGNAL ||
-                 op->kind == TIDE_OP_EVENT || (op->kind == TIDE_OP_ZERO && q == TIDE_Q_NET) ||
-                 (is_copy(op) && q == TIDE_Q_CE && s->dir.elide != NULL && s->dir.elide[id] &&
-                  op->dst.kind == TIDE_REF_ARENA && op->dst.region == TIDE_REGION_STAGING &&
-                  op->src.kind == TIDE_REF_GRAD) ||
-                 (op->kind == TIDE_OP_SUM && q == TIDE_Q_READ && s->dir.fuse != NULL &&
-                  s->dir.fuse[id] != NULL) ||
-                 (op->kind == TIDE_OP_LAND && q == TIDE_Q_NET && s->dir.fused_land != NULL &&
-                  s->dir.fused_land[id]));
-            if (!ok)
-                return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
-                                "sync elide: rank %d queue %s op %d (%s) is outside fused direct "
-                                "mode at M = 1",
-                                t / TIDE_Q_COUNT, tide_queue_name((tide_queue_t)q),
-                                id - sc->op_base[t], tide_op_kind_name(op->kind));
-        }
-    }
+    char why[160];
+    if (!tide_sync_elide_shape(s->prog, &s->sched, &s->dir, why, sizeof(why)))
+        return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "sync elide: %s", why);
     return TIDE_SUCCESS;
 }
 

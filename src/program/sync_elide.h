@@ -32,7 +32,9 @@
 #define TIDE_PROGRAM_SYNC_ELIDE_H_
 
 #include "program/counters.h"
+#include "program/direct.h"
 #include "program/program.h"
+#include "program/schedule.h"
 
 enum {
     TIDE_SYNC_ELIDE_CTR_QUEUES = TIDE_CTR_AG_READY, /* a queue of the rank finished the call */
@@ -64,5 +66,54 @@ typedef struct {
  */
 tide_result_t tide_sync_elide_model(const tide_program_t *prog, int flags,
                                     tide_program_t *model_out, tide_sync_elide_stats_t *stats_out);
+
+/*
+ * Whether `prog` has the shape the elision knows (sync_elide_plan.c): a reduce-scatter at
+ * M = 1, L >= 2, not a fence, whose direct analysis `dir` (SUM | FUSE) elides every push into
+ * STAGING and fuses every landing into a SUM, with only the NET queue's ZEROs (the output's
+ * padding) and EVENTs besides.  On false, `why` (may be NULL) says which op is outside it.
+ */
+bool tide_sync_elide_shape(const tide_program_t *prog, const tide_schedule_t *sched,
+                           const tide_direct_t *dir, char *why, size_t why_len);
+
+/*
+ * What a fabric runs in fused direct mode with the synchronisation elided: the model above,
+ * as commands (docs/sync-elide.md, "The fabrics").  Built from the schedule's own command
+ * lists, so the order of everything kept is the one the schedule proved deadlock free:
+ *   - RECORD, WAIT and WAIT_PREV of a signal on any counter but STAGED are left out (drop);
+ *   - the NET queue's padding ZEROs and the EVENT ops leave the queues (late): the executor
+ *     runs them, in program order, on the caller's stream after its end-of-call fence (every
+ *     rank finished the call), which it must issue on every call that runs these commands,
+ *     with its start fence on call e - 1 (the STAGED counting wait relies on no rank being a
+ *     call ahead, which only the fences bound once the credits are gone);
+ *   - a thread left with nothing that issues (no record, no data op, no upload) is not
+ *     forked; its no-op OP commands (elided pushes, fused landings) stay for the counts;
+ *   - the schedule's joins are replaced by one JOIN of every forked thread (the fewest
+ *     joins of the full list relied on waits between the rank's threads that are gone).
+ * Checked on the result, in both forms: every rank's SUM is preceded on its stream by a WAIT
+ * on a STAGED signal of every other rank of this call; otherwise `on` is false (with `why`).
+ * A program of another shape gives on = false, not an error.
+ */
+typedef struct {
+    bool on;
+    int num_ops;
+    uint8_t *drop;                          /* [num_ops]: WAITs and signalling ops left out */
+    uint8_t *late;                          /* [num_ops]: ops run after the end fence */
+    tide_sched_cmd_t *cmds[TIDE_SCHED_FORMS]; /* the commands with the above applied */
+    int num_cmds[TIDE_SCHED_FORMS];
+    char why[160]; /* on false: why the elision does not apply */
+} tide_sync_elide_t;
+
+/* Build the elision of `prog` (schedule `sched` from tide_schedule_build; `dir` its direct
+ * analysis with TIDE_DIRECT_SUM | TIDE_DIRECT_FUSE).  *out is set on success (on may be
+ * false) and released with tide_sync_elide_free. */
+tide_result_t tide_sync_elide_build(const tide_program_t *prog, const tide_schedule_t *sched,
+                                    const tide_direct_t *dir, tide_sync_elide_t *out);
+void tide_sync_elide_free(tide_sync_elide_t *se);
+
+/* Whether op `id` (of thread t) issues anything on its stream when the elision runs: not a
+ * SIGNAL, WAIT or EVENT, not a copy direct mode elides, not a fused landing, not late. */
+bool tide_sync_elide_issues(const tide_program_t *prog, const tide_schedule_t *sched,
+                            const tide_direct_t *dir, const tide_sync_elide_t *se, int id, int t);
 
 #endif /* TIDE_PROGRAM_SYNC_ELIDE_H_ */

@@ -83,10 +83,10 @@ static void test_layer_direct(void **state) {
             tide_stream_ops_t ev, fl;
             tide_stream_ops_shared_t sh, sh_fl;
             assert_tide(TIDE_SUCCESS,
-                        tide_stream_ops_count(&w.prog, &w.sched, &w.dir, TIDE_STREAM_OPS_EVENTS, r,
+                        tide_stream_ops_count(&w.prog, &w.sched, &w.dir, NULL, TIDE_STREAM_OPS_EVENTS, r,
                                               TIDE_SCHED_STEADY, &ev, &sh));
             assert_tide(TIDE_SUCCESS,
-                        tide_stream_ops_count(&w.prog, &w.sched, &w.dir, TIDE_STREAM_OPS_FLAGS, r,
+                        tide_stream_ops_count(&w.prog, &w.sched, &w.dir, NULL, TIDE_STREAM_OPS_FLAGS, r,
                                               TIDE_SCHED_STEADY, &fl, &sh_fl));
             assert_same_commands(&ev, &fl);
             assert_int_equal(fl.records, 4 * n - 2);
@@ -132,7 +132,7 @@ static void test_layer_pushed(void **state) {
         for (int r = 0; r < n; ++r) {
             tide_stream_ops_t fl;
             assert_tide(TIDE_SUCCESS,
-                        tide_stream_ops_count(&w.prog, &w.sched, NULL, TIDE_STREAM_OPS_FLAGS, r,
+                        tide_stream_ops_count(&w.prog, &w.sched, NULL, NULL, TIDE_STREAM_OPS_FLAGS, r,
                                               TIDE_SCHED_STEADY, &fl, NULL));
             assert_int_equal(fl.copies, P * (n - 1));
             assert_int_equal(fl.lands, n);
@@ -166,7 +166,7 @@ static void test_totals_match_commands(void **state) {
         for (int r = 0; r < 4; ++r) {
             tide_stream_ops_t s;
             assert_tide(TIDE_SUCCESS,
-                        tide_stream_ops_count(&w.prog, &w.sched, &w.dir, TIDE_STREAM_OPS_EVENTS, r,
+                        tide_stream_ops_count(&w.prog, &w.sched, &w.dir, NULL, TIDE_STREAM_OPS_EVENTS, r,
                                               f, &s, NULL));
             sum.records += s.records;
             sum.waits_peer += s.waits_peer + s.waits_own;
@@ -188,16 +188,16 @@ static void test_bad_arguments(void **state) {
     world_init(&w, 2);
     tide_stream_ops_t s;
     assert_tide(TIDE_ERR_INVALID_ARGUMENT,
-                tide_stream_ops_count(&w.prog, &w.sched, NULL, TIDE_STREAM_OPS_FLAGS, 2,
+                tide_stream_ops_count(&w.prog, &w.sched, NULL, NULL, TIDE_STREAM_OPS_FLAGS, 2,
                                       TIDE_SCHED_STEADY, &s, NULL));
     assert_tide(
         TIDE_ERR_INVALID_ARGUMENT,
-        tide_stream_ops_count(&w.prog, &w.sched, NULL, TIDE_STREAM_OPS_FLAGS, 0, 2, &s, NULL));
+        tide_stream_ops_count(&w.prog, &w.sched, NULL, NULL, TIDE_STREAM_OPS_FLAGS, 0, 2, &s, NULL));
     assert_tide(TIDE_ERR_INVALID_ARGUMENT,
-                tide_stream_ops_count(&w.prog, &w.sched, NULL, (tide_stream_ops_fabric_t)7, 0,
+                tide_stream_ops_count(&w.prog, &w.sched, NULL, NULL, (tide_stream_ops_fabric_t)7, 0,
                                       TIDE_SCHED_STEADY, &s, NULL));
     assert_tide(TIDE_ERR_INVALID_ARGUMENT,
-                tide_stream_ops_count(NULL, &w.sched, NULL, TIDE_STREAM_OPS_FLAGS, 0,
+                tide_stream_ops_count(NULL, &w.sched, NULL, NULL, TIDE_STREAM_OPS_FLAGS, 0,
                                       TIDE_SCHED_STEADY, &s, NULL));
     world_free(&w);
 }

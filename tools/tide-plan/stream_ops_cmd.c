@@ -3,7 +3,9 @@
  * per rank on the two CUDA fabrics (program/stream_ops.h), counted without a GPU: the
  * single-process fabric (signals are events) and one process per rank (signals are flags
  * that streams write and poll), in direct mode where the reduce-scatter takes it (M = 1:
- * the sums read the peers' gradients in place and store every rank's output).
+ * the sums read the peers' gradients in place and store every rank's output), with and
+ * without the synchronisation elision that the one-process-per-rank fabric runs there by
+ * default (program/sync_elide.h).
  */
 #include "tide-plan/cli.h"
 
@@ -42,6 +44,8 @@ int cli_program_stream_ops(const char *cmd, const tide_program_t *prog, int rank
     tide_direct_t dir;
     memset(&dir, 0, sizeof(dir));
     bool have_dir = false;
+    tide_sync_elide_t se;
+    memset(&se, 0, sizeof(se));
     int rc = CLI_EXIT_OK;
     tide_result_t res = tide_schedule_build(prog, &sched);
     if (res != TIDE_SUCCESS) return cli_lib_error(cmd, "tide_schedule_build", res);
@@ -54,17 +58,24 @@ int cli_program_stream_ops(const char *cmd, const tide_program_t *prog, int rank
             goto done;
         }
         have_dir = true;
+        res = tide_sync_elide_build(prog, &sched, &dir, &se);
+        if (res != TIDE_SUCCESS) {
+            rc = cli_lib_error(cmd, "tide_sync_elide_build", res);
+            goto done;
+        }
     }
     printf("# stream operations of one steady call, rank %d of %d (%s, M = %d, L = %d, %s)\n", rank,
            prog->num_ranks, prog->coll == TIDE_COLL_ALL_GATHER ? "all-gather" : "reduce-scatter",
            prog->plan->config.nodes, prog->plan->config.gpus_per_node,
            have_dir && dir.rs && dir.sum ? "direct sums" : "pushed path");
-    tide_stream_ops_t s[2];
+    tide_stream_ops_t s[3];
     tide_stream_ops_shared_t shared;
-    for (int f = 0; f < 2; ++f) {
-        res =
-            tide_stream_ops_count(prog, &sched, have_dir ? &dir : NULL, (tide_stream_ops_fabric_t)f,
-                                  rank, TIDE_SCHED_STEADY, &s[f], f == 0 ? &shared : NULL);
+    for (int f = 0; f < 3; ++f) {
+        const tide_stream_ops_fabric_t fab =
+            f == 0 ? TIDE_STREAM_OPS_EVENTS : TIDE_STREAM_OPS_FLAGS;
+        res = tide_stream_ops_count(prog, &sched, have_dir ? &dir : NULL, f == 2 ? &se : NULL,
+                                    fab, rank, TIDE_SCHED_STEADY, &s[f],
+                                    f == 0 ? &shared : NULL);
         if (res != TIDE_SUCCESS) {
             rc = cli_lib_error(cmd, "tide_stream_ops_count", res);
             goto done;
@@ -74,8 +85,15 @@ int cli_program_stream_ops(const char *cmd, const tide_program_t *prog, int rank
     printf("  once per call            %d event waits, %d event records (utility and "
            "aggregate streams)\n",
            shared.event_waits, shared.event_records);
-    print_rank("one process per rank (flags)", &s[1], true);
+    print_rank("one process per rank (flags), every signal of the program", &s[1], true);
+    if (se.on)
+        print_rank("one process per rank (flags), synchronisation elided (its default here)",
+                   &s[2], true);
+    else
+        printf("synchronisation elision: not applicable (%s)\n",
+               have_dir ? se.why : "not a reduce-scatter at M = 1");
 done:
+    tide_sync_elide_free(&se);
     if (have_dir) tide_direct_free(&dir);
     tide_schedule_free(&sched);
     return rc;
