@@ -44,6 +44,11 @@
  * value, naming the default used instead (timeout.c). */
 int64_t tide_fabric_timeout_ms(void);
 
+/* TIDE_SYNC_ELIDE (sync_elide_env.c): whether a fabric running a reduce-scatter in fused
+ * direct mode at M = 1 leaves out the waits and signals program/sync_elide.h names (default
+ * 1; 0 keeps every one, for comparison).  Anything else is refused by the caller's check. */
+tide_result_t tide_fabric_sync_elide_env(bool *on_out);
+
 /* ------------------------------------------------------------------ common objects */
 
 struct tide_fabric_ops;

@@ -105,7 +105,9 @@ typedef struct {
 } tide_sync_elide_t;
 
 /* Build the elision of `prog` (schedule `sched` from tide_schedule_build; `dir` its direct
- * analysis with TIDE_DIRECT_SUM | TIDE_DIRECT_FUSE).  *out is set on success (on may be
+ * analysis with TIDE_DIRECT_SUM | TIDE_DIRECT_FUSE).  From an op numbering alone
+ * (tide_schedule_layout: no commands) only `drop` and `late` are made, for a fabric that runs
+ * the program's WAIT ops themselves (the CPU fabric).  *out is set on success (on may be
  * false) and released with tide_sync_elide_free. */
 tide_result_t tide_sync_elide_build(const tide_program_t *prog, const tide_schedule_t *sched,
                                     const tide_direct_t *dir, tide_sync_elide_t *out);

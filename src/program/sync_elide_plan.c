@@ -57,6 +57,16 @@ bool tide_sync_elide_shape(const tide_program_t *prog, const tide_schedule_t *sc
                          id - sc->op_base[t], tide_op_kind_name(op->kind));
                 return false;
             }
+            /* A STAGED wait must count every STAGED signal of its call (one pass): a
+             * counting wait for part of them (several passes) names no peer, and without
+             * the credits the peers' pushes of a later pass could fill its count. */
+            if (op->kind == TIDE_OP_WAIT && op->ctr == TIDE_CTR_RS_STAGED && op->thr != op->inc) {
+                snprintf(why, why_len,
+                         "rank %d waits for %lld of its %lld STAGED signals a call (several "
+                         "passes)",
+                         t / TIDE_Q_COUNT, (long long)op->thr, (long long)op->inc);
+                return false;
+            }
         }
     }
     return true;
@@ -221,8 +231,14 @@ tide_result_t tide_sync_elide_build(const tide_program_t *prog, const tide_sched
         goto fail;
     }
     mark_ops(prog, sched, &se);
-    TIDE_CHECK_GOTO(slot_ops(sched, &so), res, fail);
     se.on = true;
+    /* An op numbering without commands (tide_schedule_layout: the CPU fabric runs the
+     * program's own WAITs, every one whole): the per-op marks only. */
+    if (sched->cmds[0] == NULL) {
+        *out = se;
+        return TIDE_SUCCESS;
+    }
+    TIDE_CHECK_GOTO(slot_ops(sched, &so), res, fail);
     for (int f = 0; f < TIDE_SCHED_FORMS && se.on; ++f) {
         TIDE_CHECK_GOTO(filter_form(prog, sched, dir, so, f, &se), res, fail);
         if (!sums_wait_staged(prog, sched, so, &se, f)) se.on = false;

@@ -226,6 +226,12 @@ tide_result_t tide_cpu_direct_begin(tide_cpu_arena_t *a, const tide_program_t *p
 /* Whether op `index` of queue q is a copy or landing that direct mode leaves out. */
 bool tide_cpu_direct_skips(const tide_cpu_direct_prog_t *dp, int rank, tide_queue_t q,
                            int index);
+/* The synchronisation elision (program/sync_elide.h, TIDE_SYNC_ELIDE): whether op `index` of
+ * queue q is a WAIT it leaves out, or an op it runs after the end-of-call join
+ * (tide_cpu_direct_end).  The dropped signals still fire: the counters are cumulative, and a
+ * later call of a program without the elision counts on them. */
+bool tide_cpu_direct_drops(const tide_cpu_direct_prog_t *dp, int rank, tide_queue_t q, int index);
+bool tide_cpu_direct_late(const tide_cpu_direct_prog_t *dp, int rank, tide_queue_t q, int index);
 /* Rebind a data op for direct mode: a copy's source (all-gather readers of an elided put),
  * a SUM's peers and fused table, a landing's in_table. */
 tide_result_t tide_cpu_direct_copy(tide_cpu_direct_prog_t *dp, const tide_binding_t *b,

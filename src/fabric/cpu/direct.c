@@ -32,6 +32,7 @@
 #include "fabric/cpu/cpu.h"
 #include "plan/plan.h"
 #include "program/direct.h"
+#include "program/sync_elide.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -50,6 +51,7 @@ struct tide_cpu_direct_plan {
     tide_region_info_t regions[TIDE_REGION_COUNT];
     tide_schedule_t sched; /* the op numbering of the analysis */
     tide_direct_t dir;
+    tide_sync_elide_t se; /* the synchronisation elision (program/sync_elide.h) */
 };
 
 struct tide_cpu_direct_prog {
@@ -57,6 +59,7 @@ struct tide_cpu_direct_prog {
     const tide_program_t *prog;   /* this rank's copy */
     const tide_schedule_t *sched; /* the shared plan's */
     const tide_direct_t *dir;
+    const tide_sync_elide_t *se; /* on: WAITs dropped, late ops after the end join */
     int coll;                  /* 0 AG, 1 RS */
     const float **land_tab[2]; /* [parity] every in_table of this rank's landings */
     size_t *land_at;           /* [num_ops]: offset of an op's in_table in land_tab */
@@ -98,6 +101,7 @@ void tide_cpu_direct_group_free(tide_cpu_direct_group_t *g) {
     while (g->plans != NULL) {
         struct tide_cpu_direct_plan *p = g->plans;
         g->plans = p->next;
+        tide_sync_elide_free(&p->se);
         tide_direct_free(&p->dir);
         tide_schedule_free(&p->sched);
         free(p);
@@ -131,7 +135,12 @@ static tide_result_t plan_of(tide_cpu_direct_group_t *g, int mask, const tide_pr
         res = tide_schedule_layout(prog, &p->sched);
         /* One memory for all ranks: no domains. */
         if (res == TIDE_SUCCESS) res = tide_direct_analyse(prog, &p->sched, mask, NULL, &p->dir);
+        bool elide = false;
+        if (res == TIDE_SUCCESS) res = tide_fabric_sync_elide_env(&elide);
+        if (res == TIDE_SUCCESS && elide && (mask & TIDE_DIRECT_FUSE))
+            res = tide_sync_elide_build(prog, &p->sched, &p->dir, &p->se);
         if (res != TIDE_SUCCESS) {
+            tide_direct_free(&p->dir);
             tide_schedule_free(&p->sched);
             free(p);
             goto done;
@@ -181,6 +190,7 @@ static tide_result_t prog_new(tide_cpu_arena_t *a, const tide_program_t *prog,
         res, fail);
     dp->sched = &plan->sched;
     dp->dir = &plan->dir;
+    dp->se = &plan->se;
     const int n = dp->sched->num_ops;
     const tide_rank_program_t *rp = &prog->ranks[me];
     size_t tab = 0;
@@ -265,6 +275,33 @@ bool tide_cpu_direct_skips(const tide_cpu_direct_prog_t *dp, int rank, tide_queu
     const int id = op_id(dp, rank, q, index);
     return (dp->dir->elide != NULL && dp->dir->elide[id]) ||
            (dp->dir->fused_land != NULL && dp->dir->fused_land[id]);
+}
+
+bool tide_cpu_direct_drops(const tide_cpu_direct_prog_t *dp, int rank, tide_queue_t q,
+                           int index) {
+    return dp->se->on && dp->se->drop[op_id(dp, rank, q, index)] &&
+           dp->prog->ranks[rank].queues[q].ops[index].kind == TIDE_OP_WAIT;
+}
+
+bool tide_cpu_direct_late(const tide_cpu_direct_prog_t *dp, int rank, tide_queue_t q,
+                          int index) {
+    return dp->se->on && dp->se->late[op_id(dp, rank, q, index)];
+}
+
+/* The late ops of rank b->rank (the output's padding ZEROs; EVENTs have no data here), in
+ * program order, once every rank ended the call. */
+static tide_result_t run_late(tide_cpu_direct_prog_t *dp, const tide_binding_t *b) {
+    const tide_rank_program_t *rp = &dp->prog->ranks[b->rank];
+    for (int q = 0; q < TIDE_Q_COUNT; ++q)
+        for (int i = 0; i < rp->queues[q].num_ops; ++i) {
+            if (!tide_cpu_direct_late(dp, b->rank, (tide_queue_t)q, i) ||
+                rp->queues[q].ops[i].kind == TIDE_OP_EVENT)
+                continue;
+            tide_bound_op_t bo;
+            TIDE_CHECK(tide_bind_op(b, dp->prog, (tide_queue_t)q, i, &bo));
+            TIDE_CHECK(tide_cpu_op_data(dp, b, dp->prog, (tide_queue_t)q, i, &bo));
+        }
+    return TIDE_SUCCESS;
 }
 
 /* Rank u's binding of this call (b's call): published before any signal of u that the
@@ -408,10 +445,11 @@ tide_result_t tide_cpu_direct_end(tide_cpu_arena_t *a, tide_cpu_direct_prog_t *d
     tide_cpu_counter_t *ctr = &g->joined[dp->coll];
     /* A failed call arrives without waiting: the group is unusable from here on (fail-stop),
      * and the ranks that ended their call need not wait out a deadline for it. */
-    if (atomic_fetch_add_explicit(ctr, 1, memory_order_acq_rel) + 1 == target || failed) {
+    const bool last = atomic_fetch_add_explicit(ctr, 1, memory_order_acq_rel) + 1 == target;
+    if (last || failed) {
         for (int r = 0; r < n; ++r)
             tide_cpu_doorbell_ring(&a->calls[r].doorbell);
-        return TIDE_SUCCESS;
+        return failed ? TIDE_SUCCESS : run_late(dp, b);
     }
     const uint64_t deadline = tide_cpu_deadline_ns();
     tide_cpu_waiter_t wt = {.d = &a->calls[b->rank].doorbell};
@@ -432,5 +470,5 @@ tide_result_t tide_cpu_direct_end(tide_cpu_arena_t *a, tide_cpu_direct_prog_t *d
         tide_cpu_waiter_idle(&wt);
     }
     tide_cpu_waiter_done(&wt);
-    return TIDE_SUCCESS;
+    return run_late(dp, b);
 }

@@ -51,6 +51,8 @@ static tide_result_t step(run_t *run, tide_queue_t q, bool *ready) {
     TIDE_CHECK(tide_bind_op(run->b, run->prog, q, index, &bo));
     *ready = true;
     if (op->kind == TIDE_OP_WAIT) {
+        if (run->direct != NULL && tide_cpu_direct_drops(run->direct, run->b->rank, q, index))
+            return TIDE_SUCCESS; /* the synchronisation elision: ordered by the end join */
         uint64_t v = atomic_load_explicit(tide_cpu_counter(bo.wait_ctr), memory_order_acquire);
         if (bo.wait_target > 0 && v < (uint64_t)bo.wait_target) {
             *ready = false;
@@ -58,6 +60,10 @@ static tide_result_t step(run_t *run, tide_queue_t q, bool *ready) {
         }
         return TIDE_SUCCESS;
     }
+    /* The synchronisation elision: the output's padding ZEROs (and the EVENTs) run after
+     * the end-of-call join (direct.c). */
+    if (run->direct != NULL && tide_cpu_direct_late(run->direct, run->b->rank, q, index))
+        return TIDE_SUCCESS;
     /* Direct mode: a copy nobody reads, or a landing a fused sum stored, only signals. */
     if (run->direct != NULL && tide_cpu_direct_skips(run->direct, run->b->rank, q, index)) {
         if (op->kind == TIDE_OP_LAND) {
