@@ -102,15 +102,18 @@ fi
 # device, kernel: src/fabric/cuda/mp_flags.c), side by side in gap_single.txt, and behind
 # per-process holds (the processes' start spread in the figure); not in the default steps.
 if want layer-gap; then
-    # TIDE_GPU_GAP_RUNS picks the runs (host device kernel hold; flags as named, "hold" = host
-    # flags behind per-process holds), TIDE_GPU_GAP_WORLDS the world sizes (default 8).
+    # TIDE_GPU_GAP_RUNS picks the runs (host device kernel hold full; flags as named, "hold" =
+    # host flags behind per-process holds, "full" = host flags with every signal of the
+    # program, TIDE_SYNC_ELIDE=0: docs/sync-elide.md), TIDE_GPU_GAP_WORLDS the world sizes
+    # (default 8).
     gap_worlds=${TIDE_GPU_GAP_WORLDS:-8} gap_json=""
     for w in ${gap_worlds//,/ }; do
         gap="python3 '$root/tests/gpu/bench_fsdp_layers.py' --lib '$b/libtide.so' --worlds $w ${TIDE_GPU_LAYER_ARGS:-}"
         for run in ${TIDE_GPU_GAP_RUNS:-host device kernel hold}; do
-            flags=$run start=""
+            flags=$run start="" elide=1
             [ "$run" = hold ] && flags=host start="--start hold"
-            step layer-gap-$run-w$w with_mps "$out/mps-gap-$run-w$w" env TIDE_CUDA_MP_FLAGS=$flags bash -c "set -o pipefail; $gap $start --json '$out/gap_${run}_w$w.json' | tee '$out/gap_${run}_w$w.txt'"
+            [ "$run" = full ] && flags=host elide=0
+            step layer-gap-$run-w$w with_mps "$out/mps-gap-$run-w$w" env TIDE_CUDA_MP_FLAGS=$flags TIDE_SYNC_ELIDE=$elide bash -c "set -o pipefail; $gap $start --json '$out/gap_${run}_w$w.json' | tee '$out/gap_${run}_w$w.txt'"
             gap_json="$gap_json --mp-json '$out/gap_${run}_w$w.json'"
         done
     done
@@ -139,6 +142,8 @@ if want stream-ops; then
         step stream-ops-w$w "$b/tests/gpu/test_stream_ops_mp" $w
         step stream-ops-mps-w$w with_mps "$out/mps-ops-w$w" "$b/tests/gpu/test_stream_ops_mp" $w
     done
+    # Every signal of the program (TIDE_SYNC_ELIDE=0): the counts of the full command list.
+    step stream-ops-full-w8 env TIDE_SYNC_ELIDE=0 "$b/tests/gpu/test_stream_ops_mp" 8
 fi
 # mps-sum (issue 25): the Level-1 sum alone, one process with N streams against N processes
 # reading each other's gradients through IPC and N processes reading their own copies, under

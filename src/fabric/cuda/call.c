@@ -34,6 +34,40 @@ tide_result_t tide_cuda_call_record_event(tide_cuda_call_t *c, cudaEvent_t ev, c
     return TIDE_SUCCESS;
 }
 
+/* Op `id` of thread t's data on stream s. */
+static tide_result_t issue_data(tide_cuda_call_t *c, int id, int t, cudaStream_t s) {
+    const int rank = t / TIDE_CUDA_Q, q = t % TIDE_CUDA_Q, index = id - c->sched->op_base[t];
+    const tide_rank_program_t *rp = &c->checked[rank - c->rank0]->ranks[rank];
+    const int dev = c->num_devices > 0 ? c->cur_dev : 0;
+    const tide_cuda_op_env_t env = {
+        .max_pitch = c->max_pitch[dev],
+        .sm_count = c->sm_count[dev],
+        .sum_ctas = c->sum_ctas,
+        .landing_ctas = c->landing_ctas,
+        .slicing = c->slicing,
+    };
+    return tide_cuda_op_issue(&env, rp, rank, q, index, &c->bound[id], s, &c->st);
+}
+
+tide_result_t tide_cuda_call_late(tide_cuda_call_t *c, int rank, const uint8_t *late) {
+    const cudaStream_t s = tide_cuda_call_caller(c, rank);
+    const tide_rank_program_t *rp = &c->checked[rank - c->rank0]->ranks[rank];
+    for (int q = 0; q < TIDE_CUDA_Q; ++q) {
+        const int t = rank * TIDE_CUDA_Q + q;
+        for (int id = c->sched->op_base[t]; id < c->sched->op_base[t + 1]; ++id) {
+            if (!late[id]) continue;
+            const tide_op_t *op = &rp->queues[q].ops[id - c->sched->op_base[t]];
+            if (op->kind != TIDE_OP_EVENT) {
+                TIDE_CHECK(issue_data(c, id, t, s));
+                continue;
+            }
+            TIDE_CHECK(tide_cuda_call_record_event(
+                c, c->user[(rank - c->rank0) * TIDE_EVENT_COUNT + op->event], s));
+        }
+    }
+    return TIDE_SUCCESS;
+}
+
 tide_result_t tide_cuda_call_op(tide_cuda_call_t *c, int id, int t) {
     const int rank = t / TIDE_CUDA_Q, q = t % TIDE_CUDA_Q, index = id - c->sched->op_base[t];
     const tide_rank_program_t *rp = &c->checked[rank - c->rank0]->ranks[rank];
@@ -59,16 +93,8 @@ tide_result_t tide_cuda_call_op(tide_cuda_call_t *c, int id, int t) {
                    ? TIDE_SUCCESS
                    : tide_cuda_op_failed(e, rank, q, index, op->kind, "cudaEventRecord");
     }
-    const int dev = c->num_devices > 0 ? c->cur_dev : 0;
-    const tide_cuda_op_env_t env = {
-        .max_pitch = c->max_pitch[dev],
-        .sm_count = c->sm_count[dev],
-        .sum_ctas = c->sum_ctas,
-        .landing_ctas = c->landing_ctas,
-        .slicing = c->slicing,
-    };
     /* SIGNAL: its record follows as a command. */
-    return tide_cuda_op_issue(&env, rp, rank, q, index, &c->bound[id], s, &c->st);
+    return issue_data(c, id, t, s);
 }
 
 /* Refresh rank r's gradient pointer table of this parity (skipped when unchanged). */

@@ -208,6 +208,7 @@ typedef struct {
     tide_mp_prepared_t prep[TIDE_RS_MODE_COUNT];
     int64_t last_epoch;
     int last_prep;
+    bool last_elided; /* the last call ran the synchronisation elision (mp_direct.c) */
     cudaEvent_t done_ev[2]; /* the rank's call e on the caller's stream: parity e % 2 */
     int64_t done_epoch[2];  /* the call each was last recorded for; -1: none */
     cudaEvent_t user[TIDE_EVENT_COUNT];
@@ -487,6 +488,13 @@ bool tide_cuda_mp_direct_elided(const tide_mp_prepared_t *pp, int id);
 void tide_cuda_mp_direct_skips(const tide_mp_prepared_t *pp, const uint8_t **elide_out,
                                const uint8_t **fused_out, bool *read_done_out);
 int tide_cuda_mp_direct_l(const tide_mp_prepared_t *pp);
+/* Whether this call runs the synchronisation elision (program/sync_elide.h, docs/sync-elide.md:
+ * fused outputs, the program of its shape, TIDE_SYNC_ELIDE not 0), and then this rank's
+ * commands of form `form` and the late ops (issued after the end fence: mp_execute.c). */
+bool tide_cuda_mp_direct_sync_elided(const tide_mp_prepared_t *pp);
+void tide_cuda_mp_direct_elided_cmds(const tide_mp_prepared_t *pp, int form,
+                                     const tide_sched_cmd_t **cmds_out, int *num_out,
+                                     const uint8_t **late_out);
 tide_result_t tide_cuda_mp_direct_before(tide_mp_arena_t *a, tide_mp_prepared_t *pp,
                                          const tide_binding_t *b, cudaStream_t caller,
                                          tide_cuda_stats_t *st);

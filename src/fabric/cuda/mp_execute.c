@@ -297,6 +297,7 @@ typedef struct {
     int form;
     bool batch;             /* the call's copies are planned into batches (mp_batch.c) */
     unsigned long long key; /* a captured call's capture (tide_cuda_graph_key), else 0 */
+    const uint8_t *late;    /* the synchronisation elision's late ops (mp_direct.c), or NULL */
 } issue_t;
 
 static const void **row_want(tide_cuda_call_t *c, int rank) {
@@ -426,11 +427,17 @@ static tide_result_t epilogue(tide_cuda_call_t *c) {
     ++c->st.records;
     if (tide_cuda_mp_direct_l(is->x.pp) > 0) {
         /* Direct mode (mp_direct.c): the peers read this rank's gradients and wrote its output
-         * during their calls, so the call ends once every rank's did; read-done follows. */
+         * during their calls, so the call ends once every rank's did; read-done follows.  With
+         * the synchronisation elided, the late ops (the output's padding, read-done and
+         * call-done) follow: only this fence orders them after the peers' fused stores. */
         TIDE_CHECK(c->tp->fence(c, me, (int64_t)c->epoch));
-        ++c->st.records;
-        TIDE_CUDA_CALL(cudaEventRecord(fam->user[TIDE_EVENT_READ_DONE], caller),
-                       "cudaEventRecord(read-done)");
+        if (is->late != NULL) {
+            TIDE_CHECK(tide_cuda_call_late(c, me, is->late));
+        } else {
+            ++c->st.records;
+            TIDE_CUDA_CALL(cudaEventRecord(fam->user[TIDE_EVENT_READ_DONE], caller),
+                           "cudaEventRecord(read-done)");
+        }
     }
     if (c->graph) {
         TIDE_CHECK(join_captured(c));
@@ -462,7 +469,14 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     int64_t fence;
     /* A captured call is always FRESH: a replay depends on the call before it (whichever
      * that is on the device) through its fence only (mp_graph.c). */
-    tide_cuda_call_order(e, pi, fam->last_epoch, fam->last_prep, !captured, &form, &fence);
+    /* The synchronisation elision (mp_direct.c) runs other commands: a call after one that
+     * ran the other list starts FRESH (no WAIT_PREV on a signal the previous call left out),
+     * and an elided call fences call e - 1 (its STAGED waits count on no rank being a call
+     * ahead, which the credits bounded before: docs/sync-elide.md). */
+    const bool elided = !captured && tide_cuda_mp_direct_sync_elided(pp);
+    tide_cuda_call_order(e, pi, fam->last_epoch, fam->last_prep,
+                         !captured && elided == fam->last_elided, &form, &fence);
+    if (elided) fence = (int64_t)e - 1;
     const bool steady = form == TIDE_SCHED_STEADY;
     TIDE_CHECK(tide_cuda_call_switch_check("cuda mp fabric", e, form, pi, fam->last_epoch,
                                            fam->last_prep, &pp->sched,
@@ -482,7 +496,10 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     call_init(&is, a, fam, pi, b, steady, &caller);
     is.b = b;
     is.form = form;
-    is.batch = w->batch && pp->batch.cap > 0 && !captured;
+    is.batch = w->batch && pp->batch.cap > 0 && !captured && !elided;
+    const tide_sched_cmd_t *cmds = pp->cmds[form];
+    int num_cmds = pp->num_cmds[form];
+    if (elided) tide_cuda_mp_direct_elided_cmds(pp, form, &cmds, &num_cmds, &is.late);
     is.key = key;
     tide_cuda_call_t *c = &is.c;
     if (captured) {
@@ -490,7 +507,7 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
         c->graph = true; /* the gradient row was uploaded at capture time */
     }
     c->st = tide_cuda_stats_begin(&fam->stats, form);
-    TIDE_CHECK(tide_cuda_call_enqueue(c, &hooks, fence, pp->cmds[form], pp->num_cmds[form],
+    TIDE_CHECK(tide_cuda_call_enqueue(c, &hooks, fence, cmds, num_cmds,
                                       is.batch ? pp->batch.action : NULL));
     if (captured) {
         tide_cuda_mp_graph_enqueued(a, fam, key);
@@ -500,6 +517,7 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     }
     fam->last_epoch = (int64_t)e;
     fam->last_prep = pi;
+    fam->last_elided = elided;
     tide_cuda_stats_end(&c->st, t_enqueue, &fam->stats);
     return TIDE_SUCCESS;
 }

@@ -118,6 +118,10 @@ tide_result_t tide_cuda_call_wait_event(tide_cuda_call_t *c, cudaStream_t s, cud
 tide_result_t tide_cuda_call_record_event(tide_cuda_call_t *c, cudaEvent_t ev, cudaStream_t s);
 /* Issue op `id` of thread t (direct mode's elisions applied). */
 tide_result_t tide_cuda_call_op(tide_cuda_call_t *c, int id, int t);
+/* The ops of `rank` marked in late[] (program/sync_elide.h: the output's padding ZEROs and
+ * the EVENTs), in op order, on the rank's caller stream: the executor calls this after its
+ * end-of-call fence.  EVENTs are recorded whatever skip_read_done / skip_call_done say. */
+tide_result_t tide_cuda_call_late(tide_cuda_call_t *c, int rank, const uint8_t *late);
 /* Replay cmds[0 .. n): action (or NULL) is a per-command plan of batches made per call
  * (-1: issue the command, -2: carried by a batch, k >= 0: batch k here). */
 tide_result_t tide_cuda_call_run(tide_cuda_call_t *c, const tide_sched_cmd_t *cmds, int n,
