@@ -11,11 +11,20 @@
  * and without accumulation, several alphas: both banks of both modes), at 1x8, 2x4, 4x2,
  * 3x2 (and multi-wave schedules), bf16 and fp32 gradients.  That direct mode really ran is
  * checked too: its sums read the peers' gradients in place, so nothing writes STAGING, which
- * the emulation fills.
+ * the emulation fills.  On one node (M = 1) the default also runs the synchronisation
+ * elision (program/sync_elide.h: every wait but STAGED left out, the output's padding zeroed
+ * after the end join); a third run with TIDE_SYNC_ELIDE=0 must give the same bits, and the
+ * fabric's count says which calls ran the elision (every reduce-scatter of the default run,
+ * none of the others).
  */
 #include "e2e_util.h"
 
+#include "api/comm.h"
+#include "fabric/cpu/cpu.h"
 #include "kernels/kernels.h"
+#include "program/compile_rs.h"
+#include "program/direct.h"
+#include "program/sync_elide.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +37,7 @@ typedef struct {
     tide_plan_t plan;
     bool direct;         /* the run expects direct mode */
     int staging_written; /* ranks whose STAGING region holds a non-zero byte after the calls */
+    uint64_t elided;     /* calls of all ranks that ran the synchronisation elision */
     pthread_mutex_t lock;
 } job_t;
 
@@ -60,11 +70,11 @@ static void rank_main(int rank, void *ctx) {
     }
     e2e_rank_ag(j, rank, grp);
     if (j->rep[rank].failures == 0) e2e_rank_rs(j, rank, grp);
-    if (staging_has_data(jb, grp)) {
-        pthread_mutex_lock(&jb->lock);
-        ++jb->staging_written;
-        pthread_mutex_unlock(&jb->lock);
-    }
+    const bool staged = staging_has_data(jb, grp);
+    pthread_mutex_lock(&jb->lock);
+    jb->staging_written += staged;
+    jb->elided += ((const tide_cpu_arena_t *)grp->arena)->elided_calls;
+    pthread_mutex_unlock(&jb->lock);
     if (tide_group_deregister(grp) != TIDE_SUCCESS)
         e2e_note(&j->rep[rank], "deregister: %s", tide_get_last_error());
 }
@@ -82,7 +92,10 @@ typedef struct {
     uint8_t *expected[AG_CALLS];
 } inputs_t;
 
-static void inputs_init(inputs_t *in, int m, int l, int wave, tide_dtype_t grad) {
+/* Shapes whose every landing a fused sum stores at M = 1 (so the elision applies). */
+static const tide_param_shape_t fused_shapes[3] = {{64, 64}, {105, 9}, {3, 1}};
+
+static void inputs_init(inputs_t *in, int m, int l, int wave, tide_dtype_t grad, bool fused) {
     memset(in, 0, sizeof(*in));
     in->m = m, in->l = l, in->wave = wave, in->grad = grad, in->n = m * l;
     tide_config_t cfg = TIDE_CONFIG_INIT;
@@ -91,8 +104,9 @@ static void inputs_init(inputs_t *in, int m, int l, int wave, tide_dtype_t grad)
     cfg.wave_width = wave;
     in->cfg = cfg;
     for (int p = 0; p < 3; ++p)
-        in->shapes[p] = (tide_param_shape_t){(uint64_t)e2e_rng_int(&rng, 1, 3 * in->n + 2),
-                                             (uint64_t)e2e_rng_int(&rng, 1, 9)};
+        in->shapes[p] = fused ? fused_shapes[p]
+                              : (tide_param_shape_t){(uint64_t)e2e_rng_int(&rng, 1, 3 * in->n + 2),
+                                                     (uint64_t)e2e_rng_int(&rng, 1, 9)};
     tide_group_desc_t desc = {3, in->shapes, TIDE_DTYPE_BF16, grad, TIDE_DTYPE_BF16};
     assert_tide(TIDE_SUCCESS, tide_plan_create(&in->cfg, &desc, &in->plan));
     const tide_geom_t *g = &in->plan->geom;
@@ -151,13 +165,16 @@ static void inputs_free(inputs_t *in) {
     tide_plan_destroy(in->plan);
 }
 
-/* Run the script with TIDE_CPU_DIRECT = `env`; outputs stay in jb->j.outs. */
-static void run(job_t *jb, const inputs_t *in, const char *env, tide_comm_t *comms) {
+/* Run the script with TIDE_CPU_DIRECT = `env` and TIDE_SYNC_ELIDE = `elide`; outputs stay in
+ * jb->j.outs. */
+static void run(job_t *jb, const inputs_t *in, const char *env, const char *elide,
+                tide_comm_t *comms) {
     memset(jb, 0, sizeof(*jb));
     pthread_mutex_init(&jb->lock, NULL);
     jb->plan = in->plan;
     jb->direct = strcmp(env, "0") != 0;
     assert_int_equal(setenv("TIDE_CPU_DIRECT", env, 1), 0);
+    assert_int_equal(setenv("TIDE_SYNC_ELIDE", elide, 1), 0);
     assert_tide(TIDE_SUCCESS, tide_comm_init_all(TIDE_FABRIC_CPU, in->m, in->l, comms));
     e2e_job_t *j = &jb->j;
     const tide_geom_t *g = &in->plan->geom;
@@ -190,35 +207,73 @@ static void run(job_t *jb, const inputs_t *in, const char *env, tide_comm_t *com
     pthread_mutex_destroy(&jb->lock);
 }
 
-static void compare_case(int m, int l, int wave, tide_dtype_t grad) {
-    inputs_t in;
-    inputs_init(&in, m, l, wave, grad);
-    static job_t off, on;
-    tide_comm_t comms[E2E_MAX_RANKS];
-    run(&off, &in, "0", comms);
-    run(&on, &in, "31", comms);
-    const uint64_t bytes = in.plan->geom.fp32_shard_bytes;
+static void compare_outputs(const job_t *off, const job_t *on, const inputs_t *in,
+                            const char *what) {
+    const uint64_t bytes = in->plan->geom.fp32_shard_bytes;
     for (int c = 0; c < RS_CALLS; ++c)
-        for (int r = 0; r < in.n; ++r)
-            if (memcmp(off.j.outs[c][r], on.j.outs[c][r], bytes) != 0) {
+        for (int r = 0; r < in->n; ++r)
+            if (memcmp(off->j.outs[c][r], on->j.outs[c][r], bytes) != 0) {
                 uint64_t e = 0;
-                while (memcmp(&off.j.outs[c][r][e], &on.j.outs[c][r][e], 4) == 0)
+                while (memcmp(&off->j.outs[c][r][e], &on->j.outs[c][r][e], 4) == 0)
                     ++e;
-                fail_msg("%dx%d wave %d %s: call %d rank %d: element %llu is %a with direct "
-                         "mode, %a without",
-                         m, l, wave, grad == TIDE_DTYPE_BF16 ? "bf16" : "fp32", c, r,
-                         (unsigned long long)e, (double)on.j.outs[c][r][e],
-                         (double)off.j.outs[c][r][e]);
+                fail_msg("%dx%d wave %d %s: call %d rank %d: element %llu is %a with %s, %a "
+                         "without",
+                         in->m, in->l, in->wave, in->grad == TIDE_DTYPE_BF16 ? "bf16" : "fp32",
+                         c, r, (unsigned long long)e, (double)on->j.outs[c][r][e], what,
+                         (double)off->j.outs[c][r][e]);
             }
+}
+
+/* Whether the synchronisation elision applies to both RS programs of the plan. */
+static bool elision_applies(const inputs_t *in) {
+    bool all = true;
+    for (int mode = 0; mode < TIDE_RS_MODE_COUNT; ++mode) {
+        tide_program_t prog;
+        tide_schedule_t sched;
+        tide_direct_t dir;
+        tide_sync_elide_t se;
+        memset(&sched, 0, sizeof(sched));
+        assert_tide(TIDE_SUCCESS, tide_program_compile_rs(in->plan, (tide_rs_mode_t)mode, &prog));
+        assert_tide(TIDE_SUCCESS, tide_schedule_layout(&prog, &sched));
+        assert_tide(TIDE_SUCCESS, tide_direct_analyse(&prog, &sched, TIDE_DIRECT_ALL, NULL, &dir));
+        assert_tide(TIDE_SUCCESS, tide_sync_elide_build(&prog, &sched, &dir, &se));
+        all = all && se.on;
+        tide_sync_elide_free(&se);
+        tide_direct_free(&dir);
+        tide_schedule_free(&sched);
+        tide_program_free(&prog);
+    }
+    return all;
+}
+
+static void compare_case(int m, int l, int wave, tide_dtype_t grad, bool fused) {
+    inputs_t in;
+    inputs_init(&in, m, l, wave, grad, fused);
+    static job_t off, on, full;
+    tide_comm_t comms[E2E_MAX_RANKS];
+    run(&off, &in, "0", "1", comms);
+    run(&on, &in, "31", "1", comms);
+    run(&full, &in, "31", "0", comms);
+    compare_outputs(&off, &on, &in, "direct mode");
+    compare_outputs(&full, &on, &in, "the synchronisation elided");
+    /* The elision ran on every reduce-scatter of every rank where it applies (M = 1, L > 1,
+     * every landing fused, one pass; always with the fused shapes), and nowhere else. */
+    const bool applies = elision_applies(&in);
+    if (fused) assert_true(applies);
+    assert_int_equal(on.elided, applies ? (uint64_t)(RS_CALLS * in.n) : 0u);
+    assert_int_equal(off.elided + full.elided, 0);
     /* Direct mode ran: its sums read gradients in place, so STAGING stays as registered. */
     if (l > 1) {
         assert_int_equal(on.staging_written, 0);
         assert_true(off.staging_written > 0);
     }
-    print_message("%dx%d wave %d %s: %d calls bit-identical with and without direct mode\n", m, l,
-                  wave, grad == TIDE_DTYPE_BF16 ? "bf16" : "fp32", AG_CALLS + RS_CALLS);
+    print_message("%dx%d wave %d %s%s: %d calls bit-identical with and without direct mode%s\n",
+                  m, l, wave, grad == TIDE_DTYPE_BF16 ? "bf16" : "fp32",
+                  fused ? " (fused shapes)" : "", AG_CALLS + RS_CALLS,
+                  applies ? ", and with and without the synchronisation elided" : "");
     e2e_job_free(&off.j);
     e2e_job_free(&on.j);
+    e2e_job_free(&full.j);
     inputs_free(&in);
 }
 
@@ -227,8 +282,13 @@ static void test_topologies(void **state) {
     static const int topos[][3] = {{1, 8, 0}, {2, 4, 0}, {4, 2, 0}, {3, 2, 0},
                                    {4, 2, 1}, {3, 2, 1}, {1, 2, 0}, {5, 1, 0}};
     for (size_t t = 0; t < sizeof(topos) / sizeof(topos[0]); ++t) {
-        compare_case(topos[t][0], topos[t][1], topos[t][2], TIDE_DTYPE_BF16);
-        compare_case(topos[t][0], topos[t][1], topos[t][2], TIDE_DTYPE_FP32);
+        compare_case(topos[t][0], topos[t][1], topos[t][2], TIDE_DTYPE_BF16, false);
+        compare_case(topos[t][0], topos[t][1], topos[t][2], TIDE_DTYPE_FP32, false);
+    }
+    /* One node, shapes that padding and fusion cover: the elision runs. */
+    for (int l = 2; l <= 8; l *= 2) {
+        compare_case(1, l, 0, TIDE_DTYPE_BF16, true);
+        compare_case(1, l, 0, TIDE_DTYPE_FP32, true);
     }
 }
 

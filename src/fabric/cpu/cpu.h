@@ -179,6 +179,7 @@ typedef struct {
     /* Direct mode (direct.c): this rank's analyses of the programs it ran, and its joins. */
     struct tide_cpu_direct_prog *direct_progs;
     uint64_t joins[2];          /* [collective]: end-of-call joins this rank entered */
+    uint64_t elided_calls;      /* calls of this rank that ran the synchronisation elision */
 } tide_cpu_arena_t;
 
 tide_result_t tide_cpu_arena_create(struct tide_fabric_world *world, uint64_t bytes,

@@ -137,8 +137,13 @@ static tide_result_t plan_of(tide_cpu_direct_group_t *g, int mask, const tide_pr
         if (res == TIDE_SUCCESS) res = tide_direct_analyse(prog, &p->sched, mask, NULL, &p->dir);
         bool elide = false;
         if (res == TIDE_SUCCESS) res = tide_fabric_sync_elide_env(&elide);
-        if (res == TIDE_SUCCESS && elide && (mask & TIDE_DIRECT_FUSE))
+        if (res == TIDE_SUCCESS && elide && (mask & TIDE_DIRECT_FUSE) &&
+            prog->coll == TIDE_COLL_REDUCE_SCATTER && p->dir.rs) {
             res = tide_sync_elide_build(prog, &p->sched, &p->dir, &p->se);
+            if (res == TIDE_SUCCESS && !p->se.on)
+                TIDE_INFO("cpu fabric: reduce-scatter (mode %d) keeps every wait (%s)", mode,
+                          p->se.why);
+        }
         if (res != TIDE_SUCCESS) {
             tide_direct_free(&p->dir);
             tide_schedule_free(&p->sched);
@@ -267,6 +272,7 @@ tide_result_t tide_cpu_direct_begin(tide_cpu_arena_t *a, const tide_program_t *p
     atomic_store_explicit(
         &g->bound[(size_t)dp->coll * (size_t)a->base.world->ranks + (size_t)b->rank], b,
         memory_order_release);
+    if (dp->se->on) ++a->elided_calls;
     *dp_out = dp;
     return TIDE_SUCCESS;
 }
