@@ -76,9 +76,9 @@ static void count_executor(tide_stream_ops_fabric_t fabric, int n, bool direct_s
     o->exec_event_records += 3;
     o->exec_flag_waits += n;
     o->exec_flag_calls += 1;
-    if (direct_sum) {
-        /* mp_direct.c: the call ends once every rank's did, then read-done (with the
-         * elision, the late EVENTs instead: counted as events). */
+    if (direct_sum || elided) {
+        /* mp_direct.c / mp_execute.c: the call ends once every rank's did, then read-done
+         * (with the elision, the late EVENTs instead: counted as events). */
         o->exec_flag_waits += n;
         o->exec_flag_calls += 1;
         if (!elided) o->exec_event_records += 1;
@@ -120,7 +120,9 @@ tide_result_t tide_stream_ops_count(const tide_program_t *prog, const tide_sched
      * operands addressable on FLAGS is a run-time condition, assumed met). */
     const bool direct_sum = dir != NULL && dir->rs && dir->sum;
     const tide_direct_t *d = direct_sum ? dir : NULL;
-    const bool elided = direct_sum && se != NULL && se->on;
+    /* The elision: a fused reduce-scatter (direct sums), or an all-gather. */
+    const bool elided = se != NULL && se->on &&
+                        (direct_sum || prog->coll == TIDE_COLL_ALL_GATHER);
     const tide_sched_cmd_t *cmds = elided ? se->cmds[form] : sched->cmds[form];
     const int ncmds = elided ? se->num_cmds[form] : sched->num_cmds[form];
     for (int i = 0; i < ncmds; ++i) {

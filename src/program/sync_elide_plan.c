@@ -24,15 +24,49 @@ static bool is_copy(const tide_op_t *op) {
     return op->kind == TIDE_OP_COPY || op->kind == TIDE_OP_COPY2D;
 }
 
+/* The all-gather at M = 1 without a cast: READY announces "my landing is free" (the caller
+ * reached the call), CALLER copies the own shard into every landing with LANDED fused,
+ * DONE joins them.  With the end fence, LANDED and CALLER_DONE order nothing the fence does
+ * not; READY stays (a peer must not write my landing before my caller reached the call). */
+static bool ag_shape(const tide_program_t *prog, const tide_schedule_t *sc, char *why,
+                     size_t why_len) {
+    for (int t = 0; t < sc->num_threads; ++t) {
+        const int q = t % TIDE_Q_COUNT;
+        for (int id = sc->op_base[t]; id < sc->op_base[t + 1]; ++id) {
+            const tide_op_t *op = tide_schedule_op(prog, sc, id, t);
+            const bool ok =
+                (q == TIDE_Q_READY && (op->kind == TIDE_OP_WAIT || op->kind == TIDE_OP_SIGNAL)) ||
+                (q == TIDE_Q_CALLER &&
+                 (op->kind == TIDE_OP_WAIT || op->kind == TIDE_OP_SIGNAL ||
+                  (is_copy(op) && op->dst.kind == TIDE_REF_LANDING &&
+                   op->src.kind == TIDE_REF_SHARD))) ||
+                (q == TIDE_Q_DONE && (op->kind == TIDE_OP_WAIT || op->kind == TIDE_OP_EVENT));
+            if (!ok) {
+                snprintf(why, why_len,
+                         "rank %d queue %s op %d (%s) is outside the all-gather at M = 1",
+                         t / TIDE_Q_COUNT, tide_queue_name((tide_queue_t)q),
+                         id - sc->op_base[t], tide_op_kind_name(op->kind));
+                return false;
+            }
+            if (op->kind == TIDE_OP_WAIT && op->ctr == TIDE_CTR_AG_READY && op->thr != op->inc) {
+                snprintf(why, why_len, "rank %d waits for part of a call's READY signals",
+                         t / TIDE_Q_COUNT);
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
 bool tide_sync_elide_shape(const tide_program_t *prog, const tide_schedule_t *sc,
                            const tide_direct_t *dir, char *why, size_t why_len) {
     char dummy[8];
     if (why == NULL) why = dummy, why_len = sizeof(dummy);
-    if (prog->coll != TIDE_COLL_REDUCE_SCATTER || prog->fence != 0 ||
-        prog->plan->topo.nodes != 1 || prog->plan->topo.gpus_per_node < 2) {
-        snprintf(why, why_len, "only reduce-scatter programs at M = 1, L >= 2");
+    if (prog->fence != 0 || prog->plan->topo.nodes != 1 || prog->plan->topo.gpus_per_node < 2) {
+        snprintf(why, why_len, "only programs at M = 1, L >= 2 (not fences)");
         return false;
     }
+    if (prog->coll == TIDE_COLL_ALL_GATHER) return ag_shape(prog, sc, why, why_len);
     if (dir == NULL || !dir->rs || !dir->sum || dir->fuse == NULL || dir->fused_land == NULL) {
         snprintf(why, why_len, "the program has no fused direct mode");
         return false;
@@ -78,9 +112,14 @@ bool tide_sync_elide_issues(const tide_program_t *prog, const tide_schedule_t *s
     const tide_op_t *op = tide_schedule_op(prog, sched, id, t);
     if (op->kind == TIDE_OP_SIGNAL || op->kind == TIDE_OP_WAIT || op->kind == TIDE_OP_EVENT)
         return false;
-    if (dir->elide != NULL && dir->elide[id]) return false;
-    if (dir->fused_land != NULL && dir->fused_land[id]) return false;
+    if (dir != NULL && dir->elide != NULL && dir->elide[id]) return false;
+    if (dir != NULL && dir->fused_land != NULL && dir->fused_land[id]) return false;
     return !(se->late != NULL && se->late[id]);
+}
+
+/* The one counter whose signals and waits stay: "the rank reached the call". */
+static int kept_counter(const tide_program_t *prog) {
+    return prog->coll == TIDE_COLL_ALL_GATHER ? TIDE_CTR_AG_READY : TIDE_CTR_RS_STAGED;
 }
 
 /* Per op: left out, run late. */
@@ -89,7 +128,7 @@ static void mark_ops(const tide_program_t *prog, const tide_schedule_t *sc,
     for (int t = 0; t < sc->num_threads; ++t)
         for (int id = sc->op_base[t]; id < sc->op_base[t + 1]; ++id) {
             const tide_op_t *op = tide_schedule_op(prog, sc, id, t);
-            if (tide_machine_uses_counter(op) && op->ctr != TIDE_CTR_RS_STAGED) se->drop[id] = 1;
+            if (tide_machine_uses_counter(op) && op->ctr != kept_counter(prog)) se->drop[id] = 1;
             if (op->kind == TIDE_OP_ZERO || op->kind == TIDE_OP_EVENT) se->late[id] = 1;
         }
 }
@@ -164,11 +203,13 @@ static tide_result_t filter_form(const tide_program_t *prog, const tide_schedule
     return TIDE_SUCCESS;
 }
 
-/* Every SUM of the form waits, earlier on its stream, on a STAGED signal of this call of
- * every other rank (the property the model's STAGED waits give). */
-static bool sums_wait_staged(const tide_program_t *prog, const tide_schedule_t *sc,
-                             const int32_t *so, tide_sync_elide_t *se, int f) {
-    const int nranks = sc->num_ranks;
+/* Every op that touches a peer's memory waits, earlier on its stream, on that peer's kept
+ * signal of this call ("the peer reached the call", the property the model's STAGED waits
+ * give): a reduce-scatter's SUM reads every other rank's gradients and stores their outputs;
+ * an all-gather's copy writes the landing of the rank it names. */
+static bool peers_reached(const tide_program_t *prog, const tide_schedule_t *sc,
+                          const int32_t *so, tide_sync_elide_t *se, int f) {
+    const int nranks = sc->num_ranks, keep = kept_counter(prog);
     uint8_t *seen = calloc((size_t)sc->num_threads * (size_t)nranks + 1, 1);
     if (seen == NULL) {
         snprintf(se->why, sizeof(se->why), "no memory for the check of %d threads",
@@ -183,20 +224,25 @@ static bool sums_wait_staged(const tide_program_t *prog, const tide_schedule_t *
         if (c->kind == TIDE_SCHED_CMD_WAIT) {
             const int id = so[c->arg], u = sc->slot_thread[c->arg] / TIDE_Q_COUNT;
             const tide_op_t *sig = tide_schedule_op(prog, sc, id, sc->slot_thread[c->arg]);
-            if (sig->ctr == TIDE_CTR_RS_STAGED && sig->sig_rank == r) row[u] = 1;
+            if (sig->ctr == keep && sig->sig_rank == r) row[u] = 1;
             continue;
         }
-        if (c->kind != TIDE_SCHED_CMD_OP ||
-            tide_schedule_op(prog, sc, c->arg, t)->kind != TIDE_OP_SUM)
-            continue;
-        for (int u = 0; u < nranks; ++u)
-            if (u != r && !row[u]) {
+        if (c->kind != TIDE_SCHED_CMD_OP) continue;
+        const tide_op_t *op = tide_schedule_op(prog, sc, c->arg, t);
+        for (int u = 0; u < nranks; ++u) {
+            const bool touches = op->kind == TIDE_OP_SUM
+                                     ? u != r
+                                     : is_copy(op) && op->dst.kind == TIDE_REF_LANDING &&
+                                           op->dst.rank == u && u != r;
+            if (touches && !row[u]) {
                 snprintf(se->why, sizeof(se->why),
-                         "rank %d's sum does not wait for rank %d's STAGED signal (form %d)", r,
-                         u, f);
+                         "rank %d's %s does not wait for rank %d's %s signal (form %d)", r,
+                         tide_op_kind_name(op->kind), u,
+                         keep == TIDE_CTR_AG_READY ? "READY" : "STAGED", f);
                 ok = false;
                 break;
             }
+        }
     }
     free(seen);
     return ok;
@@ -241,7 +287,7 @@ tide_result_t tide_sync_elide_build(const tide_program_t *prog, const tide_sched
     TIDE_CHECK_GOTO(slot_ops(sched, &so), res, fail);
     for (int f = 0; f < TIDE_SCHED_FORMS && se.on; ++f) {
         TIDE_CHECK_GOTO(filter_form(prog, sched, dir, so, f, &se), res, fail);
-        if (!sums_wait_staged(prog, sched, so, &se, f)) se.on = false;
+        if (!peers_reached(prog, sched, so, &se, f)) se.on = false;
     }
     free(so);
     if (!se.on) {

@@ -58,7 +58,9 @@ int cli_program_stream_ops(const char *cmd, const tide_program_t *prog, int rank
             goto done;
         }
         have_dir = true;
-        res = tide_sync_elide_build(prog, &sched, &dir, &se);
+    }
+    if (prog->plan->config.nodes == 1) {
+        res = tide_sync_elide_build(prog, &sched, have_dir ? &dir : NULL, &se);
         if (res != TIDE_SUCCESS) {
             rc = cli_lib_error(cmd, "tide_sync_elide_build", res);
             goto done;
@@ -91,7 +93,7 @@ int cli_program_stream_ops(const char *cmd, const tide_program_t *prog, int rank
                    &s[2], true);
     else
         printf("synchronisation elision: not applicable (%s)\n",
-               have_dir ? se.why : "not a reduce-scatter at M = 1");
+               se.why[0] != '\0' ? se.why : "M > 1");
 done:
     tide_sync_elide_free(&se);
     if (have_dir) tide_direct_free(&dir);

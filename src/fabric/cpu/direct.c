@@ -137,12 +137,13 @@ static tide_result_t plan_of(tide_cpu_direct_group_t *g, int mask, const tide_pr
         if (res == TIDE_SUCCESS) res = tide_direct_analyse(prog, &p->sched, mask, NULL, &p->dir);
         bool elide = false;
         if (res == TIDE_SUCCESS) res = tide_fabric_sync_elide_env(&elide);
-        if (res == TIDE_SUCCESS && elide && (mask & TIDE_DIRECT_FUSE) &&
-            prog->coll == TIDE_COLL_REDUCE_SCATTER && p->dir.rs) {
+        if (res == TIDE_SUCCESS && elide &&
+            ((mask & TIDE_DIRECT_FUSE && prog->coll == TIDE_COLL_REDUCE_SCATTER && p->dir.rs) ||
+             prog->coll == TIDE_COLL_ALL_GATHER)) {
             res = tide_sync_elide_build(prog, &p->sched, &p->dir, &p->se);
             if (res == TIDE_SUCCESS && !p->se.on)
-                TIDE_INFO("cpu fabric: reduce-scatter (mode %d) keeps every wait (%s)", mode,
-                          p->se.why);
+                TIDE_INFO("cpu fabric: %s (mode %d) keeps every wait (%s)",
+                          coll ? "reduce-scatter" : "all-gather", mode, p->se.why);
         }
         if (res != TIDE_SUCCESS) {
             tide_direct_free(&p->dir);
@@ -267,7 +268,9 @@ tide_result_t tide_cpu_direct_begin(tide_cpu_arena_t *a, const tide_program_t *p
         dp->next = a->direct_progs;
         a->direct_progs = dp;
     }
-    if (!dp->dir->rs && !dp->dir->ag) return TIDE_SUCCESS;
+    /* The synchronisation elision needs the end-of-call join even without a shortcut (the
+     * all-gather at M = 1). */
+    if (!dp->dir->rs && !dp->dir->ag && !dp->se->on) return TIDE_SUCCESS;
     dp->row_ready = false;
     atomic_store_explicit(
         &g->bound[(size_t)dp->coll * (size_t)a->base.world->ranks + (size_t)b->rank], b,
