@@ -343,6 +343,7 @@ typedef struct {
     uint64_t direct;      /* one-process-per-rank RS (mp_direct.c): 0 pushed, 1 the sums read
                            * the peers' gradients in place, 2 and fused sums stored every
                            * rank's output */
+    uint64_t sync_elided; /* 1: the call ran the synchronisation elision (mp_elide.c) */
 } tide_cuda_stats_t;
 
 /* Issue op `index` of queue q of rank `rank` (program rp), bound to b, on stream s when it is

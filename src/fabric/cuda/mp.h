@@ -70,6 +70,7 @@
 #include "fabric/cuda/mp_boot.h"
 #include "fabric/cuda/mp_ctl.h"
 #include "program/rails.h"
+#include "program/sync_elide.h"
 
 #include <cuda.h>
 
@@ -201,6 +202,11 @@ typedef struct {
     tide_mp_batch_t batch;    /* allocated when the world batches */
     tide_mp_rails_prog_t rails; /* on a world with rails */
     struct tide_mp_direct *direct; /* direct mode's analysis of an M = 1 RS program, or NULL */
+    /* The synchronisation elision (mp_elide.c): se.on when the program has its shape; this
+     * rank's commands of it. */
+    tide_sync_elide_t se;
+    tide_sched_cmd_t *se_cmds[TIDE_SCHED_FORMS];
+    int se_num_cmds[TIDE_SCHED_FORMS];
 } tide_mp_prepared_t;
 
 typedef struct {
@@ -488,27 +494,39 @@ bool tide_cuda_mp_direct_elided(const tide_mp_prepared_t *pp, int id);
 void tide_cuda_mp_direct_skips(const tide_mp_prepared_t *pp, const uint8_t **elide_out,
                                const uint8_t **fused_out, bool *read_done_out);
 int tide_cuda_mp_direct_l(const tide_mp_prepared_t *pp);
-/* Whether this call runs the synchronisation elision (program/sync_elide.h, docs/sync-elide.md:
- * fused outputs, the program of its shape, TIDE_SYNC_ELIDE not 0), and then this rank's
- * commands of form `form` and the late ops (issued after the end fence: mp_execute.c). */
-bool tide_cuda_mp_direct_sync_elided(const tide_mp_prepared_t *pp);
-void tide_cuda_mp_direct_elided_cmds(const tide_mp_prepared_t *pp, int form,
-                                     const tide_sched_cmd_t **cmds_out, int *num_out,
-                                     const uint8_t **late_out);
+/* The program's analysis when some sum fuses its outputs (else NULL), and whether this call
+ * took fused outputs. */
+const tide_direct_t *tide_cuda_mp_direct_analysis(const tide_mp_prepared_t *pp);
+bool tide_cuda_mp_direct_fused(const tide_mp_prepared_t *pp);
+
+/* The synchronisation elision (mp_elide.c; program/sync_elide.h, docs/sync-elide.md).
+ * prepare builds it for a program of its shape unless TIDE_SYNC_ELIDE=0 or the world has
+ * rails (after tide_cuda_mp_direct_prepare); on says whether this call runs it (an eager
+ * call; a reduce-scatter only with fused outputs); cmds gives this rank's commands of form
+ * `form` and the late ops, which the epilogue issues after the end fence (mp_execute.c). */
+tide_result_t tide_cuda_mp_elide_prepare(tide_mp_arena_t *a, tide_mp_prepared_t *pp,
+                                         const tide_program_t *prog);
+void tide_cuda_mp_elide_free(tide_mp_prepared_t *pp);
+bool tide_cuda_mp_elide_on(const tide_mp_prepared_t *pp, bool captured);
+void tide_cuda_mp_elide_cmds(const tide_mp_prepared_t *pp, int form,
+                             const tide_sched_cmd_t **cmds_out, int *num_out,
+                             const uint8_t **late_out);
 tide_result_t tide_cuda_mp_direct_before(tide_mp_arena_t *a, tide_mp_prepared_t *pp,
                                          const tide_binding_t *b, cudaStream_t caller,
                                          tide_cuda_stats_t *st);
 
-/* Batched copies (mp_batch.c).  prepare allocates for the program's command lists; plan
- * walks this call's form, groups each thread's runs of same-device copies (below the size
+/* Batched copies (mp_batch.c).  prepare allocates for the program's command lists (the
+ * schedule's and the elided ones: call it after tide_cuda_mp_elide_prepare); plan walks the
+ * call's commands, groups each thread's runs of same-device copies (below the size
  * threshold, nothing else of that thread between them) and of flat copies to or from peer
  * pointers (TIDE_CUDA_CE_BATCH), fills their descriptors from the bound ops, checks each run
  * for overlaps (overlapping runs stay per op), and uploads the descriptors on the caller's
  * stream; issue launches run k: the batch kernel, or one cudaMemcpyBatchAsync. */
 tide_result_t tide_cuda_mp_batch_prepare(tide_mp_prepared_t *pp);
 void tide_cuda_mp_batch_free(tide_mp_prepared_t *pp);
-tide_result_t tide_cuda_mp_batch_plan(tide_mp_arena_t *a, tide_mp_prepared_t *pp, int form,
-                                      int parity, cudaStream_t caller, tide_cuda_stats_t *st);
+tide_result_t tide_cuda_mp_batch_plan(tide_mp_arena_t *a, tide_mp_prepared_t *pp,
+                                      const tide_sched_cmd_t *cmds, int n, int parity,
+                                      cudaStream_t caller, tide_cuda_stats_t *st);
 tide_result_t tide_cuda_mp_batch_issue(tide_mp_arena_t *a, tide_mp_prepared_t *pp, int k,
                                        int parity, int thread);
 

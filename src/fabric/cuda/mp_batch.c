@@ -64,8 +64,10 @@ void tide_cuda_mp_batch_free(tide_mp_prepared_t *pp) {
 tide_result_t tide_cuda_mp_batch_prepare(tide_mp_prepared_t *pp) {
     tide_mp_batch_t *b = &pp->batch;
     int cap = 1;
-    for (int f = 0; f < TIDE_SCHED_FORMS; ++f)
+    for (int f = 0; f < TIDE_SCHED_FORMS; ++f) {
         cap = pp->num_cmds[f] > cap ? pp->num_cmds[f] : cap;
+        cap = pp->se_num_cmds[f] > cap ? pp->se_num_cmds[f] : cap; /* mp_elide.c */
+    }
     b->cap = cap;
     const size_t n = (size_t)cap;
     b->action = malloc(n * sizeof(int32_t));
@@ -204,11 +206,13 @@ static bool disjoint(const tide_cuda_copy_desc_t *d, int count, span_t *sp) {
     return true;
 }
 
-tide_result_t tide_cuda_mp_batch_plan(tide_mp_arena_t *a, tide_mp_prepared_t *pp, int form,
-                                      int parity, cudaStream_t caller, tide_cuda_stats_t *st) {
+tide_result_t tide_cuda_mp_batch_plan(tide_mp_arena_t *a, tide_mp_prepared_t *pp,
+                                      const tide_sched_cmd_t *cmds, int n, int parity,
+                                      cudaStream_t caller, tide_cuda_stats_t *st) {
     tide_mp_batch_t *b = &pp->batch;
-    const int n = pp->num_cmds[form];
-    const tide_sched_cmd_t *cmds = pp->cmds[form];
+    if (n > b->cap)
+        return TIDE_ERR(TIDE_ERR_INTERNAL, "cuda mp fabric: %d commands, batch plan of %d", n,
+                        b->cap);
     int open[TIDE_CUDA_Q], runs = 0;
     for (int q = 0; q < TIDE_CUDA_Q; ++q)
         open[q] = -1;

@@ -29,7 +29,6 @@
  */
 #include "core/checks.h"
 #include "fabric/cuda/mp_export.h"
-#include "program/sync_elide.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,11 +42,6 @@ struct tide_mp_direct {
     tide_cuda_fuse_t **fuse; /* [num_ops]: this rank's fused sums */
     tide_land_args_t *land;  /* [num_ops]: other ranks' fused landings, bound for this call */
     uint8_t *land_bound;     /* [num_ops] */
-    /* The synchronisation elision with fused outputs (program/sync_elide.h): on when the
-     * program has its shape and TIDE_SYNC_ELIDE allows it; this rank's commands of it. */
-    tide_sync_elide_t se;
-    tide_sched_cmd_t *cmds[TIDE_SCHED_FORMS];
-    int num_cmds[TIDE_SCHED_FORMS];
 };
 
 tide_result_t tide_cuda_mp_direct_env(bool *on_out) {
@@ -74,9 +68,6 @@ void tide_cuda_mp_direct_free(tide_mp_prepared_t *pp) {
     free(d->fuse);
     free(d->land);
     free(d->land_bound);
-    tide_sync_elide_free(&d->se);
-    for (int f = 0; f < TIDE_SCHED_FORMS; ++f)
-        free(d->cmds[f]);
     tide_direct_free(&d->dir);
     free(d);
     pp->direct = NULL;
@@ -85,30 +76,6 @@ void tide_cuda_mp_direct_free(tide_mp_prepared_t *pp) {
 void tide_cuda_mp_direct_family_free(tide_mp_family_t *fam) {
     tide_cuda_mp_exchange_free(fam->dcall);
     fam->dcall = NULL;
-}
-
-/* The synchronisation elision of a fused program: its commands, this rank's part kept in the
- * global order (as mp_execute.c keeps the schedule's). */
-static tide_result_t elide_prepare(struct tide_mp_direct *d, const tide_mp_prepared_t *pp,
-                                   const tide_program_t *prog, int me) {
-    bool on = false;
-    TIDE_CHECK(tide_fabric_sync_elide_env(&on));
-    if (!on) return TIDE_SUCCESS;
-    TIDE_CHECK(tide_sync_elide_build(prog, &pp->sched, &d->dir, &d->se));
-    if (!d->se.on) {
-        TIDE_INFO("cuda mp fabric: rank %d: fused reduce-scatter keeps every signal (%s)", me,
-                  d->se.why);
-        return TIDE_SUCCESS;
-    }
-    for (int f = 0; f < TIDE_SCHED_FORMS; ++f) {
-        d->cmds[f] = malloc(((size_t)d->se.num_cmds[f] + 1) * sizeof(*d->cmds[f]));
-        if (d->cmds[f] == NULL)
-            return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: %d commands", d->se.num_cmds[f]);
-        for (int i = 0; i < d->se.num_cmds[f]; ++i)
-            if (d->se.cmds[f][i].thread / TIDE_CUDA_Q == me)
-                d->cmds[f][d->num_cmds[f]++] = d->se.cmds[f][i];
-    }
-    return TIDE_SUCCESS;
 }
 
 tide_result_t tide_cuda_mp_direct_prepare(tide_mp_arena_t *a, tide_mp_family_t *fam,
@@ -151,7 +118,7 @@ tide_result_t tide_cuda_mp_direct_prepare(tide_mp_arena_t *a, tide_mp_family_t *
             d->fuse[id] = f;
         }
     if (fam->row_len < row) fam->row_len = row;
-    return d->any_fuse ? elide_prepare(d, pp, prog, me) : TIDE_SUCCESS;
+    return TIDE_SUCCESS;
 }
 
 /* ------------------------------------------------------------------ a call */
@@ -228,18 +195,12 @@ void tide_cuda_mp_direct_skips(const tide_mp_prepared_t *pp, const uint8_t **eli
     *read_done_out = on;
 }
 
-bool tide_cuda_mp_direct_sync_elided(const tide_mp_prepared_t *pp) {
-    const struct tide_mp_direct *d = pp->direct;
-    return d != NULL && d->on && d->fuse_on && d->se.on;
+const tide_direct_t *tide_cuda_mp_direct_analysis(const tide_mp_prepared_t *pp) {
+    return pp->direct != NULL && pp->direct->any_fuse ? &pp->direct->dir : NULL;
 }
 
-void tide_cuda_mp_direct_elided_cmds(const tide_mp_prepared_t *pp, int form,
-                                     const tide_sched_cmd_t **cmds_out, int *num_out,
-                                     const uint8_t **late_out) {
-    const struct tide_mp_direct *d = pp->direct;
-    *cmds_out = d->cmds[form];
-    *num_out = d->num_cmds[form];
-    *late_out = d->se.late;
+bool tide_cuda_mp_direct_fused(const tide_mp_prepared_t *pp) {
+    return pp->direct != NULL && pp->direct->on && pp->direct->fuse_on;
 }
 
 int tide_cuda_mp_direct_l(const tide_mp_prepared_t *pp) {
@@ -295,7 +256,7 @@ tide_result_t tide_cuda_mp_direct_before(tide_mp_arena_t *a, tide_mp_prepared_t 
                                          const tide_binding_t *b, cudaStream_t caller,
                                          tide_cuda_stats_t *st) {
     struct tide_mp_direct *d = pp->direct;
-    st->direct = d == NULL || !d->on ? 0 : !d->fuse_on ? 1 : d->se.on ? 3 : 2;
+    st->direct = d == NULL || !d->on ? 0 : d->fuse_on ? 2 : 1;
     if (d == NULL || !d->fuse_on) return TIDE_SUCCESS;
     const int parity = (int)(b->epoch % 2), me = a->w->base.rank;
     for (int id = pp->sched.op_base[me * TIDE_CUDA_Q];

@@ -22,6 +22,7 @@
 
 static void prepared_free(tide_mp_prepared_t *pp) {
     tide_cuda_mp_direct_free(pp);
+    tide_cuda_mp_elide_free(pp);
     tide_cuda_mp_rails_release(&pp->rails);
     tide_cuda_mp_batch_free(pp);
     if (pp->table_mem != NULL) cudaFree(pp->table_mem);
@@ -106,8 +107,9 @@ static tide_result_t prepare(tide_mp_arena_t *a, tide_mp_family_t *fam, tide_mp_
     TIDE_CHECK_GOTO(tide_cuda_tables_upload(&prog->ranks[me], me, a->w->util, &pp->table_mem,
                                             &pp->table_dev),
                     res, fail);
-    if (a->w->batch) TIDE_CHECK_GOTO(tide_cuda_mp_batch_prepare(pp), res, fail);
     TIDE_CHECK_GOTO(tide_cuda_mp_direct_prepare(a, fam, pp, prog), res, fail);
+    TIDE_CHECK_GOTO(tide_cuda_mp_elide_prepare(a, pp, prog), res, fail);
+    if (a->w->batch) TIDE_CHECK_GOTO(tide_cuda_mp_batch_prepare(pp), res, fail);
     if (pp->sched.has_sum && fam->own_dev[0] == NULL)
         TIDE_CHECK_GOTO(own_tables(fam, prog->plan->geom.num_params), res, fail);
     pp->ready = true;
@@ -297,7 +299,9 @@ typedef struct {
     int form;
     bool batch;             /* the call's copies are planned into batches (mp_batch.c) */
     unsigned long long key; /* a captured call's capture (tide_cuda_graph_key), else 0 */
-    const uint8_t *late;    /* the synchronisation elision's late ops (mp_direct.c), or NULL */
+    const uint8_t *late;    /* the synchronisation elision's late ops (mp_elide.c), or NULL */
+    const tide_sched_cmd_t *cmds; /* the commands the call replays */
+    int num_cmds;
 } issue_t;
 
 static const void **row_want(tide_cuda_call_t *c, int rank) {
@@ -395,7 +399,8 @@ static tide_result_t prologue(tide_cuda_call_t *c, int rank) {
     const cudaStream_t caller = tide_cuda_call_caller(c, rank);
     if (c->graph) TIDE_CHECK(fork_captured(c, rank));
     if (is->batch)
-        TIDE_CHECK(tide_cuda_mp_batch_plan(a, is->x.pp, is->form, c->parity, caller, &c->st));
+        TIDE_CHECK(tide_cuda_mp_batch_plan(a, is->x.pp, is->cmds, is->num_cmds, c->parity,
+                                           caller, &c->st));
     return tide_cuda_mp_direct_before(a, is->x.pp, is->b, caller, &c->st);
 }
 
@@ -425,11 +430,12 @@ static tide_result_t epilogue(tide_cuda_call_t *c) {
     const int me = c->rank0;
     const cudaStream_t caller = tide_cuda_call_caller(c, me);
     ++c->st.records;
-    if (tide_cuda_mp_direct_l(is->x.pp) > 0) {
+    if (tide_cuda_mp_direct_l(is->x.pp) > 0 || is->late != NULL) {
         /* Direct mode (mp_direct.c): the peers read this rank's gradients and wrote its output
          * during their calls, so the call ends once every rank's did; read-done follows.  With
-         * the synchronisation elided, the late ops (the output's padding, read-done and
-         * call-done) follow: only this fence orders them after the peers' fused stores. */
+         * the synchronisation elided (mp_elide.c), the late ops (the output's padding,
+         * read-done and call-done) follow: only this fence orders them after the peers'
+         * accesses (fused stores, an all-gather's copies into this rank's landing). */
         TIDE_CHECK(c->tp->fence(c, me, (int64_t)c->epoch));
         if (is->late != NULL) {
             TIDE_CHECK(tide_cuda_call_late(c, me, is->late));
@@ -473,7 +479,7 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
      * ran the other list starts FRESH (no WAIT_PREV on a signal the previous call left out),
      * and an elided call fences call e - 1 (its STAGED waits count on no rank being a call
      * ahead, which the credits bounded before: docs/sync-elide.md). */
-    const bool elided = !captured && tide_cuda_mp_direct_sync_elided(pp);
+    const bool elided = tide_cuda_mp_elide_on(pp, captured);
     tide_cuda_call_order(e, pi, fam->last_epoch, fam->last_prep,
                          !captured && elided == fam->last_elided, &form, &fence);
     if (elided) fence = (int64_t)e - 1;
@@ -496,10 +502,10 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     call_init(&is, a, fam, pi, b, steady, &caller);
     is.b = b;
     is.form = form;
-    is.batch = w->batch && pp->batch.cap > 0 && !captured && !elided;
-    const tide_sched_cmd_t *cmds = pp->cmds[form];
-    int num_cmds = pp->num_cmds[form];
-    if (elided) tide_cuda_mp_direct_elided_cmds(pp, form, &cmds, &num_cmds, &is.late);
+    is.batch = w->batch && pp->batch.cap > 0 && !captured;
+    is.cmds = pp->cmds[form];
+    is.num_cmds = pp->num_cmds[form];
+    if (elided) tide_cuda_mp_elide_cmds(pp, form, &is.cmds, &is.num_cmds, &is.late);
     is.key = key;
     tide_cuda_call_t *c = &is.c;
     if (captured) {
@@ -507,8 +513,9 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
         c->graph = true; /* the gradient row was uploaded at capture time */
     }
     c->st = tide_cuda_stats_begin(&fam->stats, form);
-    TIDE_CHECK(tide_cuda_call_enqueue(c, &hooks, fence, cmds, num_cmds,
+    TIDE_CHECK(tide_cuda_call_enqueue(c, &hooks, fence, is.cmds, is.num_cmds,
                                       is.batch ? pp->batch.action : NULL));
+    c->st.sync_elided = elided;
     if (captured) {
         tide_cuda_mp_graph_enqueued(a, fam, key);
     } else {
