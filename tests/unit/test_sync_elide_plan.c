@@ -8,7 +8,8 @@
  * WAIT_PREV is left; every rank records N - 1 STAGED signals and its SUM's stream waits on
  * one STAGED signal of every peer before the SUM; the late ops are exactly the NET queue's
  * ZEROs and the EVENTs, and no command runs them; every forked thread is joined once and
- * nothing runs on a thread that is not forked.  A schedule that lacks one STAGED wait before
+ * nothing runs on a thread that is not forked.  The all-gather at M = 1 keeps READY only, and
+ * every copy into a peer's landing waits for that peer's READY.  A schedule that lacks one STAGED wait before
  * a SUM is refused (on false, with the rank named); other shapes give on false, not an
  * error; the counts of the one-process-per-rank fabric drop to 2 (N - 1) + 4 memory
  * operations per rank.
@@ -177,6 +178,74 @@ static void test_layer_shapes(void **state) {
         }
 }
 
+/* The all-gather at M = 1: only READY's signals and waits stay, every copy into a peer's
+ * landing waits for that peer's READY of the call, call-done is late, and the
+ * one-process-per-rank fabric enqueues 2 N + 4 memory operations per rank. */
+static void test_all_gather(void **state) {
+    (void)state;
+    for (int n = 2; n <= 8; n *= 2) {
+        tide_plan_t plan = test_plan_lane(1, n, 0, 0, TIDE_RS_IN_PLACE, TIDE_DTYPE_BF16,
+                                          TIDE_DTYPE_BF16, shapes, 4, TIDE_LANE_GENERIC);
+        tide_program_t prog;
+        tide_schedule_t sched;
+        tide_sync_elide_t se;
+        assert_tide(TIDE_SUCCESS, tide_program_compile_ag(plan, &prog));
+        assert_tide(TIDE_SUCCESS, tide_schedule_build(&prog, &sched));
+        assert_tide(TIDE_SUCCESS, tide_sync_elide_build(&prog, &sched, NULL, &se));
+        assert_true(se.on);
+        for (int f = 0; f < TIDE_SCHED_FORMS; ++f) {
+            uint8_t ready[8][8]; /* [thread rank][peer]: a READY wait seen on rank's caller */
+            memset(ready, 0, sizeof(ready));
+            int copies = 0;
+            for (int i = 0; i < se.num_cmds[f]; ++i) {
+                const tide_sched_cmd_t *c = &se.cmds[f][i];
+                const int r = c->thread / TIDE_Q_COUNT;
+                assert_int_not_equal(c->kind, TIDE_SCHED_CMD_WAIT_PREV);
+                if (c->kind == TIDE_SCHED_CMD_RECORD || c->kind == TIDE_SCHED_CMD_WAIT) {
+                    const int st = sched.slot_thread[c->arg];
+                    const tide_op_t *op = tide_schedule_op(&prog, &sched, slot_op(&sched, c->arg), st);
+                    assert_int_equal(op->ctr, TIDE_CTR_AG_READY);
+                    if (c->kind == TIDE_SCHED_CMD_WAIT && op->sig_rank == r)
+                        ready[r][st / TIDE_Q_COUNT] = 1;
+                }
+                if (c->kind != TIDE_SCHED_CMD_OP) continue;
+                assert_false(se.late[c->arg]);
+                const tide_op_t *op = tide_schedule_op(&prog, &sched, c->arg, c->thread);
+                if (op->kind != TIDE_OP_COPY) continue;
+                ++copies;
+                if (op->dst.rank != r) assert_true(ready[r][op->dst.rank]);
+            }
+            assert_true(copies >= n * n);
+        }
+        for (int id = 0; id < sched.num_ops; ++id) {
+            const int t = tide_direct_thread_of(&sched, id);
+            assert_int_equal(se.late[id],
+                             tide_schedule_op(&prog, &sched, id, t)->kind == TIDE_OP_EVENT);
+        }
+        for (int r = 0; r < n; ++r) {
+            tide_stream_ops_t o, full;
+            assert_tide(TIDE_SUCCESS, tide_stream_ops_count(&prog, &sched, NULL, &se,
+                                                            TIDE_STREAM_OPS_FLAGS, r,
+                                                            TIDE_SCHED_STEADY, &o, NULL));
+            assert_tide(TIDE_SUCCESS, tide_stream_ops_count(&prog, &sched, NULL, NULL,
+                                                            TIDE_STREAM_OPS_FLAGS, r,
+                                                            TIDE_SCHED_STEADY, &full, NULL));
+            assert_int_equal(o.records, n);
+            assert_int_equal(tide_stream_ops_memops(&o), 2 * n + 4);
+            assert_int_equal(o.copies, full.copies);
+            assert_int_equal(o.events, full.events);
+            if (r == 0)
+                printf("  all-gather N = %d: %d stream memory operations per rank (%d with "
+                       "every signal)\n",
+                       n, tide_stream_ops_memops(&o), tide_stream_ops_memops(&full));
+        }
+        tide_sync_elide_free(&se);
+        tide_schedule_free(&sched);
+        tide_program_free(&prog);
+        tide_plan_destroy(plan);
+    }
+}
+
 /* A schedule whose rank-1 SUM lacks the WAIT on rank 0's STAGED signal is refused. */
 static void test_missing_staged_wait_refused(void **state) {
     (void)state;
@@ -206,7 +275,7 @@ static void test_missing_staged_wait_refused(void **state) {
     assert_tide(TIDE_SUCCESS, tide_sync_elide_build(&w.prog, &w.sched, &w.dir, &w.se));
     assert_false(w.se.on);
     printf("  refused: %s\n", w.se.why);
-    assert_non_null(strstr(w.se.why, "rank 1's sum does not wait for rank 0"));
+    assert_non_null(strstr(w.se.why, "rank 1's sum does not wait for rank 0's STAGED"));
     assert_null(w.se.cmds[0]);
     world_free(&w);
 }
@@ -230,6 +299,7 @@ static void test_other_shapes(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layer_shapes),
+        cmocka_unit_test(test_all_gather),
         cmocka_unit_test(test_missing_staged_wait_refused),
         cmocka_unit_test(test_other_shapes),
     };
