@@ -248,6 +248,52 @@ static bool peers_reached(const tide_program_t *prog, const tide_schedule_t *sc,
     return ok;
 }
 
+/* One flag write per run of records.  A thread's RECORDs with nothing between them but
+ * commands that issue nothing (elided pushes, fused landings: a CE thread's STAGED signals,
+ * a READY thread's) all say the same thing: the thread got there, after its fork and the
+ * waits before the run.  Every WAIT on a record of such a run waits on the run's first
+ * record instead, and the others go: a fabric whose signals are flags (the processes
+ * writing and polling them share the device) then writes one flag per rank where it wrote
+ * N - 1.  Done after peers_reached, which reads the records' targets. */
+static tide_result_t merge_records(const tide_program_t *prog, const tide_schedule_t *sc,
+                                   const tide_direct_t *dir, tide_sync_elide_t *se, int f) {
+    int32_t *rep = malloc(((size_t)sc->num_slots + 1) * sizeof(*rep));
+    int32_t *run = malloc(((size_t)sc->num_threads + 1) * sizeof(*run));
+    if (rep == NULL || run == NULL) {
+        free(rep);
+        free(run);
+        return TIDE_ERR(TIDE_ERR_NO_MEMORY, "sync elide: %d slots", sc->num_slots);
+    }
+    for (int k = 0; k < sc->num_slots; ++k)
+        rep[k] = k;
+    for (int t = 0; t < sc->num_threads; ++t)
+        run[t] = -1;
+    tide_sched_cmd_t *c = se->cmds[f];
+    int m = 0;
+    for (int i = 0; i < se->num_cmds[f]; ++i) {
+        tide_sched_cmd_t x = c[i];
+        const int t = x.thread;
+        if (x.kind == TIDE_SCHED_CMD_RECORD) {
+            if (run[t] >= 0) {
+                rep[x.arg] = run[t]; /* the same point of the thread: left out */
+                continue;
+            }
+            run[t] = x.arg;
+        } else if (x.kind == TIDE_SCHED_CMD_WAIT) {
+            x.arg = rep[x.arg]; /* its record precedes it: rep is final */
+            run[t] = -1;
+        } else if (!(x.kind == TIDE_SCHED_CMD_OP &&
+                     !tide_sync_elide_issues(prog, sc, dir, se, x.arg, t))) {
+            run[t] = -1; /* anything else of the thread ends the run */
+        }
+        c[m++] = x;
+    }
+    se->num_cmds[f] = m;
+    free(rep);
+    free(run);
+    return TIDE_SUCCESS;
+}
+
 void tide_sync_elide_free(tide_sync_elide_t *se) {
     if (se == NULL) return;
     free(se->drop);
@@ -288,6 +334,7 @@ tide_result_t tide_sync_elide_build(const tide_program_t *prog, const tide_sched
     for (int f = 0; f < TIDE_SCHED_FORMS && se.on; ++f) {
         TIDE_CHECK_GOTO(filter_form(prog, sched, dir, so, f, &se), res, fail);
         if (!peers_reached(prog, sched, so, &se, f)) se.on = false;
+        if (se.on) TIDE_CHECK_GOTO(merge_records(prog, sched, dir, &se, f), res, fail);
     }
     free(so);
     if (!se.on) {

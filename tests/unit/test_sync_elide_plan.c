@@ -11,8 +11,8 @@
  * nothing runs on a thread that is not forked.  The all-gather at M = 1 keeps READY only, and
  * every copy into a peer's landing waits for that peer's READY.  A schedule that lacks one STAGED wait before
  * a SUM is refused (on false, with the rank named); other shapes give on false, not an
- * error; the counts of the one-process-per-rank fabric drop to 2 (N - 1) + 4 memory
- * operations per rank.
+ * error; the counts of the one-process-per-rank fabric drop to N + 4 memory operations per
+ * rank (one flag write for a rank's run of N - 1 STAGED signals, merge_records).
  */
 #include "test_util.h"
 
@@ -68,11 +68,13 @@ static void check_form(const world_t *w, int f, int n) {
     int *records = calloc((size_t)n, sizeof(int)), *joins = calloc((size_t)s->num_threads, sizeof(int));
     bool *forked = calloc((size_t)s->num_threads, sizeof(bool));
     uint8_t *staged = calloc((size_t)s->num_threads * (size_t)n, 1);
+    uint8_t *recorded = calloc((size_t)s->num_slots + 1, 1);
     int sums = 0;
     assert_non_null(records);
     assert_non_null(joins);
     assert_non_null(forked);
     assert_non_null(staged);
+    assert_non_null(recorded);
     for (int i = 0; i < se->num_cmds[f]; ++i) {
         const tide_sched_cmd_t *c = &se->cmds[f][i];
         const int t = c->thread, r = t / TIDE_Q_COUNT;
@@ -88,10 +90,15 @@ static void check_form(const world_t *w, int f, int n) {
             const tide_op_t *op = tide_schedule_op(&w->prog, s, id, st);
             assert_int_equal(op->ctr, TIDE_CTR_RS_STAGED);
             assert_true(forked[t] || c->kind == TIDE_SCHED_CMD_WAIT);
-            if (c->kind == TIDE_SCHED_CMD_RECORD)
+            /* A wait names a record made earlier in the list; the peers' waits on a rank's
+             * run of records name its first (merge_records), whatever its target. */
+            if (c->kind == TIDE_SCHED_CMD_RECORD) {
                 ++records[r];
-            else if (op->sig_rank == r)
+                recorded[c->arg] = 1;
+            } else {
+                assert_true(recorded[c->arg]);
                 staged[(size_t)t * (size_t)n + (size_t)(st / TIDE_Q_COUNT)] = 1;
+            }
             break;
         }
         case TIDE_SCHED_CMD_FORK:
@@ -121,13 +128,14 @@ static void check_form(const world_t *w, int f, int n) {
     }
     assert_int_equal(sums, n);
     for (int r = 0; r < n; ++r)
-        assert_int_equal(records[r], n - 1);
+        assert_int_equal(records[r], 1); /* N - 1 STAGED signals, one flag write */
     for (int t = 0; t < s->num_threads; ++t)
         assert_int_equal(joins[t], forked[t] ? 1 : 0);
     free(records);
     free(joins);
     free(forked);
     free(staged);
+    free(recorded);
 }
 
 static void test_layer_shapes(void **state) {
@@ -161,11 +169,11 @@ static void test_layer_shapes(void **state) {
                 assert_tide(TIDE_SUCCESS, tide_stream_ops_count(&w.prog, &w.sched, &w.dir, NULL,
                                                                 TIDE_STREAM_OPS_FLAGS, r,
                                                                 TIDE_SCHED_STEADY, &full, NULL));
-                assert_int_equal(o.records, n - 1);
+                assert_int_equal(o.records, 1);
                 assert_int_equal(o.waits_peer, n - 1);
                 assert_int_equal(o.waits_own, 0);
                 assert_int_equal(o.sum_waits_peer, n - 1);
-                assert_int_equal(tide_stream_ops_memops(&o), 2 * (n - 1) + 4);
+                assert_int_equal(tide_stream_ops_memops(&o), n + 4);
                 assert_int_equal(o.elided, full.elided);
                 assert_int_equal(o.fused, full.fused);
                 assert_int_equal(o.sums, full.sums);
@@ -180,7 +188,7 @@ static void test_layer_shapes(void **state) {
 
 /* The all-gather at M = 1: only READY's signals and waits stay, every copy into a peer's
  * landing waits for that peer's READY of the call, call-done is late, and the
- * one-process-per-rank fabric enqueues 2 N + 4 memory operations per rank. */
+ * one-process-per-rank fabric enqueues N + 5 memory operations per rank. */
 static void test_all_gather(void **state) {
     (void)state;
     for (int n = 2; n <= 8; n *= 2) {
@@ -195,7 +203,10 @@ static void test_all_gather(void **state) {
         assert_true(se.on);
         for (int f = 0; f < TIDE_SCHED_FORMS; ++f) {
             uint8_t ready[8][8]; /* [thread rank][peer]: a READY wait seen on rank's caller */
+            uint8_t recorded[256];
+            assert_true(sched.num_slots <= 256);
             memset(ready, 0, sizeof(ready));
+            memset(recorded, 0, sizeof(recorded));
             int copies = 0;
             for (int i = 0; i < se.num_cmds[f]; ++i) {
                 const tide_sched_cmd_t *c = &se.cmds[f][i];
@@ -205,8 +216,9 @@ static void test_all_gather(void **state) {
                     const int st = sched.slot_thread[c->arg];
                     const tide_op_t *op = tide_schedule_op(&prog, &sched, slot_op(&sched, c->arg), st);
                     assert_int_equal(op->ctr, TIDE_CTR_AG_READY);
-                    if (c->kind == TIDE_SCHED_CMD_WAIT && op->sig_rank == r)
-                        ready[r][st / TIDE_Q_COUNT] = 1;
+                    assert_true(c->kind == TIDE_SCHED_CMD_RECORD || recorded[c->arg]);
+                    if (c->kind == TIDE_SCHED_CMD_RECORD) recorded[c->arg] = 1;
+                    if (c->kind == TIDE_SCHED_CMD_WAIT) ready[r][st / TIDE_Q_COUNT] = 1;
                 }
                 if (c->kind != TIDE_SCHED_CMD_OP) continue;
                 assert_false(se.late[c->arg]);
@@ -230,8 +242,8 @@ static void test_all_gather(void **state) {
             assert_tide(TIDE_SUCCESS, tide_stream_ops_count(&prog, &sched, NULL, NULL,
                                                             TIDE_STREAM_OPS_FLAGS, r,
                                                             TIDE_SCHED_STEADY, &full, NULL));
-            assert_int_equal(o.records, n);
-            assert_int_equal(tide_stream_ops_memops(&o), 2 * n + 4);
+            assert_int_equal(o.records, 1);
+            assert_int_equal(tide_stream_ops_memops(&o), n + 5);
             assert_int_equal(o.copies, full.copies);
             assert_int_equal(o.events, full.events);
             if (r == 0)
