@@ -44,7 +44,12 @@
  * value, naming the default used instead (timeout.c). */
 int64_t tide_fabric_timeout_ms(void);
 
-/* TIDE_SYNC_ELIDE (sync_elide_env.c): whether a fabric running a reduce-scatter in fused
+/* Environment variable `name` as an index into values[0 .. count) (env.c): unset or empty
+ * gives 0 (the default), another value TIDE_ERR_INVALID_ARGUMENT naming the list. */
+tide_result_t tide_fabric_env_choice(const char *name, const char *const *values, int count,
+                                     int *index_out);
+
+/* TIDE_SYNC_ELIDE (env.c): whether a fabric running a reduce-scatter in fused
  * direct mode at M = 1 leaves out the waits and signals program/sync_elide.h names (default
  * 1; 0 keeps every one, for comparison).  Anything else is refused by the caller's check. */
 tide_result_t tide_fabric_sync_elide_env(bool *on_out);

@@ -45,17 +45,11 @@ struct tide_mp_direct {
 };
 
 tide_result_t tide_cuda_mp_direct_env(bool *on_out) {
-    const char *e = getenv("TIDE_CUDA_MP_DIRECT");
-    if (e == NULL || e[0] == '\0' || strcmp(e, "1") == 0) {
-        *on_out = true;
-        return TIDE_SUCCESS;
-    }
-    if (strcmp(e, "0") == 0) {
-        *on_out = false;
-        return TIDE_SUCCESS;
-    }
-    return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
-                    "cuda mp fabric: TIDE_CUDA_MP_DIRECT is \"%s\" (0 or 1)", e);
+    static const char *const values[] = {"1", "0"};
+    int i = 0;
+    TIDE_CHECK(tide_fabric_env_choice("TIDE_CUDA_MP_DIRECT", values, 2, &i));
+    *on_out = i == 0;
+    return TIDE_SUCCESS;
 }
 
 void tide_cuda_mp_direct_free(tide_mp_prepared_t *pp) {

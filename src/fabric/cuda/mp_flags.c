@@ -62,21 +62,12 @@
 #define MEMOP_BATCH 128
 
 tide_result_t tide_cuda_mp_env_flags(int *flags_out) {
-    const char *e = getenv("TIDE_CUDA_MP_FLAGS");
-    if (e == NULL || e[0] == '\0' || strcmp(e, "host") == 0) {
-        *flags_out = TIDE_MP_FLAGS_HOST;
-        return TIDE_SUCCESS;
-    }
-    if (strcmp(e, "device") == 0) {
-        *flags_out = TIDE_MP_FLAGS_DEVICE;
-        return TIDE_SUCCESS;
-    }
-    if (strcmp(e, "kernel") == 0) {
-        *flags_out = TIDE_MP_FLAGS_KERNEL;
-        return TIDE_SUCCESS;
-    }
-    return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT,
-                    "cuda mp fabric: TIDE_CUDA_MP_FLAGS is \"%s\" (host, device or kernel)", e);
+    static const char *const values[] = {"host", "device", "kernel"};
+    static const int flags[] = {TIDE_MP_FLAGS_HOST, TIDE_MP_FLAGS_DEVICE, TIDE_MP_FLAGS_KERNEL};
+    int i = 0;
+    TIDE_CHECK(tide_fabric_env_choice("TIDE_CUDA_MP_FLAGS", values, 3, &i));
+    *flags_out = flags[i];
+    return TIDE_SUCCESS;
 }
 
 tide_result_t tide_cuda_mp_flags_map(tide_mp_arena_t *a) {

@@ -1,0 +1,39 @@
+/*
+ * env.c - the fabrics' switches read from the environment: one value of a fixed list, the
+ * first the default when the variable is unset or empty, anything else refused with the
+ * list named (a typo must not silently run another path).
+ */
+#include "core/checks.h"
+#include "fabric/fabric.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+tide_result_t tide_fabric_env_choice(const char *name, const char *const *values, int count,
+                                     int *index_out) {
+    const char *e = getenv(name);
+    if (e == NULL || e[0] == '\0') {
+        *index_out = 0;
+        return TIDE_SUCCESS;
+    }
+    char list[128] = "";
+    size_t used = 0;
+    for (int i = 0; i < count; ++i) {
+        if (strcmp(e, values[i]) == 0) {
+            *index_out = i;
+            return TIDE_SUCCESS;
+        }
+        const int k = snprintf(list + used, sizeof(list) - used, "%s%s", i ? ", " : "", values[i]);
+        if (k > 0 && (size_t)k < sizeof(list) - used) used += (size_t)k;
+    }
+    return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT, "%s is \"%s\" (one of: %s)", name, e, list);
+}
+
+tide_result_t tide_fabric_sync_elide_env(bool *on_out) {
+    static const char *const values[] = {"1", "0"};
+    int i = 0;
+    TIDE_CHECK(tide_fabric_env_choice("TIDE_SYNC_ELIDE", values, 2, &i));
+    *on_out = i == 0;
+    return TIDE_SUCCESS;
+}
