@@ -30,10 +30,10 @@ tide_result_t tide_fabric_env_choice(const char *name, const char *const *values
     return TIDE_ERR(TIDE_ERR_INVALID_ARGUMENT, "%s is \"%s\" (one of: %s)", name, e, list);
 }
 
-tide_result_t tide_fabric_sync_elide_env(bool *on_out) {
-    static const char *const values[] = {"1", "0"};
+tide_result_t tide_fabric_sync_elide_env(bool default_on, bool *on_out) {
+    static const char *const values[] = {"default", "1", "0"};
     int i = 0;
-    TIDE_CHECK(tide_fabric_env_choice("TIDE_SYNC_ELIDE", values, 2, &i));
-    *on_out = i == 0;
+    TIDE_CHECK(tide_fabric_env_choice("TIDE_SYNC_ELIDE", values, 3, &i));
+    *on_out = i == 0 ? default_on : i == 1;
     return TIDE_SUCCESS;
 }

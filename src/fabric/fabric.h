@@ -49,10 +49,11 @@ int64_t tide_fabric_timeout_ms(void);
 tide_result_t tide_fabric_env_choice(const char *name, const char *const *values, int count,
                                      int *index_out);
 
-/* TIDE_SYNC_ELIDE (env.c): whether a fabric running a reduce-scatter in fused
- * direct mode at M = 1 leaves out the waits and signals program/sync_elide.h names (default
- * 1; 0 keeps every one, for comparison).  Anything else is refused by the caller's check. */
-tide_result_t tide_fabric_sync_elide_env(bool *on_out);
+/* TIDE_SYNC_ELIDE (env.c): whether a fabric leaves out the waits and signals that
+ * program/sync_elide.h names where its elision applies: 1 on, 0 off, unset (or "default")
+ * the fabric's default `default_on` (the CPU fabric: on; the CUDA fabric: off until its GPU
+ * run is in, docs/sync-elide.md).  Anything else is TIDE_ERR_INVALID_ARGUMENT. */
+tide_result_t tide_fabric_sync_elide_env(bool default_on, bool *on_out);
 
 /* ------------------------------------------------------------------ common objects */
 

@@ -103,9 +103,9 @@ fi
 # per-process holds (the processes' start spread in the figure); not in the default steps.
 if want layer-gap; then
     # TIDE_GPU_GAP_RUNS picks the runs (host device kernel hold full; flags as named, "hold" =
-    # host flags behind per-process holds, "full" = host flags with every signal of the
-    # program, TIDE_SYNC_ELIDE=0: docs/sync-elide.md), TIDE_GPU_GAP_WORLDS the world sizes
-    # (default 8).
+    # host flags behind per-process holds; all with the synchronisation elision,
+    # TIDE_SYNC_ELIDE=1, but "full" = host flags with every signal of the program,
+    # TIDE_SYNC_ELIDE=0: docs/sync-elide.md), TIDE_GPU_GAP_WORLDS the world sizes (default 8).
     gap_worlds=${TIDE_GPU_GAP_WORLDS:-8} gap_json=""
     for w in ${gap_worlds//,/ }; do
         gap="python3 '$root/tests/gpu/bench_fsdp_layers.py' --lib '$b/libtide.so' --worlds $w ${TIDE_GPU_LAYER_ARGS:-}"
@@ -138,11 +138,12 @@ fi
 # one-process-per-rank fabric's own counts at N = 2, 4, 8 (test_stream_ops_mp; under MPS
 # too).  Not in the default steps (ctest -L gpu runs N = 8).
 if want stream-ops; then
+    # With the synchronisation elision (TIDE_SYNC_ELIDE=1, docs/sync-elide.md) and, at N = 8,
+    # with every signal of the program (0, the CUDA fabric's default for now).
     for w in 2 4 8; do
-        step stream-ops-w$w "$b/tests/gpu/test_stream_ops_mp" $w
-        step stream-ops-mps-w$w with_mps "$out/mps-ops-w$w" "$b/tests/gpu/test_stream_ops_mp" $w
+        step stream-ops-w$w env TIDE_SYNC_ELIDE=1 "$b/tests/gpu/test_stream_ops_mp" $w
+        step stream-ops-mps-w$w with_mps "$out/mps-ops-w$w" env TIDE_SYNC_ELIDE=1 "$b/tests/gpu/test_stream_ops_mp" $w
     done
-    # Every signal of the program (TIDE_SYNC_ELIDE=0): the counts of the full command list.
     step stream-ops-full-w8 env TIDE_SYNC_ELIDE=0 "$b/tests/gpu/test_stream_ops_mp" 8
 fi
 # mps-sum (issue 25): the Level-1 sum alone, one process with N streams against N processes

@@ -136,7 +136,7 @@ static tide_result_t plan_of(tide_cpu_direct_group_t *g, int mask, const tide_pr
         /* One memory for all ranks: no domains. */
         if (res == TIDE_SUCCESS) res = tide_direct_analyse(prog, &p->sched, mask, NULL, &p->dir);
         bool elide = false;
-        if (res == TIDE_SUCCESS) res = tide_fabric_sync_elide_env(&elide);
+        if (res == TIDE_SUCCESS) res = tide_fabric_sync_elide_env(true, &elide);
         if (res == TIDE_SUCCESS && elide &&
             ((mask & TIDE_DIRECT_FUSE && prog->coll == TIDE_COLL_REDUCE_SCATTER && p->dir.rs) ||
              prog->coll == TIDE_COLL_ALL_GATHER)) {
