@@ -51,8 +51,8 @@ tide_result_t tide_fabric_env_choice(const char *name, const char *const *values
 
 /* TIDE_SYNC_ELIDE (env.c): whether a fabric leaves out the waits and signals that
  * program/sync_elide.h names where its elision applies: 1 on, 0 off, unset (or "default")
- * the fabric's default `default_on` (the CPU fabric: on; the CUDA fabric: off until its GPU
- * run is in, docs/sync-elide.md).  Anything else is TIDE_ERR_INVALID_ARGUMENT. */
+ * the fabric's default `default_on` (on for the CPU and the one-process-per-rank CUDA
+ * fabrics, docs/sync-elide.md).  Anything else is TIDE_ERR_INVALID_ARGUMENT. */
 tide_result_t tide_fabric_sync_elide_env(bool default_on, bool *on_out);
 
 /* ------------------------------------------------------------------ common objects */

@@ -138,8 +138,8 @@ fi
 # one-process-per-rank fabric's own counts at N = 2, 4, 8 (test_stream_ops_mp; under MPS
 # too).  Not in the default steps (ctest -L gpu runs N = 8).
 if want stream-ops; then
-    # With the synchronisation elision (TIDE_SYNC_ELIDE=1, docs/sync-elide.md) and, at N = 8,
-    # with every signal of the program (0, the CUDA fabric's default for now).
+    # With the synchronisation elision (TIDE_SYNC_ELIDE=1, the default: docs/sync-elide.md)
+    # and, at N = 8, with every signal of the program (0).
     for w in 2 4 8; do
         step stream-ops-w$w env TIDE_SYNC_ELIDE=1 "$b/tests/gpu/test_stream_ops_mp" $w
         step stream-ops-mps-w$w with_mps "$out/mps-ops-w$w" env TIDE_SYNC_ELIDE=1 "$b/tests/gpu/test_stream_ops_mp" $w

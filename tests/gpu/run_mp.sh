@@ -66,10 +66,11 @@ step mp-lane-rails 150 env TIDE_CUDA_MP_RAILS=1 "$t" --lane --seconds "${TIDE_MP
 step mp-lane-rails-1conn 150 env TIDE_CUDA_MP_RAILS=1 CUDA_DEVICE_MAX_CONNECTIONS=1 "$t" --lane --seconds "${TIDE_MP_LANE_SECONDS:-60}"
 step mp-matrix-rails-1conn $(( ${TIDE_MP_SECONDS:-60} + 90 )) env TIDE_CUDA_MP_RAILS=1 CUDA_DEVICE_MAX_CONNECTIONS=1 "$t" --seconds "${TIDE_MP_SECONDS:-60}"
 step mp-lane-rails-kernflags 150 env TIDE_CUDA_MP_RAILS=1 TIDE_CUDA_MP_FLAGS=kernel "$t" --lane --seconds "${TIDE_MP_LANE_SECONDS:-60}"
-# The synchronisation elision (TIDE_SYNC_ELIDE=1; docs/sync-elide.md).
-step mp-elide-matrix $(( ${TIDE_MP_SECONDS:-60} + 90 )) env TIDE_SYNC_ELIDE=1 "$t" --seconds "${TIDE_MP_SECONDS:-60}"
-step mp-elide-kill 90 env TIDE_SYNC_ELIDE=1 "$t" --kill
-step mp-elide-stop 90 env TIDE_SYNC_ELIDE=1 "$t" --stop
+# Every signal of the program (TIDE_SYNC_ELIDE=0; the steps above run the synchronisation
+# elision, the default: docs/sync-elide.md).
+step mp-full-matrix $(( ${TIDE_MP_SECONDS:-60} + 90 )) env TIDE_SYNC_ELIDE=0 "$t" --seconds "${TIDE_MP_SECONDS:-60}"
+step mp-full-kill 90 env TIDE_SYNC_ELIDE=0 "$t" --kill
+step mp-full-stop 90 env TIDE_SYNC_ELIDE=0 "$t" --stop
 step mp-legacy-ipc 90 env TIDE_CUDA_IPC=legacy "$t" --seconds 5
 step mp-matrix-devflags $(( ${TIDE_MP_SECONDS:-60} + 90 )) env TIDE_CUDA_MP_FLAGS=device "$t" --seconds "${TIDE_MP_SECONDS:-60}"
 step mp-enqueue-devflags 120 env TIDE_CUDA_MP_FLAGS=device "$t" --enqueue
@@ -86,7 +87,7 @@ step mp-waits-dereg-kernflags 90 env TIDE_CUDA_MP_FLAGS=kernel "$w" --dereg
 mps=(bash -c '. "$1"; shift; with_mps "$@"' with_mps "$root/tests/gpu/mps.sh")
 step mp-repeat 180 "$t" --repeat 8 50
 step mp-repeat-mps 240 "${mps[@]}" "$out/mps-repeat" "$t" --repeat 8 50
-step mp-elide-repeat-mps 240 env TIDE_SYNC_ELIDE=1 "${mps[@]}" "$out/mps-elide-repeat" "$t" --repeat 8 50
+step mp-full-repeat-mps 240 env TIDE_SYNC_ELIDE=0 "${mps[@]}" "$out/mps-full-repeat" "$t" --repeat 8 50
 step mp-kill-mps 150 "${mps[@]}" "$out/mps-kill" "$t" --kill
 step mp-stop-mps 150 "${mps[@]}" "$out/mps-stop" "$t" --stop
 step mp-waits-idle-mps 150 "${mps[@]}" "$out/mps-waits-idle" "$w" --idle
