@@ -21,7 +21,9 @@
  *  - staging_slots bounded; a shm allocation beyond the file-size limit is NO_MEMORY with its
  *    size; TIDE_TIMEOUT_MS invalid values warn once with the value used; a timeout of ranks
  *    driven from one thread says that each rank needs its own thread; the topology comes
- *    from the communicator when the config leaves it 0.
+ *    from the communicator when the config leaves it 0;
+ *  - the fabrics' switches (TIDE_SYNC_ELIDE and the like): a value outside their list is
+ *    refused, naming the list.
  */
 #include "e2e_util.h"
 
@@ -473,6 +475,50 @@ static void pair_deregister(int rank, void *ctx) {
     p->res[rank] = tide_group_deregister(p->g[rank]);
 }
 
+/* The fabrics' switches (fabric/env.c): unset and empty give the default, listed values
+ * their index, anything else TIDE_ERR_INVALID_ARGUMENT naming the variable, the value and the
+ * list; TIDE_SYNC_ELIDE maps "default" to the fabric's default. */
+static void test_env_switches(void **state) {
+    (void)state;
+    static const char *const values[] = {"host", "device", "kernel"};
+    int i = -1;
+    unsetenv("TIDE_TEST_SWITCH");
+    assert_tide(TIDE_SUCCESS, tide_fabric_env_choice("TIDE_TEST_SWITCH", values, 3, &i));
+    assert_int_equal(i, 0);
+    setenv("TIDE_TEST_SWITCH", "", 1);
+    assert_tide(TIDE_SUCCESS, tide_fabric_env_choice("TIDE_TEST_SWITCH", values, 3, &i));
+    assert_int_equal(i, 0);
+    setenv("TIDE_TEST_SWITCH", "kernel", 1);
+    assert_tide(TIDE_SUCCESS, tide_fabric_env_choice("TIDE_TEST_SWITCH", values, 3, &i));
+    assert_int_equal(i, 2);
+    setenv("TIDE_TEST_SWITCH", "kernels", 1);
+    i = -1;
+    assert_tide(TIDE_ERR_INVALID_ARGUMENT,
+                tide_fabric_env_choice("TIDE_TEST_SWITCH", values, 3, &i));
+    assert_int_equal(i, -1);
+    assert_non_null(strstr(tide_get_last_error(),
+                           "TIDE_TEST_SWITCH is \"kernels\" (one of: host, device, kernel)"));
+    unsetenv("TIDE_TEST_SWITCH");
+    bool on = false;
+    for (int d = 0; d < 2; ++d) {
+        unsetenv("TIDE_SYNC_ELIDE");
+        assert_tide(TIDE_SUCCESS, tide_fabric_sync_elide_env(d == 1, &on));
+        assert_int_equal(on, d == 1);
+        setenv("TIDE_SYNC_ELIDE", "default", 1);
+        assert_tide(TIDE_SUCCESS, tide_fabric_sync_elide_env(d == 1, &on));
+        assert_int_equal(on, d == 1);
+        setenv("TIDE_SYNC_ELIDE", "0", 1);
+        assert_tide(TIDE_SUCCESS, tide_fabric_sync_elide_env(d == 1, &on));
+        assert_false(on);
+        setenv("TIDE_SYNC_ELIDE", "1", 1);
+        assert_tide(TIDE_SUCCESS, tide_fabric_sync_elide_env(d == 1, &on));
+        assert_true(on);
+    }
+    setenv("TIDE_SYNC_ELIDE", "yes", 1);
+    assert_tide(TIDE_ERR_INVALID_ARGUMENT, tide_fabric_sync_elide_env(true, &on));
+    unsetenv("TIDE_SYNC_ELIDE");
+}
+
 static void test_one_thread(void **state) {
     (void)state;
     pair_t p;
@@ -536,6 +582,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_checked),       cmocka_unit_test(test_staging_bound),
         cmocka_unit_test(test_no_memory),     cmocka_unit_test(test_timeout_env),
         cmocka_unit_test(test_one_thread),    cmocka_unit_test(test_capture_key),
+        cmocka_unit_test(test_env_switches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
