@@ -96,9 +96,8 @@ bool tide_sync_elide_shape(const tide_program_t *prog, const tide_schedule_t *sc
  */
 typedef struct {
     bool on;
-    int num_ops;
-    uint8_t *drop;                          /* [num_ops]: WAITs and signalling ops left out */
-    uint8_t *late;                          /* [num_ops]: ops run after the end fence */
+    uint8_t *drop;                          /* [schedule num_ops]: WAITs and signalling ops left out */
+    uint8_t *late;                          /* [schedule num_ops]: ops run after the end fence */
     tide_sched_cmd_t *cmds[TIDE_SCHED_FORMS]; /* the commands with the above applied */
     int num_cmds[TIDE_SCHED_FORMS];
     char why[160]; /* on false: why the elision does not apply */

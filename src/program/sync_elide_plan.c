@@ -313,7 +313,6 @@ tide_result_t tide_sync_elide_build(const tide_program_t *prog, const tide_sched
         *out = se;
         return TIDE_SUCCESS;
     }
-    se.num_ops = sched->num_ops;
     se.drop = calloc((size_t)sched->num_ops + 1, 1);
     se.late = calloc((size_t)sched->num_ops + 1, 1);
     int32_t *so = NULL;

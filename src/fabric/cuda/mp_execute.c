@@ -296,7 +296,6 @@ typedef struct {
     tide_cuda_call_t c;
     tide_transport_ipc_t x;
     const tide_binding_t *b;
-    int form;
     bool batch;             /* the call's copies are planned into batches (mp_batch.c) */
     unsigned long long key; /* a captured call's capture (tide_cuda_graph_key), else 0 */
     const uint8_t *late;    /* the synchronisation elision's late ops (mp_elide.c), or NULL */
@@ -475,7 +474,7 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     int64_t fence;
     /* A captured call is always FRESH: a replay depends on the call before it (whichever
      * that is on the device) through its fence only (mp_graph.c). */
-    /* The synchronisation elision (mp_direct.c) runs other commands: a call after one that
+    /* The synchronisation elision (mp_elide.c) runs other commands: a call after one that
      * ran the other list starts FRESH (no WAIT_PREV on a signal the previous call left out),
      * and an elided call fences call e - 1 (its STAGED waits count on no rank being a call
      * ahead, which the credits bounded before: docs/sync-elide.md). */
@@ -501,7 +500,6 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     issue_t is;
     call_init(&is, a, fam, pi, b, steady, &caller);
     is.b = b;
-    is.form = form;
     is.batch = w->batch && pp->batch.cap > 0 && !captured;
     is.cmds = pp->cmds[form];
     is.num_cmds = pp->num_cmds[form];
