@@ -37,3 +37,11 @@ tide_result_t tide_fabric_sync_elide_env(bool default_on, bool *on_out) {
     *on_out = i == 0 ? default_on : i == 1;
     return TIDE_SUCCESS;
 }
+
+tide_result_t tide_fabric_wait_runs_env(bool *on_out) {
+    static const char *const values[] = {"1", "0"};
+    int i = 0;
+    TIDE_CHECK(tide_fabric_env_choice("TIDE_CUDA_MP_WAIT_RUNS", values, 2, &i));
+    *on_out = i == 0;
+    return TIDE_SUCCESS;
+}

@@ -54,6 +54,10 @@ tide_result_t tide_fabric_env_choice(const char *name, const char *const *values
  * the fabric's default `default_on` (on for the CPU and the one-process-per-rank CUDA
  * fabrics, docs/sync-elide.md).  Anything else is TIDE_ERR_INVALID_ARGUMENT. */
 tide_result_t tide_fabric_sync_elide_env(bool default_on, bool *on_out);
+/* TIDE_CUDA_MP_WAIT_RUNS (env.c): whether the one-process-per-rank CUDA fabric issues a run
+ * of one thread's waits as one stream memory operation ("1", the default) or every wait
+ * alone ("0"). */
+tide_result_t tide_fabric_wait_runs_env(bool *on_out);
 
 /* ------------------------------------------------------------------ common objects */
 

@@ -87,6 +87,19 @@ tide_result_t tide_schedule_layout(const tide_program_t *prog, tide_schedule_t *
 tide_result_t tide_schedule_build_rails(const tide_program_t *prog, int gpus_per_node,
                                              tide_schedule_t *out);
 
+/* Runs of waits that a flag fabric issues as one stream memory operation (the one-process-
+ * per-rank CUDA fabric: fabric/cuda/call.c with a transport that has wait_run).  A run is a
+ * maximal sequence of one thread's commands in `cmds` that are all WAIT, or all WAIT_PREV,
+ * with no other command of that thread between them (other threads' commands may be).
+ * defer[i] (may be NULL) is 1 for a wait of a run that is not the run's last: the fabric
+ * issues it with the last one, at the last one's position.  Deferring keeps every thread's
+ * stream order and moves no wait ahead of a signal it names in the enqueue order (a wait
+ * only goes later), which is why the run ends at the position of its last wait and not its
+ * first.  *runs_out (may be NULL): the runs, so one wait alone is a run.  threads: cmds'
+ * thread values are below num_threads. */
+tide_result_t tide_sched_wait_runs(const tide_sched_cmd_t *cmds, int n, int num_threads,
+                                   uint8_t *defer, int *runs_out);
+
 /* Whether the counters of two schedules get the same signals per call, so that the calls of
  * one may follow the calls of the other (the RS modes share the RS counters). */
 bool tide_schedule_incs_match(const tide_schedule_t *a, const tide_schedule_t *b);

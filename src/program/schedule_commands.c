@@ -344,3 +344,40 @@ done:
     free(ps.vc);
     return res;
 }
+
+/* ------------------------------------------------------------------ runs of waits */
+
+tide_result_t tide_sched_wait_runs(const tide_sched_cmd_t *cmds, int n, int num_threads,
+                                   uint8_t *defer, int *runs_out) {
+    TIDE_ARG_CHECK(n >= 0 && num_threads > 0 && (n == 0 || cmds != NULL),
+                   "schedule: wait runs of %d commands, %d threads", n, num_threads);
+    int32_t *last = malloc((size_t)num_threads * sizeof(*last));
+    if (last == NULL)
+        return TIDE_ERR(TIDE_ERR_NO_MEMORY, "schedule: wait runs of %d threads", num_threads);
+    for (int t = 0; t < num_threads; ++t)
+        last[t] = -1;
+    int runs = 0;
+    for (int i = 0; i < n; ++i) {
+        const int t = cmds[i].thread;
+        if (t < 0 || t >= num_threads) {
+            free(last);
+            return TIDE_ERR(TIDE_ERR_INTERNAL, "schedule: command %d on thread %d of %d", i, t,
+                            num_threads);
+        }
+        const bool wait =
+            cmds[i].kind == TIDE_SCHED_CMD_WAIT || cmds[i].kind == TIDE_SCHED_CMD_WAIT_PREV;
+        if (defer != NULL) defer[i] = 0;
+        if (wait) {
+            const int p = last[t];
+            if (p >= 0 && cmds[p].kind == cmds[i].kind) {
+                if (defer != NULL) defer[p] = 1; /* it goes with this one */
+            } else {
+                ++runs;
+            }
+        }
+        last[t] = i;
+    }
+    free(last);
+    if (runs_out != NULL) *runs_out = runs;
+    return TIDE_SUCCESS;
+}

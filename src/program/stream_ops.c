@@ -16,6 +16,7 @@
 typedef struct {
     bool in_run;
     int waits, peer, runs;
+    int last_kind; /* the stream's last command's kind, -1: none (the flag fabric's runs) */
 } pending_t;
 
 static void count_op(const tide_op_t *op, const tide_direct_t *dir, int id, bool direct_sum,
@@ -74,15 +75,18 @@ static void count_executor(tide_stream_ops_fabric_t fabric, int n, bool direct_s
      * done event. */
     o->exec_flag_writes += 2;
     o->exec_event_records += 3;
-    o->exec_flag_waits += n;
-    o->exec_flag_calls += 1;
-    if (direct_sum || elided) {
-        /* mp_direct.c / mp_execute.c: the call ends once every rank's did, then read-done
-         * (with the elision, the late EVENTs instead: counted as events). */
+    if (!(direct_sum || elided)) {
         o->exec_flag_waits += n;
         o->exec_flag_calls += 1;
-        if (!elided) o->exec_event_records += 1;
+        return;
     }
+    /* mp_direct.c / mp_execute.c: the call ends once every rank's did (the other ranks' done
+     * flags: its own was written on the same stream), then read-done (with the elision, the
+     * late EVENTs instead: counted as events).  The start fence is then implied by the
+     * previous call's end fence on the same stream (mp_execute.c, fence_implied). */
+    o->exec_flag_waits += n - 1;
+    o->exec_flag_calls += n > 1;
+    if (!elided) o->exec_event_records += 1;
 }
 
 /* The late ops of rank `rank` (sync_elide.h), issued by the executor after its end fence. */
@@ -112,6 +116,8 @@ tide_result_t tide_stream_ops_count(const tide_program_t *prog, const tide_sched
     pending_t *pend = calloc((size_t)sched->num_threads + 1, sizeof(*pend));
     if (pend == NULL)
         return TIDE_ERR(TIDE_ERR_NO_MEMORY, "stream ops: %d threads", sched->num_threads);
+    for (int t = 0; t <= sched->num_threads; ++t)
+        pend[t].last_kind = -1;
     tide_stream_ops_t o;
     tide_stream_ops_shared_t sh;
     memset(&o, 0, sizeof(o));
@@ -130,7 +136,12 @@ tide_result_t tide_stream_ops_count(const tide_program_t *prog, const tide_sched
         const int t = c->thread;
         if (t / TIDE_Q_COUNT != rank) continue;
         pending_t *p = &pend[t];
+        /* The flag fabric's runs (program/schedule.h, tide_sched_wait_runs): a wait that
+         * directly follows a wait of the same kind on its stream goes with it. */
+        const int kind_before = p->last_kind;
+        p->last_kind = c->kind;
         if (c->kind == TIDE_SCHED_CMD_WAIT || c->kind == TIDE_SCHED_CMD_WAIT_PREV) {
+            if (kind_before != c->kind) ++o.wait_calls;
             const bool peer = sched->slot_thread[c->arg] / TIDE_Q_COUNT != rank;
             ++*(peer ? &o.waits_peer : &o.waits_own);
             if (!p->in_run) {

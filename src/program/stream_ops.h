@@ -10,11 +10,13 @@
  *     one event wait per rank; direct mode's end-of-call joins are on the utility and
  *     aggregate streams, once per call, off every caller's stream.
  *   FLAGS (one process per rank, mp_execute.c + transport/ipc): a RECORD is a flag write
- *     (cuStreamWriteValue64), a WAIT a stream memory operation that polls the signalling
- *     rank's flag (host-mapped by default, mp_flags.c); the start fence waits on the N done
- *     flags (one cuStreamBatchMemOp), the call writes its done flag and its "began" word, and
- *     in direct mode the caller's stream waits on every rank's done flag again at the end
- *     (mp_direct.c: the peers read this rank's gradients and wrote its output).
+ *     (cuStreamWriteValue64), a WAIT polls the signalling rank's flag (host-mapped by
+ *     default, mp_flags.c) and a run of one stream's WAITs is one stream memory operation
+ *     (cuStreamBatchMemOp); the start fence waits on the N done flags (one batch), the call
+ *     writes its done flag and its "began" word, and in direct mode or with the
+ *     synchronisation elision the caller's stream waits on the other ranks' done flags at the
+ *     end (mp_direct.c: the peers read this rank's gradients and wrote its output), which
+ *     makes the next call's start fence implied on the same stream (left out).
  * This mirrors those files' counting into tide_cuda_stats_t; a change there must change
  * stream_ops.c too (tests/gpu/test_stream_ops_mp.c compares the two on a GPU).  Counts are of an eager call in the given form, with the gradient pointer
  * row and the fused-sum tables unchanged since the call of the same parity (the steady state
@@ -39,6 +41,10 @@ typedef struct {
     int waits_own;    /* WAIT / WAIT_PREV on a signal of another queue of this rank */
     int wait_runs;    /* maximal runs of WAITs on one stream with no other command of that
                        * stream between them: the waits if each run were one batch */
+    int wait_calls;   /* FLAGS: the stream memory operations the WAITs take, one per run of
+                       * one stream's waits of one kind with no other command of that stream
+                       * between them (tide_sched_wait_runs; every wait alone:
+                       * TIDE_CUDA_MP_WAIT_RUNS=0) */
     int upload_waits; /* a thread's wait on the rank's gradient-table upload (an event) */
     int copies;       /* COPY / COPY2D / ZERO / CAST issued (SM kernels on one GPU) */
     int sums, lands;  /* kernel launches */
@@ -74,10 +80,11 @@ tide_result_t tide_stream_ops_count(const tide_program_t *prog, const tide_sched
                                     tide_stream_ops_fabric_t fabric, int rank, int form,
                                     tide_stream_ops_t *out, tide_stream_ops_shared_t *shared_out);
 
-/* Stream memory operations of a rank's call on FLAGS: every RECORD and WAIT of the commands
- * plus the executor's flag writes and wait calls. */
-static inline int tide_stream_ops_memops(const tide_stream_ops_t *s) {
-    return s->records + s->waits_peer + s->waits_own + s->exec_flag_writes + s->exec_flag_calls;
+/* Stream memory operations of a rank's call on FLAGS: every RECORD, the WAITs' runs (or, with
+ * runs false, every WAIT alone), the executor's flag writes and wait calls. */
+static inline int tide_stream_ops_memops(const tide_stream_ops_t *s, bool runs) {
+    return s->records + (runs ? s->wait_calls : s->waits_peer + s->waits_own) +
+           s->exec_flag_writes + s->exec_flag_calls;
 }
 
 #endif /* TIDE_PROGRAM_STREAM_OPS_H_ */

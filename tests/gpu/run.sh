@@ -102,18 +102,21 @@ fi
 # device, kernel: src/fabric/cuda/mp_flags.c), side by side in gap_single.txt, and behind
 # per-process holds (the processes' start spread in the figure); not in the default steps.
 if want layer-gap; then
-    # TIDE_GPU_GAP_RUNS picks the runs (host device kernel hold full; flags as named, "hold" =
-    # host flags behind per-process holds; all with the synchronisation elision,
+    # TIDE_GPU_GAP_RUNS picks the runs (host device kernel hold full alone; flags as named,
+    # "hold" = host flags behind per-process holds; all with the synchronisation elision,
     # TIDE_SYNC_ELIDE=1, but "full" = host flags with every signal of the program,
-    # TIDE_SYNC_ELIDE=0: docs/sync-elide.md), TIDE_GPU_GAP_WORLDS the world sizes (default 8).
+    # TIDE_SYNC_ELIDE=0: docs/sync-elide.md; all with a run of waits as one stream operation,
+    # but "alone" = host flags, every wait alone, TIDE_CUDA_MP_WAIT_RUNS=0),
+    # TIDE_GPU_GAP_WORLDS the world sizes (default 8).
     gap_worlds=${TIDE_GPU_GAP_WORLDS:-8} gap_json=""
     for w in ${gap_worlds//,/ }; do
         gap="python3 '$root/tests/gpu/bench_fsdp_layers.py' --lib '$b/libtide.so' --worlds $w ${TIDE_GPU_LAYER_ARGS:-}"
         for run in ${TIDE_GPU_GAP_RUNS:-host device kernel hold}; do
-            flags=$run start="" elide=1
+            flags=$run start="" elide=1 runs=1
             [ "$run" = hold ] && flags=host start="--start hold"
             [ "$run" = full ] && flags=host elide=0
-            step layer-gap-$run-w$w with_mps "$out/mps-gap-$run-w$w" env TIDE_CUDA_MP_FLAGS=$flags TIDE_SYNC_ELIDE=$elide bash -c "set -o pipefail; $gap $start --json '$out/gap_${run}_w$w.json' | tee '$out/gap_${run}_w$w.txt'"
+            [ "$run" = alone ] && flags=host runs=0
+            step layer-gap-$run-w$w with_mps "$out/mps-gap-$run-w$w" env TIDE_CUDA_MP_FLAGS=$flags TIDE_SYNC_ELIDE=$elide TIDE_CUDA_MP_WAIT_RUNS=$runs bash -c "set -o pipefail; $gap $start --json '$out/gap_${run}_w$w.json' | tee '$out/gap_${run}_w$w.txt'"
             gap_json="$gap_json --mp-json '$out/gap_${run}_w$w.json'"
         done
     done
@@ -139,12 +142,14 @@ fi
 # too).  Not in the default steps (ctest -L gpu runs N = 8).
 if want stream-ops; then
     # With the synchronisation elision (TIDE_SYNC_ELIDE=1, the default: docs/sync-elide.md)
-    # and, at N = 8, with every signal of the program (0).
+    # and, at N = 8, with every signal of the program (0) and with every wait alone
+    # (TIDE_CUDA_MP_WAIT_RUNS=0).
     for w in 2 4 8; do
         step stream-ops-w$w env TIDE_SYNC_ELIDE=1 "$b/tests/gpu/test_stream_ops_mp" $w
         step stream-ops-mps-w$w with_mps "$out/mps-ops-w$w" env TIDE_SYNC_ELIDE=1 "$b/tests/gpu/test_stream_ops_mp" $w
     done
     step stream-ops-full-w8 env TIDE_SYNC_ELIDE=0 "$b/tests/gpu/test_stream_ops_mp" 8
+    step stream-ops-alone-w8 env TIDE_CUDA_MP_WAIT_RUNS=0 "$b/tests/gpu/test_stream_ops_mp" 8
 fi
 # mps-sum (issue 25): the Level-1 sum alone, one process with N streams against N processes
 # reading each other's gradients through IPC and N processes reading their own copies, under

@@ -16,6 +16,7 @@
  */
 #include "api/comm.h"
 #include "fabric/cuda/mp.h"
+#include "fabric/fabric.h"
 #include "plan/plan.h"
 #include "program/compile_rs.h"
 #include "program/stream_ops.h"
@@ -34,20 +35,28 @@ enum { MAX_N = 8, P = 9, CALLS = 6 };
 
 typedef struct {
     int status[MAX_N];
-    unsigned long long got[MAX_N][5], want[MAX_N][5]; /* waits, records, launches, elided, fused */
+    /* waits, records, launches, elided, fused, wait calls, start fence left out */
+    unsigned long long got[MAX_N][7], want[MAX_N][7];
     int direct[MAX_N];
     int memops[MAX_N]; /* the model's stream memory operations of the rank */
     int elided[MAX_N]; /* the last call ran the synchronisation elision */
 } report_t;
 
-static const char *const field[5] = {"waits", "records", "launches+copies", "elided", "fused"};
+enum { FIELDS = 7 };
+static const char *const field[FIELDS] = {"waits",  "records",    "launches+copies",
+                                          "elided", "fused",      "wait-calls",
+                                          "start-fence-implied"};
 
 /* The fabric's counting of one eager call (mp_execute.c, call.c, ipc.c) from the model's:
  * waits count forks, joins, upload waits and every flag polled; records count the start
  * event, joins, EVENT ops, flag writes of the commands and the done flag, the done event and
  * in direct mode without the synchronisation elision read-done (with it, the late EVENTs are
- * the model's events; the "began" word and the watchdog's event are not counted). */
-static void want_of(const tide_stream_ops_t *m, bool direct, bool elided, unsigned long long *w) {
+ * the model's events; the "began" word and the watchdog's event are not counted); wait calls
+ * the stream memory operations the flag waits took (runs batched unless
+ * TIDE_CUDA_MP_WAIT_RUNS=0); the start fence is implied after a call that ended with the end
+ * fence on the same stream (direct mode, or the elision). */
+static void want_of(const tide_stream_ops_t *m, bool direct, bool elided, bool runs,
+                    unsigned long long *w) {
     w[0] = (unsigned long long)(m->forks + m->joins + m->upload_waits + m->waits_peer +
                                 m->waits_own + m->exec_flag_waits);
     w[1] = (unsigned long long)(1 + m->joins + m->events + m->records + 1 + 1 +
@@ -55,6 +64,9 @@ static void want_of(const tide_stream_ops_t *m, bool direct, bool elided, unsign
     w[2] = (unsigned long long)(m->copies + m->sums + m->lands);
     w[3] = (unsigned long long)m->elided;
     w[4] = (unsigned long long)m->fused;
+    w[5] = (unsigned long long)((runs ? m->wait_calls : m->waits_peer + m->waits_own) +
+                                m->exec_flag_calls);
+    w[6] = direct || elided;
 }
 
 static int child(int n, int r, uint64_t dim, uint64_t hidden, const char *name, report_t *rep) {
@@ -100,6 +112,8 @@ static int child(int n, int r, uint64_t dim, uint64_t hidden, const char *name, 
     rep->got[r][2] = st.descriptors - st.uploads; /* launches and copies */
     rep->got[r][3] = st.elided;
     rep->got[r][4] = st.fused;
+    rep->got[r][5] = st.wait_calls;
+    rep->got[r][6] = st.fence_skipped;
 
     /* The model, on the group's own plan: the program the fabric compiled is the same. */
     tide_program_t prog;
@@ -122,8 +136,10 @@ static int child(int n, int r, uint64_t dim, uint64_t hidden, const char *name, 
     if (tide_stream_ops_count(&prog, &sched, direct ? &dir : NULL, elided ? &se : NULL,
                               TIDE_STREAM_OPS_FLAGS, r, st.form, &m, NULL) != TIDE_SUCCESS)
         return 8;
-    want_of(&m, direct, elided, rep->want[r]);
-    rep->memops[r] = tide_stream_ops_memops(&m);
+    bool runs = true;
+    if (tide_fabric_wait_runs_env(&runs) != TIDE_SUCCESS) return 8;
+    want_of(&m, direct, elided, runs, rep->want[r]);
+    rep->memops[r] = tide_stream_ops_memops(&m, runs);
     tide_sync_elide_free(&se);
     tide_direct_free(&dir);
     tide_schedule_free(&sched);
@@ -162,7 +178,7 @@ int main(int argc, char **argv) {
         }
         printf("rank %d (direct %d, elided %d, %d stream memory operations):", r,
                rep->direct[r], rep->elided[r], rep->memops[r]);
-        for (int k = 0; k < 5; ++k) {
+        for (int k = 0; k < FIELDS; ++k) {
             printf(" %s %llu (model %llu)", field[k], rep->got[r][k], rep->want[r][k]);
             if (rep->got[r][k] != rep->want[r][k]) ok = false;
         }

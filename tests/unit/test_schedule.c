@@ -530,6 +530,43 @@ static void test_malformed_rejected(void **state) {
     tide_plan_destroy(plan);
 }
 
+/* Runs of waits (tide_sched_wait_runs): per thread, consecutive waits of one kind, whatever
+ * other threads' commands stand between them; any other command of the thread, or a wait of
+ * the other kind, starts a new run.  defer marks every wait of a run but its last. */
+static void test_wait_runs(void **state) {
+    (void)state;
+    enum { W = TIDE_SCHED_CMD_WAIT, WP = TIDE_SCHED_CMD_WAIT_PREV, R = TIDE_SCHED_CMD_RECORD,
+           O = TIDE_SCHED_CMD_OP };
+    const tide_sched_cmd_t cmds[] = {
+        {W, 0, 1},  /* 0: thread 0, run A */
+        {R, 1, 2},  /* 1: thread 1 between: A goes on */
+        {W, 0, 3},  /* 2: A */
+        {W, 1, 4},  /* 3: thread 1, run B */
+        {WP, 0, 5}, /* 4: another kind: run C */
+        {W, 0, 6},  /* 5: run D */
+        {O, 0, 0},  /* 6: thread 0's op ends D */
+        {W, 0, 7},  /* 7: run E, alone */
+        {W, 1, 8},  /* 8: B */
+        {W, 2, 9},  /* 9: run F, alone */
+    };
+    const int n = (int)(sizeof(cmds) / sizeof(cmds[0]));
+    const uint8_t want[] = {1, 0, 0, 1, 0, 0, 0, 0, 0, 0};
+    uint8_t defer[16];
+    memset(defer, 0xee, sizeof(defer));
+    int runs = -1;
+    assert_tide(TIDE_SUCCESS, tide_sched_wait_runs(cmds, n, 3, defer, &runs));
+    assert_int_equal(runs, 6);
+    for (int i = 0; i < n; ++i)
+        assert_int_equal(defer[i], want[i]);
+    assert_int_equal(defer[n], 0xee); /* nothing past the list written */
+    runs = -1;
+    assert_tide(TIDE_SUCCESS, tide_sched_wait_runs(cmds, 0, 3, NULL, &runs));
+    assert_int_equal(runs, 0);
+    assert_tide(TIDE_ERR_INTERNAL, tide_sched_wait_runs(cmds, n, 2, defer, &runs)); /* thread 2 */
+    assert_tide(TIDE_ERR_INVALID_ARGUMENT, tide_sched_wait_runs(NULL, 3, 3, defer, &runs));
+    assert_tide(TIDE_ERR_INVALID_ARGUMENT, tide_sched_wait_runs(cmds, n, 0, defer, &runs));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_compiled_programs),
@@ -540,6 +577,7 @@ int main(void) {
         cmocka_unit_test(test_hand_built_schedule),
         cmocka_unit_test(test_rebuild_and_hash),
         cmocka_unit_test(test_malformed_rejected),
+        cmocka_unit_test(test_wait_runs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,9 +12,12 @@
  *         the N landings (fused in direct mode: nothing issued), N - 1 RECORDs and N - 1
  *         WAITs of the landed barrier.
  * So 4N - 2 records and 4N - 2 waits (4 (N - 1) on other ranks) per rank and call on both
- * fabrics; the one-process-per-rank fabric adds its "began" and done flags and two fences of
- * N done flags (start; end in direct mode), 8N stream memory operations in all.  The test
- * prints the table and fails when the schedule or the direct analysis changes these counts.
+ * fabrics; the one-process-per-rank fabric adds its "began" and done flags and its end fence
+ * on the N - 1 other done flags (direct mode; the next call's start fence is then implied):
+ * 8N - 1 stream memory operations with every wait alone, and with a run of one stream's
+ * waits as one operation (the fabric's default) the records, the runs and 3.  The runs are
+ * the ones the fabric issues: tide_sched_wait_runs over the rank's commands.  The test prints
+ * the table and fails when the schedule or the direct analysis changes these counts.
  */
 #include "test_util.h"
 
@@ -24,6 +27,7 @@
 #include "program/stream_ops.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The layer in FSDP2 order: attn_norm, wq, wk, wv, wo, mlp_norm, w1, w3, w2. */
@@ -72,6 +76,18 @@ static void assert_same_commands(const tide_stream_ops_t *a, const tide_stream_o
     assert_int_equal(a->sum_waits_peer, b->sum_waits_peer);
 }
 
+/* The runs the fabric issues (mp_flags.c: tide_sched_wait_runs over the rank's commands). */
+static int fabric_runs(const tide_schedule_t *sched, int form, int rank) {
+    tide_sched_cmd_t *mine = malloc(((size_t)sched->num_cmds[form] + 1) * sizeof(*mine));
+    assert_non_null(mine);
+    int n = 0, runs = -1;
+    for (int i = 0; i < sched->num_cmds[form]; ++i)
+        if (sched->cmds[form][i].thread / TIDE_Q_COUNT == rank) mine[n++] = sched->cmds[form][i];
+    assert_tide(TIDE_SUCCESS, tide_sched_wait_runs(mine, n, sched->num_threads, NULL, &runs));
+    free(mine);
+    return runs;
+}
+
 static void test_layer_direct(void **state) {
     (void)state;
     printf("N rank | records waits(peer/own) runs | into sum (peer, runs) | flags: memops "
@@ -104,9 +120,12 @@ static void test_layer_direct(void **state) {
             assert_int_equal(fl.sum_waits_peer, n - 1);
             assert_int_equal(fl.sum_wait_runs, 1);
             assert_int_equal(fl.exec_flag_writes, 2);
-            assert_int_equal(fl.exec_flag_waits, 2 * n);
-            assert_int_equal(fl.exec_flag_calls, 2);
-            assert_int_equal(tide_stream_ops_memops(&fl), 8 * n);
+            assert_int_equal(fl.exec_flag_waits, n - 1);
+            assert_int_equal(fl.exec_flag_calls, 1);
+            assert_int_equal(tide_stream_ops_memops(&fl, false), 8 * n - 1);
+            assert_int_equal(fl.wait_calls, fabric_runs(&w.sched, TIDE_SCHED_STEADY, r));
+            assert_int_equal(fl.wait_calls, n + 4);
+            assert_int_equal(tide_stream_ops_memops(&fl, true), 4 * n - 2 + n + 4 + 3);
             assert_int_equal(sh_fl.event_waits + sh_fl.event_records, 0);
             assert_int_equal(ev.exec_event_waits, 1);
             assert_int_equal(sh.event_waits, 2 * n);
@@ -115,7 +134,7 @@ static void test_layer_direct(void **state) {
                 printf("%d %d | %d %d(%d/%d) %d | %d (%d, %d) | %d (%d, %d/%d) | %d, %d/%d\n", n, r,
                        fl.records, fl.waits_peer + fl.waits_own, fl.waits_peer, fl.waits_own,
                        fl.wait_runs, fl.sum_waits, fl.sum_waits_peer, fl.sum_wait_runs,
-                       tide_stream_ops_memops(&fl), fl.exec_flag_writes, fl.exec_flag_waits,
+                       tide_stream_ops_memops(&fl, true), fl.exec_flag_writes, fl.exec_flag_waits,
                        fl.exec_flag_calls, ev.exec_event_waits, sh.event_waits, sh.event_records);
         }
         world_free(&w);
@@ -173,6 +192,7 @@ static void test_totals_match_commands(void **state) {
             sum.forks += s.forks;
             sum.joins += s.joins;
             assert_true(s.wait_runs <= s.waits_peer + s.waits_own);
+            assert_int_equal(s.wait_calls, fabric_runs(&w.sched, f, r));
         }
         assert_int_equal(sum.records, records);
         assert_int_equal(sum.waits_peer, waits);

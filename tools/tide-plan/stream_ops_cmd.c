@@ -21,6 +21,10 @@ static void print_rank(const char *name, const tide_stream_ops_t *s, bool flags)
     printf("  signals (RECORD)         %d %s\n", s->records, rec);
     printf("  waits (WAIT, WAIT_PREV)  %d %s: %d on other ranks, %d on own queues; %d runs\n",
            s->waits_peer + s->waits_own, wt, s->waits_peer, s->waits_own, s->wait_runs);
+    if (flags)
+        printf("  waits as issued          %d memory operations (a run of one stream's waits "
+               "is one)\n",
+               s->wait_calls);
     printf("  forks / joins / upload waits  %d / %d / %d (events)\n", s->forks, s->joins,
            s->upload_waits);
     printf("  launches                 %d sum, %d land, %d copy; %d events\n", s->sums, s->lands,
@@ -35,7 +39,10 @@ static void print_rank(const char *name, const tide_stream_ops_t *s, bool flags)
                s->exec_event_records, s->exec_event_waits);
     printf("  into the sums            %d waits (%d on other ranks) in %d runs\n", s->sum_waits,
            s->sum_waits_peer, s->sum_wait_runs);
-    if (flags) printf("  stream memory operations %d\n", tide_stream_ops_memops(s));
+    if (flags)
+        printf("  stream memory operations %d (%d with every wait alone, "
+               "TIDE_CUDA_MP_WAIT_RUNS=0)\n",
+               tide_stream_ops_memops(s, true), tide_stream_ops_memops(s, false));
 }
 
 int cli_program_stream_ops(const char *cmd, const tide_program_t *prog, int rank) {

@@ -160,8 +160,39 @@ static tide_result_t issue_cmd(tide_cuda_call_t *c, const tide_sched_cmd_t *cmd)
     }
 }
 
+/* The waits of a run not issued yet, per queue of the one rank (tide_sched_wait_runs). */
+typedef struct {
+    int slots[TIDE_CUDA_WAIT_RUN_MAX];
+    int n;
+} wait_run_t;
+
+static tide_result_t flush_run(tide_cuda_call_t *c, wait_run_t *w, int t, bool prev) {
+    if (w->n == 0) return TIDE_SUCCESS;
+    TIDE_CHECK(tide_cuda_call_device(c, t / TIDE_CUDA_Q));
+    const tide_result_t res = c->tp->wait_run(c, tide_cuda_call_stream(c, t), w->slots, w->n, prev);
+    w->n = 0;
+    return res;
+}
+
+/* A WAIT of a run: held until the run's last wait, then all at once (transport.h, wait_run).
+ * Holding a wait back keeps the thread's stream order (nothing of the thread stands between
+ * the run's waits) and only moves it later in the enqueue order. */
+static tide_result_t run_wait(tide_cuda_call_t *c, wait_run_t *runs, const tide_sched_cmd_t *cmd,
+                              bool more) {
+    const int t = cmd->thread;
+    wait_run_t *w = &runs[t % TIDE_CUDA_Q];
+    const bool prev = cmd->kind == TIDE_SCHED_CMD_WAIT_PREV;
+    if (w->n == TIDE_CUDA_WAIT_RUN_MAX) TIDE_CHECK(flush_run(c, w, t, prev));
+    w->slots[w->n++] = cmd->arg;
+    return more ? TIDE_SUCCESS : flush_run(c, w, t, prev);
+}
+
 tide_result_t tide_cuda_call_run(tide_cuda_call_t *c, const tide_sched_cmd_t *cmds, int n,
                                  const int32_t *action) {
+    const bool runs_on = c->wait_defer != NULL && c->tp->wait_run != NULL && c->num_ranks == 1;
+    wait_run_t runs[TIDE_CUDA_Q];
+    for (int q = 0; q < TIDE_CUDA_Q; ++q)
+        runs[q].n = 0;
     for (int i = 0; i < n; ++i) {
         const int k = action != NULL ? action[i] : -1;
         if (k == -2) continue; /* a later op of a batch enqueued at its first op */
@@ -169,8 +200,20 @@ tide_result_t tide_cuda_call_run(tide_cuda_call_t *c, const tide_sched_cmd_t *cm
             TIDE_CHECK(c->tp->copy_batch(c, k, cmds[i].thread));
             continue;
         }
+        const bool wait =
+            cmds[i].kind == TIDE_SCHED_CMD_WAIT || cmds[i].kind == TIDE_SCHED_CMD_WAIT_PREV;
+        if (runs_on && wait) {
+            TIDE_CHECK(run_wait(c, runs, &cmds[i], c->wait_defer[i] != 0));
+            continue;
+        }
         TIDE_CHECK(issue_cmd(c, &cmds[i]));
     }
+    for (int q = 0; q < TIDE_CUDA_Q; ++q)
+        if (runs[q].n != 0)
+            return TIDE_ERR(TIDE_ERR_INTERNAL,
+                            "cuda fabric (%s): %d waits of queue %d left at the end of the "
+                            "call (the run plan is not this command list's)",
+                            c->tp->name, runs[q].n, q);
     return TIDE_SUCCESS;
 }
 

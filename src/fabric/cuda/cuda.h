@@ -344,6 +344,9 @@ typedef struct {
                            * the peers' gradients in place, 2 and fused sums stored every
                            * rank's output */
     uint64_t sync_elided; /* 1: the call ran the synchronisation elision (mp_elide.c) */
+    uint64_t wait_calls;  /* flag waits (counted in waits): the stream memory operations or
+                           * wait kernels they took (mp_flags.c; runs batched, call.c) */
+    uint64_t fence_skipped; /* 1: the call's start fence was implied (mp_execute.c) */
 } tide_cuda_stats_t;
 
 /* Issue op `index` of queue q of rank `rank` (program rp), bound to b, on stream s when it is

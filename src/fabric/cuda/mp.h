@@ -195,6 +195,9 @@ typedef struct {
     tide_schedule_t sched;
     tide_sched_cmd_t *cmds[TIDE_SCHED_FORMS]; /* this rank's commands, in the global order */
     int num_cmds[TIDE_SCHED_FORMS];
+    /* Their runs of waits (program/schedule.h, tide_sched_wait_runs), or NULL:
+     * TIDE_CUDA_MP_WAIT_RUNS=0, every wait alone. */
+    uint8_t *defer[TIDE_SCHED_FORMS];
     void *table_mem;
     const void **table_dev;
     const tide_program_t *checked;
@@ -207,6 +210,7 @@ typedef struct {
     tide_sync_elide_t se;
     tide_sched_cmd_t *se_cmds[TIDE_SCHED_FORMS];
     int se_num_cmds[TIDE_SCHED_FORMS];
+    uint8_t *se_defer[TIDE_SCHED_FORMS]; /* their runs of waits, as defer[] */
 } tide_mp_prepared_t;
 
 typedef struct {
@@ -215,6 +219,10 @@ typedef struct {
     int64_t last_epoch;
     int last_prep;
     bool last_elided; /* the last call ran the synchronisation elision (mp_direct.c) */
+    /* The last eager call that ended with the end-of-call fence on its caller's stream (every
+     * rank finished it before what follows there), or -1; that stream's id. */
+    int64_t fenced_epoch;
+    unsigned long long fenced_stream;
     cudaEvent_t done_ev[2]; /* the rank's call e on the caller's stream: parity e % 2 */
     int64_t done_epoch[2];  /* the call each was last recorded for; -1: none */
     cudaEvent_t user[TIDE_EVENT_COUNT];
@@ -417,9 +425,10 @@ tide_result_t tide_cuda_mp_env_flags(int *flags_out);
 tide_result_t tide_cuda_mp_flags_map(tide_mp_arena_t *a);
 /* s waits until each of the `count` flags reached value (>=): stream memory operations, or,
  * when a's set polls its abort word (kernel waits), one wait kernel per
- * TIDE_MP_GRAPH_WAIT_MAX flags that also ends at the abort word.  *waits_out += count. */
+ * TIDE_MP_GRAPH_WAIT_MAX flags that also ends at the abort word.  st (may be NULL): waits
+ * += count, wait_calls += the stream operations (or kernels) issued. */
 tide_result_t tide_cuda_mp_flags_wait(tide_mp_arena_t *a, cudaStream_t s, const CUdeviceptr *flag,
-                                      int count, uint64_t value, uint64_t *waits_out);
+                                      int count, uint64_t value, tide_cuda_stats_t *st);
 /* Before the control block is closed. */
 void tide_cuda_mp_flags_unmap(tide_mp_arena_t *a);
 /* With a device-mapped control block (host flags, kernel waits): the stream s writes
@@ -508,8 +517,13 @@ tide_result_t tide_cuda_mp_elide_prepare(tide_mp_arena_t *a, tide_mp_prepared_t 
                                          const tide_program_t *prog);
 void tide_cuda_mp_elide_free(tide_mp_prepared_t *pp);
 bool tide_cuda_mp_elide_on(const tide_mp_prepared_t *pp, bool captured);
+/* The runs of waits of n commands (tide_sched_wait_runs) into *defer_out (malloc'd; NULL
+ * when TIDE_CUDA_MP_WAIT_RUNS is 0). */
+tide_result_t tide_cuda_mp_wait_runs(const tide_mp_prepared_t *pp, const tide_sched_cmd_t *cmds,
+                                     int n, uint8_t **defer_out);
 void tide_cuda_mp_elide_cmds(const tide_mp_prepared_t *pp, int form,
-                             const tide_sched_cmd_t **cmds_out, int *num_out,
+                             const tide_sched_cmd_t **cmds_out, const uint8_t **defer_out,
+                             int *num_out,
                              const uint8_t **late_out);
 tide_result_t tide_cuda_mp_direct_before(tide_mp_arena_t *a, tide_mp_prepared_t *pp,
                                          const tide_binding_t *b, cudaStream_t caller,

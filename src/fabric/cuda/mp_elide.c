@@ -33,7 +33,9 @@ void tide_cuda_mp_elide_free(tide_mp_prepared_t *pp) {
     tide_sync_elide_free(&pp->se);
     for (int f = 0; f < TIDE_SCHED_FORMS; ++f) {
         free(pp->se_cmds[f]);
+        free(pp->se_defer[f]);
         pp->se_cmds[f] = NULL;
+        pp->se_defer[f] = NULL;
         pp->se_num_cmds[f] = 0;
     }
 }
@@ -68,6 +70,8 @@ tide_result_t tide_cuda_mp_elide_prepare(tide_mp_arena_t *a, tide_mp_prepared_t 
         for (int i = 0; i < pp->se.num_cmds[f]; ++i)
             if (pp->se.cmds[f][i].thread / TIDE_CUDA_Q == me)
                 pp->se_cmds[f][pp->se_num_cmds[f]++] = pp->se.cmds[f][i];
+        TIDE_CHECK(
+            tide_cuda_mp_wait_runs(pp, pp->se_cmds[f], pp->se_num_cmds[f], &pp->se_defer[f]));
     }
     TIDE_INFO("cuda mp fabric: rank %d: the %s runs the synchronisation elision", me,
               prog->coll == TIDE_COLL_ALL_GATHER ? "all-gather" : "reduce-scatter");
@@ -80,9 +84,10 @@ bool tide_cuda_mp_elide_on(const tide_mp_prepared_t *pp, bool captured) {
 }
 
 void tide_cuda_mp_elide_cmds(const tide_mp_prepared_t *pp, int form,
-                             const tide_sched_cmd_t **cmds_out, int *num_out,
-                             const uint8_t **late_out) {
+                             const tide_sched_cmd_t **cmds_out, const uint8_t **defer_out,
+                             int *num_out, const uint8_t **late_out) {
     *cmds_out = pp->se_cmds[form];
+    *defer_out = pp->se_defer[form];
     *num_out = pp->se_num_cmds[form];
     *late_out = pp->se.late;
 }

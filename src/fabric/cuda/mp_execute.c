@@ -29,8 +29,10 @@ static void prepared_free(tide_mp_prepared_t *pp) {
     (void)cudaGetLastError();
     free(pp->table_dev);
     free(pp->bound);
-    for (int f = 0; f < TIDE_SCHED_FORMS; ++f)
+    for (int f = 0; f < TIDE_SCHED_FORMS; ++f) {
         free(pp->cmds[f]);
+        free(pp->defer[f]);
+    }
     tide_schedule_free(&pp->sched);
     memset(pp, 0, sizeof(*pp));
 }
@@ -97,6 +99,8 @@ static tide_result_t prepare(tide_mp_arena_t *a, tide_mp_family_t *fam, tide_mp_
         for (int i = 0; i < pp->sched.num_cmds[f]; ++i)
             if (pp->sched.cmds[f][i].thread / TIDE_CUDA_Q == me)
                 pp->cmds[f][pp->num_cmds[f]++] = pp->sched.cmds[f][i];
+        TIDE_CHECK_GOTO(tide_cuda_mp_wait_runs(pp, pp->cmds[f], pp->num_cmds[f], &pp->defer[f]),
+                        res, fail);
     }
     pp->bound = calloc((size_t)pp->sched.num_ops + 1, sizeof(*pp->bound));
     if (pp->bound == NULL) {
@@ -463,6 +467,23 @@ static const tide_cuda_call_hooks_t hooks = {
     .epilogue = epilogue,
 };
 
+/* Whether call e's start fence (on call `fence`) is implied: the family's previous call, e - 1,
+ * ended with the end-of-call fence, which waited for every rank's done flag of e - 1 (so of
+ * every call up to it), and that fence is ordered before this call's work: it stood on the
+ * same caller stream (stream ids are never reused, unlike handles), or it has completed.
+ * Leaving the start fence out then only saves its N flag waits (docs/performance.md). */
+static bool fence_implied(const tide_mp_family_t *fam, uint64_t e, int64_t fence,
+                          cudaStream_t caller) {
+    if (fence < 0 || fam->fenced_epoch < 0 || fam->fenced_epoch != (int64_t)e - 1 ||
+        fam->fenced_epoch < fence)
+        return false;
+    unsigned long long id = 0;
+    if (cudaStreamGetId(caller, &id) == cudaSuccess && id == fam->fenced_stream) return true;
+    const cudaError_t q = cudaEventQuery(fam->done_ev[fam->fenced_epoch % 2]);
+    (void)cudaGetLastError();
+    return q == cudaSuccess;
+}
+
 static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
                              const tide_binding_t *b, cudaStream_t caller,
                              unsigned long long key) {
@@ -482,6 +503,8 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     tide_cuda_call_order(e, pi, fam->last_epoch, fam->last_prep,
                          !captured && elided == fam->last_elided, &form, &fence);
     if (elided) fence = (int64_t)e - 1;
+    const bool fence_skipped = !captured && fence_implied(fam, e, fence, caller);
+    if (fence_skipped) fence = -1;
     const bool steady = form == TIDE_SCHED_STEADY;
     TIDE_CHECK(tide_cuda_call_switch_check("cuda mp fabric", e, form, pi, fam->last_epoch,
                                            fam->last_prep, &pp->sched,
@@ -503,17 +526,20 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     is.batch = w->batch && pp->batch.cap > 0 && !captured;
     is.cmds = pp->cmds[form];
     is.num_cmds = pp->num_cmds[form];
-    if (elided) tide_cuda_mp_elide_cmds(pp, form, &is.cmds, &is.num_cmds, &is.late);
+    const uint8_t *defer = pp->defer[form];
+    if (elided) tide_cuda_mp_elide_cmds(pp, form, &is.cmds, &defer, &is.num_cmds, &is.late);
     is.key = key;
     tide_cuda_call_t *c = &is.c;
     if (captured) {
         c->tp = &tide_transport_ipc_graph;
         c->graph = true; /* the gradient row was uploaded at capture time */
     }
+    c->wait_defer = captured ? NULL : defer; /* a captured call's waits are kernels */
     c->st = tide_cuda_stats_begin(&fam->stats, form);
     TIDE_CHECK(tide_cuda_call_enqueue(c, &hooks, fence, is.cmds, is.num_cmds,
                                       is.batch ? pp->batch.action : NULL));
     c->st.sync_elided = elided;
+    c->st.fence_skipped = fence_skipped;
     if (captured) {
         tide_cuda_mp_graph_enqueued(a, fam, key);
     } else {
@@ -523,6 +549,12 @@ static tide_result_t enqueue(tide_mp_arena_t *a, tide_mp_family_t *fam, int pi,
     fam->last_epoch = (int64_t)e;
     fam->last_prep = pi;
     fam->last_elided = elided;
+    /* The epilogue fenced this call on the caller's stream (direct mode, or the elision). */
+    fam->fenced_epoch = -1;
+    if (!captured && (tide_cuda_mp_direct_l(pp) > 0 || is.late != NULL) &&
+        cudaStreamGetId(caller, &fam->fenced_stream) == cudaSuccess)
+        fam->fenced_epoch = (int64_t)e;
+    (void)cudaGetLastError();
     tide_cuda_stats_end(&c->st, t_enqueue, &fam->stats);
     return TIDE_SUCCESS;
 }

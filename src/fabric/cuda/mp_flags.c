@@ -180,11 +180,15 @@ static tide_result_t wait_kernels(const uint32_t *abort_word, cudaStream_t s,
 }
 
 tide_result_t tide_cuda_mp_flags_wait(tide_mp_arena_t *a, cudaStream_t s, const CUdeviceptr *flag,
-                                      int count, uint64_t value, uint64_t *waits_out) {
+                                      int count, uint64_t value, tide_cuda_stats_t *st) {
     if (count <= 0) return TIDE_SUCCESS;
-    *waits_out += (uint64_t)count;
     /* The set's word: a view waits on the set's segments and fails with the set (mp_view.c). */
     const uint32_t *abort_word = tide_cuda_mp_set_of(a)->abort_dev;
+    const int per_call = abort_word != NULL ? TIDE_MP_GRAPH_WAIT_MAX : MEMOP_BATCH;
+    if (st != NULL) {
+        st->waits += (uint64_t)count;
+        st->wait_calls += (uint64_t)((count + per_call - 1) / per_call);
+    }
     if (abort_word != NULL) return wait_kernels(abort_word, s, flag, count, value);
     if (count == 1) {
         const CUresult e =
@@ -204,5 +208,22 @@ tide_result_t tide_cuda_mp_flags_wait(tide_mp_arena_t *a, cudaStream_t s, const 
         const CUresult e = cuStreamBatchMemOp((CUstream)s, (unsigned)k, ops, 0);
         if (e != CUDA_SUCCESS) return cu_failed(e, "cuStreamBatchMemOp(wait)");
     }
+    return TIDE_SUCCESS;
+}
+
+tide_result_t tide_cuda_mp_wait_runs(const tide_mp_prepared_t *pp, const tide_sched_cmd_t *cmds,
+                                     int n, uint8_t **defer_out) {
+    *defer_out = NULL;
+    bool on = true;
+    TIDE_CHECK(tide_fabric_wait_runs_env(&on));
+    if (!on) return TIDE_SUCCESS;
+    uint8_t *d = malloc((size_t)n + 1);
+    if (d == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: runs of %d commands", n);
+    const tide_result_t res = tide_sched_wait_runs(cmds, n, pp->sched.num_threads, d, NULL);
+    if (res != TIDE_SUCCESS) {
+        free(d);
+        return res;
+    }
+    *defer_out = d;
     return TIDE_SUCCESS;
 }

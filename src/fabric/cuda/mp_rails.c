@@ -51,8 +51,7 @@ static tide_result_t cu_check(CUresult e, const char *what) {
  * (mp_flags.c, which names the failed operation). */
 static tide_result_t wait_geq(tide_mp_arena_t *a, cudaStream_t s, CUdeviceptr flag,
                               uint64_t value) {
-    uint64_t waits = 0;
-    return tide_cuda_mp_flags_wait(a, s, &flag, 1, value, &waits);
+    return tide_cuda_mp_flags_wait(a, s, &flag, 1, value, NULL);
 }
 
 static tide_result_t write_value(cudaStream_t s, CUdeviceptr flag, uint64_t value,

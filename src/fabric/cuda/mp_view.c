@@ -92,6 +92,7 @@ static tide_result_t fence_family_create(tide_mp_family_t *fam) {
     memset(fam, 0, sizeof(*fam));
     fam->coll = TIDE_COLL_ALL_GATHER;
     fam->last_epoch = -1;
+    fam->fenced_epoch = -1;
     fam->done_epoch[0] = fam->done_epoch[1] = -1;
     for (int p = 0; p < 2; ++p)
         TIDE_CUDA_CALL(cudaEventCreateWithFlags(&fam->done_ev[p], cudaEventDisableTiming),
@@ -199,6 +200,7 @@ static tide_result_t memops(cudaStream_t s, CUstreamBatchMemOpParams *ops, int k
                             tide_cuda_stats_t *st) {
     if (k == 0) return TIDE_SUCCESS;
     st->waits += (uint64_t)k;
+    ++st->wait_calls;
     const CUresult e = cuStreamBatchMemOp((CUstream)s, (unsigned)k, ops, 0);
     if (e != CUDA_SUCCESS)
         return TIDE_ERR(TIDE_ERR_FABRIC, "cuda mp fabric: cuStreamBatchMemOp(sibling fence): %d",
@@ -227,7 +229,7 @@ tide_result_t tide_cuda_mp_view_wait_siblings(tide_mp_arena_t *a, cudaStream_t c
                 /* Kernel waits (mp_flags.c): one per flag, each with its own value. */
                 const CUdeviceptr flag = tide_cuda_mp_family_done_flag(v, me, f);
                 TIDE_CHECK(
-                    tide_cuda_mp_flags_wait(a, caller, &flag, 1, (uint64_t)last + 1, &st->waits));
+                    tide_cuda_mp_flags_wait(a, caller, &flag, 1, (uint64_t)last + 1, st));
                 continue;
             }
             if (k == MEMOP_BATCH) {

@@ -367,6 +367,7 @@ static void family_init(tide_mp_family_t *fam, tide_collective_t coll) {
     memset(fam, 0, sizeof(*fam));
     fam->coll = coll;
     fam->last_epoch = -1;
+    fam->fenced_epoch = -1;
     fam->done_epoch[0] = fam->done_epoch[1] = -1;
 }
 

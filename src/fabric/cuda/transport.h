@@ -34,6 +34,13 @@ typedef struct tide_cuda_transport {
     /* WAIT (prev false) / WAIT_PREV (prev true): stream s waits for `slot` of this call or
      * of the previous one. */
     tide_result_t (*wait)(tide_cuda_call_t *c, cudaStream_t s, int slot, bool prev);
+    /* A run of WAITs (or WAIT_PREVs) of one thread (program/schedule.h, tide_sched_wait_runs):
+     * stream s waits for every slots[0 .. n) at once, as one stream operation where the
+     * transport can; NULL: the interpreter issues every wait alone, where it stands.  Only a
+     * transport whose waits poll memory may have it: an event wait binds the event's last
+     * record at enqueue, and a run is issued at its last wait's position. */
+    tide_result_t (*wait_run)(tide_cuda_call_t *c, cudaStream_t s, const int *slots, int n,
+                              bool prev);
     /* The caller stream of `rank` waits until every rank this transport fences finished call
      * `call` of the family (the fence of "A call"). */
     tide_result_t (*fence)(tide_cuda_call_t *c, int rank, int64_t call);
@@ -91,6 +98,10 @@ struct tide_cuda_call {
      * executor's epilogue instead. */
     const uint8_t *elide, *fused_land;
     bool skip_read_done, skip_call_done;
+    /* The command list's runs of waits (tide_sched_wait_runs: 1 = issued with the run's last
+     * wait), or NULL: every wait alone.  Used only with a transport's wait_run and one rank
+     * in this process. */
+    const uint8_t *wait_defer;
     cudaStream_t *stream; /* [local thread] */
     cudaEvent_t *start;   /* [local rank]: forks wait for it */
     cudaEvent_t *end;     /* [local thread]: joins record it */
@@ -169,12 +180,17 @@ tide_result_t tide_cuda_call_checked(const char *fabric, const tide_program_t *p
 void tide_cuda_call_ctas(const tide_binding_t *b, int *sum_ctas_out, int *landing_ctas_out);
 
 /* A transport's table from the common prefix p of its entries (p_record, p_wait, p_fence,
- * p_done, p_copy_batch) and its rail_put (or NULL). */
-#define TIDE_CUDA_TRANSPORT(name_, p, rail_put_)                                                   \
+ * p_done, p_copy_batch), its wait_run and its rail_put (each may be NULL). */
+#define TIDE_CUDA_TRANSPORT(name_, p, wait_run_, rail_put_)                                        \
     {                                                                                              \
-        .name = (name_), .record = p##_record, .wait = p##_wait, .fence = p##_fence,               \
-        .done = p##_done, .copy_batch = p##_copy_batch, .rail_put = (rail_put_)                    \
+        .name = (name_), .record = p##_record, .wait = p##_wait, .wait_run = (wait_run_),          \
+        .fence = p##_fence, .done = p##_done, .copy_batch = p##_copy_batch,                        \
+        .rail_put = (rail_put_)                                                                    \
     }
+
+/* The most waits of a run issued together; a longer run is issued in pieces of this many,
+ * each at its last wait's position. */
+#define TIDE_CUDA_WAIT_RUN_MAX 64
 
 /* The three transports (src/fabric/transport/). */
 extern const tide_cuda_transport_t tide_transport_local;

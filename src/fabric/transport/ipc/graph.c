@@ -102,4 +102,4 @@ static tide_result_t graph_copy_batch(tide_cuda_call_t *c, int k, int t) {
 }
 
 const tide_cuda_transport_t tide_transport_ipc_graph =
-    TIDE_CUDA_TRANSPORT("ipc-graph", graph, NULL);
+    TIDE_CUDA_TRANSPORT("ipc-graph", graph, NULL, NULL);

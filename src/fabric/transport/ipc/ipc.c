@@ -25,7 +25,7 @@ tide_result_t tide_transport_flag_write(tide_cuda_call_t *c, cudaStream_t s, CUd
 tide_result_t tide_transport_flag_wait(tide_cuda_call_t *c, cudaStream_t s, CUdeviceptr flag,
                                        uint64_t value) {
     const tide_transport_ipc_t *x = c->tp_ctx;
-    return tide_cuda_mp_flags_wait(x->a, s, &flag, 1, value, &c->st.waits);
+    return tide_cuda_mp_flags_wait(x->a, s, &flag, 1, value, &c->st);
 }
 
 tide_result_t tide_transport_flags_record(tide_cuda_call_t *c, cudaStream_t s, int slot) {
@@ -34,37 +34,61 @@ tide_result_t tide_transport_flags_record(tide_cuda_call_t *c, cudaStream_t s, i
         c, s, tide_cuda_mp_slot_flag(x->a, x->a->w->base.rank, x->fidx, slot), c->epoch + 1);
 }
 
-tide_result_t tide_transport_flags_wait(tide_cuda_call_t *c, cudaStream_t s, int slot, bool prev) {
-    const tide_transport_ipc_t *x = c->tp_ctx;
+/* The flag a wait on `slot` polls; false: nothing to wait for. */
+static bool slot_flag(const tide_transport_ipc_t *x, int slot, CUdeviceptr *flag) {
     int owner = x->pp->sched.slot_thread[slot] / TIDE_CUDA_Q;
     if (x->pp->rails.on) {
         /* mp.h: a put from another node is waited on in this rank's own flags, a credit of
          * another node not at all (its receive waits for it). */
         const uint8_t k = x->pp->rails.slot_kind[slot];
-        if (k == TIDE_MP_SLOT_SKIP) return TIDE_SUCCESS;
+        if (k == TIDE_MP_SLOT_SKIP) return false;
         if (k == TIDE_MP_SLOT_OWN) owner = x->a->w->base.rank;
     }
-    return tide_transport_flag_wait(c, s, tide_cuda_mp_slot_flag(x->a, owner, x->fidx, slot),
-                                    prev ? c->epoch : c->epoch + 1);
+    *flag = tide_cuda_mp_slot_flag(x->a, owner, x->fidx, slot);
+    return true;
+}
+
+tide_result_t tide_transport_flags_wait(tide_cuda_call_t *c, cudaStream_t s, int slot, bool prev) {
+    const tide_transport_ipc_t *x = c->tp_ctx;
+    CUdeviceptr flag;
+    if (!slot_flag(x, slot, &flag)) return TIDE_SUCCESS;
+    return tide_transport_flag_wait(c, s, flag, prev ? c->epoch : c->epoch + 1);
+}
+
+/* One cuStreamBatchMemOp (or one wait kernel per TIDE_MP_GRAPH_WAIT_MAX flags) for the run:
+ * on N processes sharing a GPU the stream memory operations of all ranks are what a call
+ * costs beyond its bytes (docs/performance.md, "The gap is per call, not per byte"). */
+tide_result_t tide_transport_flags_wait_run(tide_cuda_call_t *c, cudaStream_t s, const int *slots,
+                                            int n, bool prev) {
+    const tide_transport_ipc_t *x = c->tp_ctx;
+    CUdeviceptr flags[TIDE_CUDA_WAIT_RUN_MAX];
+    if (n > TIDE_CUDA_WAIT_RUN_MAX)
+        return TIDE_ERR(TIDE_ERR_INTERNAL, "cuda mp fabric: a run of %d waits (at most %d)", n,
+                        TIDE_CUDA_WAIT_RUN_MAX);
+    int k = 0;
+    for (int i = 0; i < n; ++i)
+        k += slot_flag(x, slots[i], &flags[k]);
+    return tide_cuda_mp_flags_wait(x->a, s, flags, k, prev ? c->epoch : c->epoch + 1, &c->st);
 }
 
 /* The caller's stream waits until the done flag of every rank it fences (tide_cuda_mp_fenced)
  * reached call + 1: tide_cuda_mp_flags_wait per FENCE_CHUNK ranks (one cuStreamBatchMemOp
- * each, or one wait kernel per TIDE_MP_GRAPH_WAIT_MAX). */
+ * each, or one wait kernel per TIDE_MP_GRAPH_WAIT_MAX).  The epilogue's fence of the call
+ * itself skips the own flag (ipc.h). */
 #define FENCE_CHUNK 128
 tide_result_t tide_transport_flags_fence(tide_cuda_call_t *c, int rank, int64_t call) {
     const tide_transport_ipc_t *x = c->tp_ctx;
     const int n = x->a->w->base.ranks, f = tide_cuda_mp_family_index(x->a, x->fam);
     const cudaStream_t caller = tide_cuda_call_caller(c, rank);
+    const int own = call == (int64_t)c->epoch ? rank : -1;
     CUdeviceptr flags[FENCE_CHUNK];
     int k = 0;
     for (int r = 0; r <= n; ++r) {
         if (k == FENCE_CHUNK || (r == n && k > 0)) {
-            TIDE_CHECK(
-                tide_cuda_mp_flags_wait(x->a, caller, flags, k, (uint64_t)call + 1, &c->st.waits));
+            TIDE_CHECK(tide_cuda_mp_flags_wait(x->a, caller, flags, k, (uint64_t)call + 1, &c->st));
             k = 0;
         }
-        if (r < n && tide_cuda_mp_fenced(x->a, r))
+        if (r < n && r != own && tide_cuda_mp_fenced(x->a, r))
             flags[k++] = tide_cuda_mp_family_done_flag(x->a, r, f);
     }
     return TIDE_SUCCESS;
@@ -99,4 +123,5 @@ tide_result_t tide_transport_flags_rail_put(tide_cuda_call_t *c, int id, cudaStr
 }
 
 const tide_cuda_transport_t tide_transport_ipc =
-    TIDE_CUDA_TRANSPORT("ipc", tide_transport_flags, tide_transport_flags_rail_put);
+    TIDE_CUDA_TRANSPORT("ipc", tide_transport_flags, tide_transport_flags_wait_run,
+                        tide_transport_flags_rail_put);

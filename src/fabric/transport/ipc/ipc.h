@@ -28,6 +28,10 @@ tide_result_t tide_transport_flag_wait(tide_cuda_call_t *c, cudaStream_t s, CUde
 /* The entries of a flag transport (ipc, nccl). */
 tide_result_t tide_transport_flags_record(tide_cuda_call_t *c, cudaStream_t s, int slot);
 tide_result_t tide_transport_flags_wait(tide_cuda_call_t *c, cudaStream_t s, int slot, bool prev);
+tide_result_t tide_transport_flags_wait_run(tide_cuda_call_t *c, cudaStream_t s, const int *slots,
+                                            int n, bool prev);
+/* A fence of the call itself (call == c->epoch, the epilogue's) leaves out the rank's own done
+ * flag: tide_transport_flags_done wrote it on the same caller stream just before. */
 tide_result_t tide_transport_flags_fence(tide_cuda_call_t *c, int rank, int64_t call);
 tide_result_t tide_transport_flags_done(tide_cuda_call_t *c, int rank);
 tide_result_t tide_transport_flags_copy_batch(tide_cuda_call_t *c, int k, int t);

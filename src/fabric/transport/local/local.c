@@ -53,4 +53,4 @@ static tide_result_t local_copy_batch(tide_cuda_call_t *c, int b, int t) {
                                op->kind, "tide_cuda_batch_copy");
 }
 
-const tide_cuda_transport_t tide_transport_local = TIDE_CUDA_TRANSPORT("local", local, NULL);
+const tide_cuda_transport_t tide_transport_local = TIDE_CUDA_TRANSPORT("local", local, NULL, NULL);

@@ -15,4 +15,5 @@
 #include "fabric/transport/ipc/ipc.h"
 
 const tide_cuda_transport_t tide_transport_nccl =
-    TIDE_CUDA_TRANSPORT("nccl", tide_transport_flags, tide_transport_flags_rail_put);
+    TIDE_CUDA_TRANSPORT("nccl", tide_transport_flags, tide_transport_flags_wait_run,
+                        tide_transport_flags_rail_put);
