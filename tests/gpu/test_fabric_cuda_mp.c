@@ -300,26 +300,56 @@ static bool child_case(tide_comm_t comm, case_t *c, int r, cudaStream_t s, char 
     /* cudaMemcpy from pageable memory may return before its DMA landed, and the calls run
      * on a non-blocking stream: finish the uploads first. */
     CHILD_CU(cudaDeviceSynchronize(), "cudaDeviceSynchronize(uploads)");
-    /* Calls back to back on the rank's stream; outputs copied out on it after each call. */
+    /* Calls back to back on the rank's stream; outputs copied out on it after each call.
+     * Call 2 of each collective runs on a second stream, ordered with the first by events as
+     * a caller must: the call after one on another stream keeps its start fence unless the
+     * other stream's end fence completed (mp_execute.c, fence_implied), and call 3 comes
+     * back. */
+    cudaStream_t s2 = NULL;
+    cudaEvent_t hop[2] = {NULL, NULL};
+    CHILD_CU(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking), "cudaStreamCreate(second)");
+    for (int k = 0; k < 2; ++k)
+        CHILD_CU(cudaEventCreateWithFlags(&hop[k], cudaEventDisableTiming), "cudaEventCreate");
     for (int e = 0; e < CALLS; ++e) {
         void *land = NULL;
-        CHILD_CK(tide_all_gather(grp, dshard[e], e % 2, s), "all_gather");
+        const cudaStream_t on = e == 2 ? s2 : s;
+        if (on != s) {
+            CHILD_CU(cudaEventRecord(hop[0], s), "cudaEventRecord(hop)");
+            CHILD_CU(cudaStreamWaitEvent(on, hop[0], 0), "cudaStreamWaitEvent(hop)");
+        }
+        CHILD_CK(tide_all_gather(grp, dshard[e], e % 2, on), "all_gather");
         CHILD_CK(tide_group_landing(grp, e % 2, &land), "landing");
         CHILD_CU(cudaMemcpyAsync(hland + e * (c->land_bytes + 256), land, c->land_bytes,
-                                 cudaMemcpyDeviceToHost, s),
+                                 cudaMemcpyDeviceToHost, on),
                  "download landing");
+        if (on != s) {
+            CHILD_CU(cudaEventRecord(hop[1], on), "cudaEventRecord(hop back)");
+            CHILD_CU(cudaStreamWaitEvent(s, hop[1], 0), "cudaStreamWaitEvent(hop back)");
+        }
     }
     for (int e = 0; e < CALLS; ++e) {
+        const cudaStream_t on = e == 2 ? s2 : s;
+        if (on != s) {
+            CHILD_CU(cudaEventRecord(hop[0], s), "cudaEventRecord(hop)");
+            CHILD_CU(cudaStreamWaitEvent(on, hop[0], 0), "cudaStreamWaitEvent(hop)");
+        }
         CHILD_CK(tide_reduce_scatter(grp, (const void *const *)dgrad[e], dout, c->alpha,
-                                     c->accumulate[e], c->modes[e], s),
+                                     c->accumulate[e], c->modes[e], on),
                  "reduce_scatter");
         CHILD_CU(cudaMemcpyAsync(hout + e * (c->out_bytes + 256), dout, c->out_bytes,
-                                 cudaMemcpyDeviceToHost, s),
+                                 cudaMemcpyDeviceToHost, on),
                  "download out");
+        if (on != s) {
+            CHILD_CU(cudaEventRecord(hop[1], on), "cudaEventRecord(hop back)");
+            CHILD_CU(cudaStreamWaitEvent(s, hop[1], 0), "cudaStreamWaitEvent(hop back)");
+        }
     }
     CHILD_CK(tide_cuda_mp_sync(grp->arena, TIDE_COLL_ALL_GATHER), "sync AG");
     CHILD_CK(tide_cuda_mp_sync(grp->arena, TIDE_COLL_REDUCE_SCATTER), "sync RS");
     CHILD_CU(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    cudaStreamDestroy(s2);
+    for (int k = 0; k < 2; ++k)
+        cudaEventDestroy(hop[k]);
     tide_cuda_stats_t sa, sr;
     CHILD_CK(tide_cuda_mp_stats(grp->arena, TIDE_COLL_ALL_GATHER, &sa), "stats AG");
     CHILD_CK(tide_cuda_mp_stats(grp->arena, TIDE_COLL_REDUCE_SCATTER, &sr), "stats RS");
