@@ -517,6 +517,22 @@ static void test_env_switches(void **state) {
     setenv("TIDE_SYNC_ELIDE", "yes", 1);
     assert_tide(TIDE_ERR_INVALID_ARGUMENT, tide_fabric_sync_elide_env(true, &on));
     unsetenv("TIDE_SYNC_ELIDE");
+    /* TIDE_CUDA_MP_WAIT_RUNS: runs of waits as one operation unless "0". */
+    unsetenv("TIDE_CUDA_MP_WAIT_RUNS");
+    on = false;
+    assert_tide(TIDE_SUCCESS, tide_fabric_wait_runs_env(&on));
+    assert_true(on);
+    setenv("TIDE_CUDA_MP_WAIT_RUNS", "0", 1);
+    assert_tide(TIDE_SUCCESS, tide_fabric_wait_runs_env(&on));
+    assert_false(on);
+    setenv("TIDE_CUDA_MP_WAIT_RUNS", "1", 1);
+    assert_tide(TIDE_SUCCESS, tide_fabric_wait_runs_env(&on));
+    assert_true(on);
+    setenv("TIDE_CUDA_MP_WAIT_RUNS", "off", 1);
+    assert_tide(TIDE_ERR_INVALID_ARGUMENT, tide_fabric_wait_runs_env(&on));
+    assert_non_null(strstr(tide_get_last_error(),
+                           "TIDE_CUDA_MP_WAIT_RUNS is \"off\" (one of: 1, 0)"));
+    unsetenv("TIDE_CUDA_MP_WAIT_RUNS");
 }
 
 static void test_one_thread(void **state) {
