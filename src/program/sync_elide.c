@@ -12,6 +12,11 @@
  * of my output after my caller reached the call (modelled by the checker's operand entry).
  * This is a rule for this one program shape, not a general elision: anything outside it is
  * refused (TIDE_ERR_UNSUPPORTED) rather than guessed.
+ *
+ * The all-gather at M = 1 (no cast) needs no lowering: its copies into the peers' landings
+ * are ordinary ops of the program.  Its model keeps READY ("my landing is free for this
+ * call") and drops LANDED, CALLER_DONE and the copies' fused signals; the fence and the
+ * EVENTs after it are the reduce-scatter's.
  */
 #include "program/sync_elide.h"
 
@@ -37,8 +42,10 @@ static bool is_copy(const tide_op_t *op) {
     return op->kind == TIDE_OP_COPY || op->kind == TIDE_OP_COPY2D;
 }
 
+/* The counter that stays: STAGED (reduce-scatter), READY (all-gather). */
 static bool keep_counter(const se_t *s, int ctr) {
-    return ctr == TIDE_CTR_RS_STAGED && !(s->flags & TIDE_SYNC_ELIDE_DROP_STAGED);
+    const int kept = s->prog->coll == TIDE_COLL_ALL_GATHER ? TIDE_CTR_AG_READY : TIDE_CTR_RS_STAGED;
+    return ctr == kept && !(s->flags & TIDE_SYNC_ELIDE_DROP_STAGED);
 }
 
 /* The program is the shape the lowering knows (tide_sync_elide_shape, shared with the
@@ -101,6 +108,96 @@ static tide_result_t fused_lands(se_t *s, int rank, int id) {
     return TIDE_SUCCESS;
 }
 
+/* The end-of-call fence written out (sync_elide.h) on the queues qs[0 .. nqs) of rank r,
+ * then the late ops: the RS output's padding ZEROs (of `net`, or none) and the EVENTs
+ * (every event for the RS; the all-gather's own EVENT ops, in program order). */
+static tide_result_t add_fence(se_t *s, int r, const tide_queue_t *qs, int nqs,
+                               const tide_queue_ops_t *net) {
+    const bool ag = s->prog->coll == TIDE_COLL_ALL_GATHER;
+    const int ctr_queues = ag ? TIDE_SYNC_ELIDE_AG_CTR_QUEUES : TIDE_SYNC_ELIDE_CTR_QUEUES;
+    int nq = 0;
+    for (int k = 0; k < nqs; ++k)
+        if (s->model.ranks[r].queues[qs[k]].num_ops > 0) {
+            const tide_op_t sig = tide_op_signal(r, ctr_queues);
+            TIDE_CHECK(push(s, r, qs[k], &sig));
+            ++nq;
+        }
+    tide_op_t w = tide_op_wait(r, ctr_queues, nq, nq);
+    if (nq > 0) TIDE_CHECK(push(s, r, TIDE_Q_CALLER, &w));
+    for (int i = 1; i <= s->n; ++i) {
+        const tide_op_t sig = tide_op_signal((r + i) % s->n, TIDE_SYNC_ELIDE_CTR_FENCE);
+        TIDE_CHECK(push(s, r, TIDE_Q_CALLER, &sig));
+    }
+    w = tide_op_wait(r, TIDE_SYNC_ELIDE_CTR_FENCE, s->n, s->n);
+    TIDE_CHECK(push(s, r, TIDE_Q_CALLER, &w));
+    /* The output's padding is zeroed after every landing of it in the program; the peers'
+     * fused sums write those bytes too, and only the barriers ordered them before the ZERO.
+     * The fence does now (the proposal as first written missed this). */
+    for (int i = 0; net != NULL && i < net->num_ops; ++i)
+        if (net->ops[i].kind == TIDE_OP_ZERO) TIDE_CHECK(push(s, r, TIDE_Q_CALLER, &net->ops[i]));
+    if (ag) {
+        const tide_rank_program_t *rp = &s->prog->ranks[r];
+        for (int q = 0; q < TIDE_Q_COUNT; ++q)
+            for (int i = 0; i < rp->queues[q].num_ops; ++i)
+                if (rp->queues[q].ops[i].kind == TIDE_OP_EVENT)
+                    TIDE_CHECK(push(s, r, TIDE_Q_CALLER, &rp->queues[q].ops[i]));
+        return TIDE_SUCCESS;
+    }
+    for (int e = 0; e < TIDE_EVENT_COUNT; ++e) {
+        tide_op_t ev = tide_op_new(TIDE_OP_EVENT);
+        ev.event = (uint8_t)e;
+        TIDE_CHECK(push(s, r, TIDE_Q_CALLER, &ev));
+    }
+    return TIDE_SUCCESS;
+}
+
+/* The all-gather at M = 1 as the fabrics run it elided (sync_elide_plan.c): every copy as it
+ * is (the copies into the peers' landings are ordinary ops of this program), their fused
+ * signals and every WAIT / SIGNAL on a counter other than READY dropped, the EVENTs after
+ * the fence.  An op of another kind (a cast) is outside the shape the elision runs. */
+static tide_result_t lower_ag_rank(se_t *s, int r) {
+    const tide_rank_program_t *rp = &s->prog->ranks[r];
+    const bool fence = !(s->flags & TIDE_SYNC_ELIDE_NO_FENCE);
+    static const tide_queue_t qs[] = {TIDE_Q_READY, TIDE_Q_CALLER, TIDE_Q_CE, TIDE_Q_DONE};
+    for (int k = 0; k < 4; ++k) {
+        const tide_queue_t q = qs[k];
+        for (int i = 0; i < rp->queues[q].num_ops; ++i) {
+            const tide_op_t *op = &rp->queues[q].ops[i];
+            switch (op->kind) {
+            case TIDE_OP_WAIT:
+            case TIDE_OP_SIGNAL:
+                TIDE_CHECK(sync_op(s, r, q, op));
+                break;
+            case TIDE_OP_COPY:
+            case TIDE_OP_COPY2D: {
+                tide_op_t x = *op;
+                if (x.sig_rank >= 0 && !keep_counter(s, x.ctr)) {
+                    ++s->st.signals_dropped;
+                    x.sig_rank = -1;
+                    x.ctr = 0;
+                } else if (x.sig_rank >= 0) {
+                    ++s->st.signals_kept;
+                }
+                TIDE_CHECK(push(s, r, q, &x));
+                break;
+            }
+            case TIDE_OP_EVENT: /* after the fence, unless there is none */
+                if (!fence) TIDE_CHECK(push(s, r, q, op));
+                break;
+            default:
+                return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
+                                "sync elide: all-gather op %d of rank %d queue %s is a %d, not "
+                                "a copy, wait, signal or event",
+                                i, r, tide_queue_name(q), (int)op->kind);
+            }
+        }
+    }
+    if (rp->queues[TIDE_Q_READ].num_ops + rp->queues[TIDE_Q_NET].num_ops > 0)
+        return TIDE_ERR(TIDE_ERR_UNSUPPORTED, "sync elide: rank %d's all-gather uses the "
+                                              "read or net queue (not M = 1)", r);
+    return fence ? add_fence(s, r, qs, 4, NULL) : TIDE_SUCCESS;
+}
+
 static tide_result_t lower_rank(se_t *s, int r) {
     const tide_rank_program_t *rp = &s->prog->ranks[r];
     /* Same table indices as the program: the SUM ops keep theirs. */
@@ -141,37 +238,17 @@ static tide_result_t lower_rank(se_t *s, int r) {
             }
         }
     }
-    if (!fence) return TIDE_SUCCESS;
-    int nq = 0;
-    for (int k = 0; k < 3; ++k)
-        if (s->model.ranks[r].queues[qs[k]].num_ops > 0) {
-            const tide_op_t sig = tide_op_signal(r, TIDE_SYNC_ELIDE_CTR_QUEUES);
-            TIDE_CHECK(push(s, r, qs[k], &sig));
-            ++nq;
-        }
-    tide_op_t w = tide_op_wait(r, TIDE_SYNC_ELIDE_CTR_QUEUES, nq, nq);
-    if (nq > 0) TIDE_CHECK(push(s, r, TIDE_Q_CALLER, &w));
-    for (int i = 1; i <= s->n; ++i) {
-        const tide_op_t sig = tide_op_signal((r + i) % s->n, TIDE_SYNC_ELIDE_CTR_FENCE);
-        TIDE_CHECK(push(s, r, TIDE_Q_CALLER, &sig));
-    }
-    w = tide_op_wait(r, TIDE_SYNC_ELIDE_CTR_FENCE, s->n, s->n);
-    TIDE_CHECK(push(s, r, TIDE_Q_CALLER, &w));
-    /* The output's padding is zeroed after every landing of it in the program; the peers'
-     * fused sums write those bytes too, and only the barriers ordered them before the ZERO.
-     * The fence does now (the proposal as first written missed this). */
-    const tide_queue_ops_t *net = &rp->queues[TIDE_Q_NET];
-    for (int i = 0; i < net->num_ops; ++i)
-        if (net->ops[i].kind == TIDE_OP_ZERO) TIDE_CHECK(push(s, r, TIDE_Q_CALLER, &net->ops[i]));
-    for (int e = 0; e < TIDE_EVENT_COUNT; ++e) {
-        tide_op_t ev = tide_op_new(TIDE_OP_EVENT);
-        ev.event = (uint8_t)e;
-        TIDE_CHECK(push(s, r, TIDE_Q_CALLER, &ev));
-    }
-    return TIDE_SUCCESS;
+    return fence ? add_fence(s, r, qs, 3, &rp->queues[TIDE_Q_NET]) : TIDE_SUCCESS;
 }
 
 static tide_result_t build(se_t *s) {
+    if (s->prog->coll == TIDE_COLL_ALL_GATHER) {
+        TIDE_CHECK(tide_program_init(s->prog->plan, s->prog->coll, s->prog->mode, &s->model));
+        memcpy(s->model.bank_bytes, s->prog->bank_bytes, sizeof(s->model.bank_bytes));
+        for (int r = 0; r < s->n; ++r)
+            TIDE_CHECK(lower_ag_rank(s, r));
+        return TIDE_SUCCESS;
+    }
     TIDE_CHECK(tide_schedule_layout(s->prog, &s->sched));
     TIDE_CHECK(
         tide_direct_analyse(s->prog, &s->sched, TIDE_DIRECT_SUM | TIDE_DIRECT_FUSE, NULL, &s->dir));
@@ -198,10 +275,10 @@ tide_result_t tide_sync_elide_model(const tide_program_t *prog, int flags,
                    "sync elide: program and model_out must be non-NULL");
     TIDE_ARG_CHECK((flags & ~(TIDE_SYNC_ELIDE_DROP_STAGED | TIDE_SYNC_ELIDE_NO_FENCE)) == 0,
                    "sync elide: unknown flags 0x%x", (unsigned)flags);
-    if (prog->coll != TIDE_COLL_REDUCE_SCATTER || prog->fence != 0 || prog->plan->topo.nodes != 1 ||
-        prog->plan->topo.gpus_per_node < 2)
+    if (prog->fence != 0 || prog->plan->topo.nodes != 1 || prog->plan->topo.gpus_per_node < 2)
         return TIDE_ERR(TIDE_ERR_UNSUPPORTED,
-                        "sync elide: only reduce-scatter programs at M = 1, L >= 2");
+                        "sync elide: only reduce-scatter and all-gather programs at M = 1, "
+                        "L >= 2");
     se_t s;
     memset(&s, 0, sizeof(s));
     s.prog = prog;

@@ -12,7 +12,9 @@
  * file builds a *model* program: the compiled program as the fused direct fabric runs it,
  * with the proposed waits and signals removed and the fence written out as ordinary ops.
  * tide_program_check_ex with options.direct_operands = 1 then checks it.  The model is
- * analysis only: no fabric or executor runs it, and no fabric elides these ops yet.
+ * analysis only: no fabric or executor runs it; the fabrics run the commands of
+ * tide_sync_elide_build below.  The all-gather's model (no lowering: see
+ * tide_sync_elide_model) is checked without direct_operands.
  *
  * How the direct semantics are lowered into the IR (what the checker sees):
  *   - an elided push keeps its fused signal as a bare SIGNAL where it stood (as the fabrics
@@ -38,12 +40,15 @@
 
 enum {
     TIDE_SYNC_ELIDE_CTR_QUEUES = TIDE_CTR_AG_READY, /* a queue of the rank finished the call */
-    TIDE_SYNC_ELIDE_CTR_FENCE = TIDE_CTR_FENCE      /* a rank finished the call */
+    TIDE_SYNC_ELIDE_CTR_FENCE = TIDE_CTR_FENCE,     /* a rank finished the call */
+    /* The all-gather's model keeps READY: its queues' counter is one no all-gather uses. */
+    TIDE_SYNC_ELIDE_AG_CTR_QUEUES = TIDE_CTR_RS_PUSHED
 };
 
 enum {
     TIDE_SYNC_ELIDE_PROPOSAL = 0,    /* keep the STAGED waits and signals, drop the rest */
-    TIDE_SYNC_ELIDE_DROP_STAGED = 1, /* drop the STAGED ones as well (must fail the check) */
+    TIDE_SYNC_ELIDE_DROP_STAGED = 1, /* drop the STAGED ones (the all-gather's READY) as well
+                                      * (must fail the check) */
     TIDE_SYNC_ELIDE_NO_FENCE = 2     /* leave the fence out (ops and events stay) */
 };
 
@@ -58,7 +63,10 @@ typedef struct {
 /*
  * Build the model of `prog` (a reduce-scatter program at M = 1, L >= 2, compiled, not a
  * fence) as fused direct mode runs it, with the proposal's waits and signals removed (flags:
- * TIDE_SYNC_ELIDE_*).  The direct analysis is the fabrics' (tide_direct_analyse with
+ * TIDE_SYNC_ELIDE_*).  An all-gather program at M = 1, L >= 2 without a cast is modelled as
+ * the fabrics run its elision: its own ops, READY's waits and signals kept, every other wait
+ * and signal (a copy's fused one too) dropped, the fence with TIDE_SYNC_ELIDE_AG_CTR_QUEUES
+ * for the queues, its EVENTs after it (stats: no pushes elided, no landings fused).  The direct analysis is the fabrics' (tide_direct_analyse with
  * TIDE_DIRECT_SUM | TIDE_DIRECT_FUSE); TIDE_ERR_UNSUPPORTED when it does not elide every
  * push and fuse every landing, or the program has ops the lowering does not know.
  * *model_out (release with tide_program_free; it borrows prog's plan) and *stats_out (may be

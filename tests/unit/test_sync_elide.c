@@ -152,10 +152,77 @@ static void test_peer_operands_need_option(void **state) {
     tide_plan_destroy(plan);
 }
 
+/* The all-gather at M = 1 as the fabrics run its elision: only READY's waits and signals
+ * stay.  It passes every invariant over 3 calls; dropping READY as well fails (a peer's copy
+ * of the next call into my landing races with my caller's use of this call's landing, which
+ * the checker models at call-done), and so does no fence.  (Unlike the reduce-scatter's, a
+ * fence that skips the rank's own queues passes here: the copies stand on the caller queue
+ * itself, and the READY queue only signals.) */
+static void test_all_gather_model(void **state) {
+    (void)state;
+    for (int l = 2; l <= 8; l *= 2) {
+        tide_plan_t plan = test_plan_lane(1, l, 0, 0, TIDE_RS_IN_PLACE, TIDE_DTYPE_BF16,
+                                          TIDE_DTYPE_BF16, shapes, 4, TIDE_LANE_GENERIC);
+        tide_program_t prog, model;
+        assert_tide(TIDE_SUCCESS, tide_program_compile_ag(plan, &prog));
+        tide_check_report_t rep = check_model(&prog, 0);
+        assert_true(rep.ok);
+        tide_sync_elide_stats_t st;
+        assert_tide(TIDE_SUCCESS, tide_sync_elide_model(&prog, TIDE_SYNC_ELIDE_PROPOSAL, &model, &st));
+        int waits = 0, sigs = 0;
+        for (int r = 0; r < l; ++r)
+            for (int q = 0; q < TIDE_Q_COUNT; ++q)
+                for (int i = 0; i < model.ranks[r].queues[q].num_ops; ++i) {
+                    const tide_op_t *op = &model.ranks[r].queues[q].ops[i];
+                    if (op->kind <= TIDE_OP_COPY2D) assert_int_equal(op->sig_rank, -1);
+                    if (op->kind != TIDE_OP_WAIT && op->kind != TIDE_OP_SIGNAL) continue;
+                    if (op->ctr == TIDE_SYNC_ELIDE_AG_CTR_QUEUES ||
+                        op->ctr == TIDE_SYNC_ELIDE_CTR_FENCE)
+                        continue;
+                    assert_int_equal(op->ctr, TIDE_CTR_AG_READY);
+                    ++*(op->kind == TIDE_OP_WAIT ? &waits : &sigs);
+                }
+        assert_int_equal(waits, st.waits_kept);
+        assert_int_equal(sigs, st.signals_kept);
+        assert_int_equal(sigs, l * l); /* every rank tells every rank, itself included */
+        assert_true(waits >= l);
+        assert_true(st.waits_dropped > 0 && st.signals_dropped > 0);
+        assert_int_equal(st.pushes_elided + st.landings_fused, 0);
+        rep = check_model(&model, 0);
+        if (!rep.ok) print_error("AG L = %d: %s\n", l, rep.message);
+        assert_true(rep.ok);
+        printf("AG L = %d: kept %d waits, %d signals; dropped %d waits, %d signals; %s\n", l,
+               st.waits_kept, st.signals_kept, st.waits_dropped, st.signals_dropped,
+               rep.message);
+        const tide_check_options_t sampled = {3, 16, 7, 0, 1, 0};
+        assert_tide(TIDE_SUCCESS, tide_program_check_ex(&model, &sampled, &rep));
+        assert_true(rep.ok);
+        tide_program_free(&model);
+
+        assert_tide(TIDE_SUCCESS,
+                    tide_sync_elide_model(&prog, TIDE_SYNC_ELIDE_DROP_STAGED, &model, &st));
+        assert_int_equal(st.waits_kept + st.signals_kept, 0);
+        rep = check_model(&model, 0);
+        printf("  without READY: %s: %s\n", tide_check_invariant_name(rep.violated), rep.message);
+        assert_false(rep.ok);
+        tide_program_free(&model);
+
+        assert_tide(TIDE_SUCCESS, tide_sync_elide_model(&prog, TIDE_SYNC_ELIDE_NO_FENCE, &model, &st));
+        rep = check_model(&model, 0);
+        printf("  without the fence: %s: %s\n", tide_check_invariant_name(rep.violated),
+               rep.message);
+        assert_false(rep.ok);
+        tide_program_free(&model);
+        tide_program_free(&prog);
+        tide_plan_destroy(plan);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reduced_passes),
         cmocka_unit_test(test_peer_operands_need_option),
+        cmocka_unit_test(test_all_gather_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
