@@ -405,6 +405,23 @@ int main(int argc, char **argv) {
     std::printf("sum L=8 bf16, TIDE_SUM_AUTO with its defaults:\n");
     for (int c : {4, 16})
         run_sum("sum auto (defaults)", {TIDE_SUM_AUTO, c, 0, 0, 0, 0, 0, 0}, segs_big, nseg_big);
+    /* The per-CTA rate against the number of sources: the M = 1 solver sizes the sum with
+     * one BW_sum for every L (src/plan/solver.c), measured here at L = 8.  Fewer sources
+     * put fewer bytes in flight per output element; these rows show what that costs. */
+    std::printf("sum bf16 by L, TIDE_SUM_AUTO with its defaults, 1 Mi-element segments:\n");
+    for (int l : {2, 4, 8})
+        for (int c : {4, 16, 28}) {
+            char name[40];
+            std::snprintf(name, sizeof name, "sum auto L=%d", l);
+            const double bytes = (double)E * (l * 2 + 4);
+            tide_sum_launch_t cfg = {TIDE_SUM_AUTO, c, 0, 0, 0, 0, 0, 0};
+            double ms = median_ms([&](int i) {
+                tide_sum_args_t a = sum_args(i % nsets, segs_big, nseg_big);
+                a.num_staged = l - 1;
+                CUDA_OK(tide_cuda_sum_launch(&a, &cfg, 0));
+            });
+            record(name, c, 0, bytes, ms);
+        }
     if (!quick) std::printf("sum L=8 bf16, 16 Ki-element segments:\n");
     for (int c : {4, 16}) {
         if (quick) break;
