@@ -19,8 +19,9 @@
  * Usage: bench_kernels [reps] [--sum-only] [--tune] [--quick] [--sweep] [--profile C]
  *   reps        timed launches per row (default 20)
  *   --sum-only  skip the landing and the cast
- *   --quick     the bit check, then only the default sum (TIDE_SUM_AUTO) at 4 and 16 CTAs;
- *               implies --sum-only (a check of the default's speed in about 20 s)
+ *   --quick     the bit check, then only the default sum (TIDE_SUM_AUTO) at 4 and 16 CTAs
+ *               and at L = 2..8 sources with 4, 16 and 28 CTAs; implies --sum-only (a check
+ *               of the default's speed in about 30 s)
  *   --tune      also sweep the TMA sum's internal options (producer warps, consumer threads,
  *               stage size, consumer layout, NaN select) and probes that release every stage
  *               unread (the copy engine alone)
@@ -409,7 +410,7 @@ int main(int argc, char **argv) {
      * one BW_sum for every L (src/plan/solver.c), measured here at L = 8.  Fewer sources
      * put fewer bytes in flight per output element; these rows show what that costs. */
     std::printf("sum bf16 by L, TIDE_SUM_AUTO with its defaults, 1 Mi-element segments:\n");
-    for (int l : {2, 4, 8})
+    for (int l = 2; l <= 8; ++l)
         for (int c : {4, 16, 28}) {
             char name[40];
             std::snprintf(name, sizeof name, "sum auto L=%d", l);
