@@ -38,11 +38,17 @@
  * or the watchdog at TIDE_TIMEOUT_MS) is itself the release: every wait kernel of every
  * process returns within a few microseconds of it, whatever the hardware queues hold.  The
  * device poison of "device" is still written (harmless, and it releases the memory-op waits
- * of anything outside these entries).  What it costs: a kernel launch per wait instead of a stream memory
- * operation (measured the slowest of the three on one H100 at N = 8 processes under MPS:
- * reduce-scatter 2.207 ms against 2.111 host and 2.010 device, bench/results/h100-2026-12-06h), an SM slot per spinning wait (one thread each; nothing in the fabric needs its
- * kernels co-resident, so a waiter never keeps the work it waits for off the GPU), and one
- * PCIe read of the abort word per 32 spins.
+ * of anything outside these entries).  What it costs: a kernel launch per wait instead of a
+ * stream memory operation (a run of waits is one launch: tide_cuda_mp_wait_runs), an SM slot
+ * per spinning wait (one thread each; nothing in the fabric needs its kernels co-resident, so
+ * a waiter never keeps the work it waits for off the GPU), and one PCIe read of the abort
+ * word per 32 spins.  Measured on one H100 under MPS (386 MiB layer,
+ * bench/results/h100-2026-12-07c): as fast as host flags or faster at N = 2, 4 and 8 (AG
+ * 80.0 / 82.4 / 84.0% of the HBM roofline against 79.8 / 82.0 / 82.6%); before runs were
+ * batched and implied start fences left out they were the slowest of the three (N = 8 RS
+ * 2.207 ms against 2.111 host and 2.010 device, bench/results/h100-2026-12-06h).  Host flags
+ * stay the default until the whole GPU suite has run with kernel waits as the default
+ * (docs/performance.md, "Kernel waits against host flags").
  *
  * Which waits: the ipc transport's waits and fences (ipc.c), a view's sibling fence
  * (mp_view.c) and the emulated rail transport's waits (mp_rails.c) all go through
