@@ -129,7 +129,7 @@ typedef struct {
     int staging_slots;    /* n_stg in [1, TIDE_MAX_STAGING_SLOTS]; 0 = 2 */
     tide_rs_mode_t mode;  /* TIDE_RS_IN_PLACE (default) or TIDE_RS_SLOT_REUSE: the group's mode */
     int sum_ctas;         /* Level-1 sum CTA budget; 0 = the planner's: 4, or at M = 1 sized
-                             for NVLink (tide_solve with bw_link_gbps = 450, bw_sum_gbps = 99) */
+                             for NVLink (tide_solve with bw_link_gbps = 450, bw_sum_gbps = 0) */
     int landing_ctas;     /* landing CTA budget; 0 = solver/default (4) */
     int multicast;        /* 1: plan for NCCL multicast (descriptor counts, tide-plan); 0: unicast.
                              No fabric built so far issues multicast: the cpu and cuda fabrics
@@ -291,7 +291,9 @@ typedef struct {
     int passes;                 /* n_part; 0 = 1 */
     tide_dtype_t grad_dtype;    /* b_grad */
     double bw_nic_gbps;         /* sustained per-rail throughput, GB/s */
-    double bw_sum_gbps;         /* Level-1 sum rate per CTA, GB/s (read + write) */
+    double bw_sum_gbps;         /* Level-1 sum rate per CTA, GB/s (read + write); 0 = the
+                                   library's: the paper's 99 at L = 8 bf16 sources, scaled by
+                                   the default sum's measured rate over L (docs/tide-plan.md) */
     double bw_land_gbps;        /* landing rate per CTA, GB/s */
     double bw_cap_gbps;         /* landing fabric ceiling, GB/s */
     double t_round_ms;          /* calibrated per-round wait overhead */

@@ -305,6 +305,21 @@ def test_solve_one_node_link(gpus, dtype):
         tide.solve(1, gpus, fp32_shard_bytes=8 << 20, bw_link_gbps=-5.0, **cal)
 
 
+@pytest.mark.parametrize("gpus,dtype,want", [(2, "bf16", 33), (4, "bf16", 15), (8, "bf16", 10),
+                                             (2, "fp32", 21), (4, "fp32", 12)])
+def test_solve_default_calibration(gpus, dtype, want):
+    """bw_sum_gbps 0 (DEFAULT_CALIBRATION): the library's rate per sum CTA for L sources, the
+    paper's 99 at L = 8 scaled by the measured rate over L (bf16; fp32 keeps 99), the rate the
+    planner's default C_sum at M = 1 uses (test_solver.c checks that default)."""
+    assert tide.DEFAULT_CALIBRATION["bw_sum_gbps"] == 0
+    out = tide.solve(1, gpus, fp32_shard_bytes=8 << 20, grad_dtype=dtype,
+                     bw_link_gbps=tide.LINK_RATE_GBPS, **tide.DEFAULT_CALIBRATION)
+    assert out["sum_ctas"] == want
+    paper = tide.solve(1, gpus, fp32_shard_bytes=8 << 20, grad_dtype=dtype,
+                       bw_link_gbps=tide.LINK_RATE_GBPS, **tide.PAPER_CALIBRATION)
+    assert out["sum_ctas"] >= paper["sum_ctas"]  # the rate never exceeds the paper's
+
+
 def test_solve_errors():
     with pytest.raises(tide.TideError) as err:
         tide.solve(8, 8, fp32_shard_bytes=1 << 20, **dict(tide.PAPER_CALIBRATION,

@@ -15,8 +15,8 @@ from ._lib import Result, TideError, library_path
 from ._lib import (ARENA_ALIGN, MAX_GPUS_PER_NODE, MAX_NODES, MAX_PARAMS, MAX_PASSES,
                    MAX_ROUND_WIDTH, VERSION_CODE)
 from .collectives import Group, World, alpha_avg, alpha_divide, numpy_dtype
-from .plan import (LINK_RATE_GBPS, PAPER_CALIBRATION, REGION_NAMES, Config, ParamGeometry,
-                   Plan, Region, memory_bounds, solve, validate_schedule)
+from .plan import (DEFAULT_CALIBRATION, LINK_RATE_GBPS, PAPER_CALIBRATION, REGION_NAMES, Config,
+                   ParamGeometry, Plan, Region, memory_bounds, solve, validate_schedule)
 
 __version__ = "0.1.0"
 
@@ -40,7 +40,7 @@ def error_string(code):
 
 
 __all__ = [
-    "ARENA_ALIGN", "Config", "Group", "LINK_RATE_GBPS", "MAX_GPUS_PER_NODE", "MAX_NODES",
+    "ARENA_ALIGN", "Config", "DEFAULT_CALIBRATION", "Group", "LINK_RATE_GBPS", "MAX_GPUS_PER_NODE", "MAX_NODES",
     "MAX_PARAMS", "MAX_PASSES", "MAX_ROUND_WIDTH", "PAPER_CALIBRATION", "ParamGeometry", "Plan",
     "REGION_NAMES", "Region", "Result", "TideError", "VERSION_CODE", "World", "alpha_avg",
     "alpha_divide", "error_string", "library_path", "memory_bounds", "numpy_dtype", "solve",

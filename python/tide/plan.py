@@ -29,6 +29,10 @@ REGION_NAMES = ("landing0", "landing1", "recv_stage", "resident", "staging", "ou
 # CTA under a 90 GB/s ceiling, 1.3 ms per round.  Pass as solve(..., **PAPER_CALIBRATION).
 PAPER_CALIBRATION = dict(bw_nic_gbps=47.5, bw_sum_gbps=99.0, bw_land_gbps=21.0,
                          bw_cap_gbps=90.0, t_round_ms=1.3)
+# What tide.fsdp sizes its groups with: the paper's rates, but the sum's rate per CTA is the
+# library's (bw_sum_gbps 0: the paper's 99 at L = 8 sources, scaled by the default sum's
+# measured rate over L; docs/tide-plan.md), which the C planner's defaults use too.
+DEFAULT_CALIBRATION = dict(PAPER_CALIBRATION, bw_sum_gbps=0.0)
 # Per-GPU NVLink 4 ingress through NVSwitch (H100 / H200 SXM: 18 links x 25 GB/s per
 # direction): what the sum keeps pace with on one node (solve's bw_link_gbps; the planner's
 # default C_sum at M = 1 uses the same rate, src/plan/plan.h).
@@ -336,9 +340,10 @@ def memory_bounds(nodes, gpus_per_node, round_width, inbox_generations):
 def solve(nodes, gpus_per_node, *, fp32_shard_bytes, bw_nic_gbps, bw_sum_gbps, bw_land_gbps,
           bw_cap_gbps, t_round_ms, wave_width=0, passes=0, grad_dtype="bf16", bw_link_gbps=0.0):
     """The sizing solver (App. G, eqs. 13-14): dict of round_width (k), sum_ctas,
-    landing_ctas, t_nic_ms, rounds.  The paper's rates are in PAPER_CALIBRATION.
-    bw_link_gbps (per-GPU NVLink ingress; 0: not given) sizes sum_ctas at nodes = 1, where
-    no rail paces the sum (LINK_RATE_GBPS is NVLink 4's)."""
+    landing_ctas, t_nic_ms, rounds.  The paper's rates are in PAPER_CALIBRATION, tide.fsdp's
+    in DEFAULT_CALIBRATION.  bw_sum_gbps 0 takes the library's rate per sum CTA for
+    gpus_per_node sources.  bw_link_gbps (per-GPU NVLink ingress; 0: not given) sizes
+    sum_ctas at nodes = 1, where no rail paces the sum (LINK_RATE_GBPS is NVLink 4's)."""
     i32 = (-2**31, 2**31 - 1)
     floats = {}
     for name, v in (("bw_nic_gbps", bw_nic_gbps), ("bw_sum_gbps", bw_sum_gbps),

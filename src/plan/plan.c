@@ -75,7 +75,8 @@ static tide_result_t resolve_tuning(const tide_topo_t *topo, size_t grad_item, t
      * not the rail-fed default.  An unknown gradient dtype is refused by the geometry. */
     if (c->sum_ctas == 0 && m == 1 && (grad_item == 2 || grad_item == 4))
         TIDE_CHECK(tide_solve_local_sum_ctas(l, grad_item, TIDE_PLAN_BW_LINK_GBPS,
-                                             TIDE_PLAN_BW_SUM_GBPS, &c->sum_ctas));
+                                             tide_plan_bw_sum_gbps(l, grad_item),
+                                             &c->sum_ctas));
     if (c->sum_ctas == 0) c->sum_ctas = PLAN_DEFAULT_SUM_CTAS;
     if (c->landing_ctas == 0) c->landing_ctas = PLAN_DEFAULT_LANDING_CTAS;
     if (c->lane == TIDE_LANE_AUTO) c->lane = rail_ok ? TIDE_LANE_RAIL : TIDE_LANE_GENERIC;

@@ -237,9 +237,13 @@ tide_result_t tide_solve_local_sum_ctas(int gpus_per_node, size_t grad_item, dou
                                         double bw_sum_gbps, int *out);
 /* The rates the planner sizes a default C_sum with at M = 1: NVLink 4's 450 GB/s per
  * direction per GPU (H100 / H200 SXM through NVSwitch), and the paper's 99 GB/s per sum CTA
- * (App. G calibration). */
+ * (App. G calibration, a sum over L = 8 sources), scaled by L (tide_plan_bw_sum_gbps). */
 #define TIDE_PLAN_BW_LINK_GBPS 450.0
 #define TIDE_PLAN_BW_SUM_GBPS 99.0
+/* BW_sum for a default C_sum at M = 1 with L local sources of grad_item-byte gradients:
+ * TIDE_PLAN_BW_SUM_GBPS times the default sum's measured rate per CTA over L sources relative
+ * to L = 8 (bf16; fp32 gradients and L > 8 keep the L = 8 rate: not measured). */
+double tide_plan_bw_sum_gbps(int gpus_per_node, size_t grad_item);
 
 /* N_rounds(M - 1, k, W_wave): network rounds of one pass (used by the solver). */
 int tide_rs_count_rounds(int nodes, int wave_width, int round_width);

@@ -62,7 +62,9 @@ static tide_result_t check_input(const tide_solver_input_t *in, int *wave_width,
                    "solver: unknown grad_dtype %d", (int)in->grad_dtype);
     TIDE_ARG_CHECK(is_rate(in->bw_nic_gbps), "solver: bw_nic_gbps = %g must be finite and > 0",
                    in->bw_nic_gbps);
-    TIDE_ARG_CHECK(is_rate(in->bw_sum_gbps), "solver: bw_sum_gbps = %g must be finite and > 0",
+    TIDE_ARG_CHECK(in->bw_sum_gbps == 0.0 || is_rate(in->bw_sum_gbps),
+                   "solver: bw_sum_gbps = %g must be 0 (the library's rate for L) or finite "
+                   "and > 0",
                    in->bw_sum_gbps);
     TIDE_ARG_CHECK(is_rate(in->bw_land_gbps), "solver: bw_land_gbps = %g must be finite and > 0",
                    in->bw_land_gbps);
@@ -107,10 +109,29 @@ static tide_result_t solve_sum_ctas(const tide_solver_input_t *in, size_t grad_i
  *
  *   C_sum(M = 1) = ceil(gamma_skew (L b_grad / 4 + 1) BW_link / ((L - 1) b_grad / 4 BW_sum)).
  *
- * At bf16 and the default rates (BW_link 450, BW_sum 99) that is 28, 14 and 10 CTAs at L = 2,
- * 4 and 8: fewer local peers put a larger share of every byte on the link per output byte
- * that the sum must keep up with.  L = 1 has no link traffic; it is sized as L = 2.
+ * At bf16 with BW_link 450 and BW_sum 99 that is 28, 14 and 10 CTAs at L = 2, 4 and 8: fewer
+ * local peers put a larger share of every byte on the link per output byte that the sum must
+ * keep up with.  The planner's BW_sum also follows the sum's measured rate over L sources
+ * (tide_plan_bw_sum_gbps, below: 83 GB/s at L = 2), which makes its defaults 33, 15 and 10.
+ * L = 1 has no link traffic; it is sized as L = 2.
  */
+/*
+ * The default sum's rate per CTA over L bf16 sources relative to L = 8, at 16 CTAs on an H100
+ * (tests/gpu/sum_by_l.sh; bench/results/h100-2026-12-07c, call 3: 82.8, 90.6, 93.6, 91.3,
+ * 93.7, 98.7 and 98.8 GB/s per CTA at L = 2..8).  Every source costs the consumers the same
+ * shared-memory loads and adds per output element, but the fp32 store and the element's
+ * bookkeeping are paid once, over fewer bytes when there are fewer sources.  Index L; L = 1
+ * sums no peer and is sized as L = 2 (tide_solve_local_sum_ctas).
+ */
+static const double sum_rate_vs_l8_bf16[] = {0.838, 0.838, 0.838, 0.917, 0.947,
+                                             0.924, 0.948, 0.999, 1.000};
+
+double tide_plan_bw_sum_gbps(int gpus_per_node, size_t grad_item) {
+    const int n = (int)(sizeof(sum_rate_vs_l8_bf16) / sizeof(sum_rate_vs_l8_bf16[0]));
+    if (grad_item != 2 || gpus_per_node < 0 || gpus_per_node >= n) return TIDE_PLAN_BW_SUM_GBPS;
+    return TIDE_PLAN_BW_SUM_GBPS * sum_rate_vs_l8_bf16[gpus_per_node];
+}
+
 tide_result_t tide_solve_local_sum_ctas(int gpus_per_node, size_t grad_item, double bw_link_gbps,
                                         double bw_sum_gbps, int *out) {
     TIDE_ARG_CHECK(gpus_per_node >= 1, "solver: L = %d, need L >= 1", gpus_per_node);
@@ -201,6 +222,11 @@ tide_result_t tide_solve(const tide_solver_input_t *input, tide_solver_output_t 
     int wave_width = 0, passes = 0;
     size_t grad_item = 0;
     TIDE_CHECK(check_input(input, &wave_width, &passes, &grad_item));
+
+    /* BW_sum 0: the default sum's rate per CTA as measured over L sources. */
+    tide_solver_input_t in = *input;
+    if (in.bw_sum_gbps == 0.0) in.bw_sum_gbps = tide_plan_bw_sum_gbps(in.gpus_per_node, grad_item);
+    input = &in;
 
     tide_solver_output_t out = {0};
     /* t_NIC = (M - 1) S_fp32 / BW_NIC: one rail carries every remote node's fp32 partial. */

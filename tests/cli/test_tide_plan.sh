@@ -135,6 +135,13 @@ if expect_rc 0 "$TP" solve --nodes 1 --gpus-per-node 2 --bw-nic 47.5 --bw-sum 99
   --bw-cap 90 --t-round 1.3 --bytes 32MiB --bw-link 450 --json; then
   check_json "$TMP/out" "assert d['sum_ctas'] == 28 and d['bw_link_gbps'] == 450 and d['rounds'] == 0"
 fi
+# --bw-sum 0: the library's rate for L sources (33 CTAs at L = 2, bf16: docs/tide-plan.md).
+if expect_rc 0 "$TP" solve --nodes 1 --gpus-per-node 2 --bw-nic 47.5 --bw-sum 0 --bw-land 21 \
+  --bw-cap 90 --t-round 1.3 --bytes 32MiB --bw-link 450 --json; then
+  check_json "$TMP/out" "assert d['sum_ctas'] == 33"
+fi
+expect_rc 1 "$TP" solve --nodes 1 --gpus-per-node 2 --bw-nic 47.5 --bw-sum -1 --bw-land 21 \
+  --bw-cap 90 --t-round 1.3 --bytes 32MiB --bw-link 450 || true
 expect_rc 1 "$TP" solve --nodes 1 --gpus-per-node 2 --bw-nic 47.5 --bw-sum 99 --bw-land 21 \
   --bw-cap 90 --t-round 1.3 --bytes 32MiB --bw-link -3 || true
 

@@ -346,7 +346,8 @@ static void test_invalid_inputs(void **state) {
             in = calibration();
             double *field[] = {&in.bw_nic_gbps, &in.bw_sum_gbps, &in.bw_land_gbps, &in.bw_cap_gbps,
                                &in.t_round_ms};
-            if (f == 4 && bad_rates[i] == 0.0) continue; /* t_round = 0 is valid */
+            /* t_round = 0 is valid; bw_sum = 0 is the library's rate (test_plan_bw_sum) */
+            if ((f == 4 || f == 1) && bad_rates[i] == 0.0) continue;
             *field[f] = bad_rates[i];
             expect_invalid(in, TIDE_ERR_INVALID_ARGUMENT);
         }
@@ -419,6 +420,47 @@ static void test_single_node_link(void **state) {
     }
 }
 
+/* The default sum's GB/s per CTA over L bf16 sources at 16 CTAs, as measured on an H100
+ * (bench/results/h100-2026-12-07c, call 3; index L, 0 where not measured): the planner's
+ * BW_sum at M = 1 is 99 GB/s scaled by the rate at L over the rate at 8. */
+static const double measured_bf16_rate[] = {0, 0, 82.8, 90.6, 93.6, 91.3, 93.7, 98.7, 98.8};
+
+static double reference_plan_bw_sum(int l, bool fp32) {
+    const int lm = l < 2 ? 2 : l; /* L = 1 is sized as L = 2 */
+    if (fp32 || lm > 8) return 99.0;
+    return 99.0 * measured_bf16_rate[lm] / measured_bf16_rate[8];
+}
+
+static void test_plan_bw_sum(void **state) {
+    (void)state;
+    for (int l = 1; l <= TIDE_MAX_GPUS_PER_NODE; ++l)
+        for (int fp32 = 0; fp32 < 2; ++fp32) {
+            const double got = tide_plan_bw_sum_gbps(l, fp32 ? 4 : 2);
+            assert_true(fabs(got - reference_plan_bw_sum(l, fp32)) < 0.05);
+            assert_true(got <= TIDE_PLAN_BW_SUM_GBPS); /* never fewer CTAs than with 99 */
+        }
+    /* tide_solve with bw_sum_gbps 0 takes the same rate, at M = 1 and in eq. 13. */
+    tide_solver_input_t in = calibration();
+    tide_solver_output_t zero, given;
+    for (int m = 1; m <= 2; ++m)
+        for (int l = 1; l <= TIDE_MAX_GPUS_PER_NODE; ++l)
+            for (int fp32 = 0; fp32 < 2; ++fp32) {
+                in.nodes = m;
+                in.gpus_per_node = l;
+                in.wave_width = 0;
+                in.bw_link_gbps = m == 1 ? TIDE_PLAN_BW_LINK_GBPS : 0.0;
+                in.grad_dtype = fp32 ? TIDE_DTYPE_FP32 : TIDE_DTYPE_BF16;
+                in.bw_sum_gbps = 0.0;
+                assert_tide(TIDE_SUCCESS, tide_solve(&in, &zero));
+                in.bw_sum_gbps = reference_plan_bw_sum(l, fp32);
+                assert_tide(TIDE_SUCCESS, tide_solve(&in, &given));
+                assert_int_equal(zero.sum_ctas, given.sum_ctas);
+            }
+    /* Not a gradient size the sum takes: the flat rate. */
+    assert_true(tide_plan_bw_sum_gbps(2, 1) == TIDE_PLAN_BW_SUM_GBPS);
+    assert_true(tide_plan_bw_sum_gbps(-1, 2) == TIDE_PLAN_BW_SUM_GBPS);
+}
+
 /* A config that leaves sum_ctas at 0 gets the M = 1 link sizing from the planner (at the
  * rates plan.h names), 4 at M > 1, and a budget the caller set stays. */
 static void test_plan_default_sum_ctas(void **state) {
@@ -439,11 +481,24 @@ static void test_plan_default_sum_ctas(void **state) {
                     int want = given ? given
                                : m == 1 ? reference_local_sum_ctas(l, fp32 ? 4.0 : 2.0,
                                                                    TIDE_PLAN_BW_LINK_GBPS,
-                                                                   TIDE_PLAN_BW_SUM_GBPS)
+                                                                   reference_plan_bw_sum(l, fp32))
                                         : 4;
                     assert_int_equal(plan->config.sum_ctas, want);
                     tide_plan_destroy(plan);
                 }
+    /* The defaults docs/tide-plan.md quotes: bf16 at L = 2, 4, 8. */
+    static const int l_of[] = {2, 4, 8}, bf16_ctas[] = {33, 15, 10};
+    for (int i = 0; i < 3; ++i) {
+        tide_config_t config = TIDE_CONFIG_INIT;
+        config.nodes = 1;
+        config.gpus_per_node = l_of[i];
+        tide_param_shape_t shape = {(uint64_t)(2 * l_of[i]), 64};
+        tide_group_desc_t group = {1, &shape, TIDE_DTYPE_BF16, TIDE_DTYPE_BF16, TIDE_DTYPE_FP32};
+        tide_plan_t plan = NULL;
+        assert_tide(TIDE_SUCCESS, tide_plan_create(&config, &group, &plan));
+        assert_int_equal(plan->config.sum_ctas, bf16_ctas[i]);
+        tide_plan_destroy(plan);
+    }
 }
 
 int main(void) {
@@ -453,6 +508,7 @@ int main(void) {
         cmocka_unit_test(test_round_width_rules), cmocka_unit_test(test_against_reference_grid),
         cmocka_unit_test(test_monotonicity),      cmocka_unit_test(test_invalid_inputs),
         cmocka_unit_test(test_single_node_link),  cmocka_unit_test(test_plan_default_sum_ctas),
+        cmocka_unit_test(test_plan_bw_sum),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,11 +2,12 @@
 
 - None or "solver" (the default): the sizing solver (paper App. G, tide_solve) for the
   group's own size -- its fp32 shard bytes S_fp32 -- on the topology, with the paper's
-  calibration (tide.plan.PAPER_CALIBRATION) and NVLink 4's rate (tide.plan.LINK_RATE_GBPS),
+  calibration and the library's sum rate per CTA for L sources (tide.plan.DEFAULT_CALIBRATION)
+  and NVLink 4's rate (tide.plan.LINK_RATE_GBPS),
   or with the rates given as {"solver": {rate: value, ...}}.  It picks the round width k and
   the Level-1 sum and landing CTA budgets; a group the solver refuses keeps the planner's
   defaults (logged).  On one node (M = 1) no rail paces the sum: its CTAs are sized to keep
-  pace with the NVLink ingress (bw_link_gbps), 28 / 14 / 10 CTAs at 2 / 4 / 8 GPUs (bf16).
+  pace with the NVLink ingress (bw_link_gbps), 33 / 15 / 10 CTAs at 2 / 4 / 8 GPUs (bf16).
 - "default": the planner's defaults (every knob 0).
 - a dict of tide_config_t fields (wave_width, round_width, passes, staging_slots, sum_ctas,
   landing_ctas) for every group;
@@ -20,7 +21,7 @@ must pass the same tuning; enable() compares them with the group signatures.
 import logging
 
 from .. import _lib
-from ..plan import LINK_RATE_GBPS, PAPER_CALIBRATION, Config, Plan, solve
+from ..plan import DEFAULT_CALIBRATION, LINK_RATE_GBPS, Config, Plan, solve
 from ..torch_binding import tide_dtype
 
 logger = logging.getLogger("tide.fsdp")
@@ -73,9 +74,9 @@ def _solver_knobs(spec, nodes, gpus_per_node, rates):
 def config_for(spec, nodes, gpus_per_node, mode, tuning):
     """The Config group `spec` registers with."""
     if tuning is None or tuning == "solver":
-        knobs = _solver_knobs(spec, nodes, gpus_per_node, PAPER_CALIBRATION)
+        knobs = _solver_knobs(spec, nodes, gpus_per_node, DEFAULT_CALIBRATION)
     elif isinstance(tuning, dict) and set(tuning) == {"solver"}:
-        rates = dict(PAPER_CALIBRATION)
+        rates = dict(DEFAULT_CALIBRATION)
         rates.update(tuning["solver"])
         knobs = _solver_knobs(spec, nodes, gpus_per_node, rates)
     elif tuning == "default":
