@@ -101,21 +101,6 @@ static tide_result_t solve_sum_ctas(const tide_solver_input_t *in, size_t grad_i
 }
 
 /*
- * C_sum at M = 1, where Level 1 is the whole reduce-scatter and no rail paces it.  Per fp32
- * output byte the sum reads L b_grad / 4 bytes and writes one (the load of eq. 13), and
- * (L - 1) b_grad / 4 of those reads arrive over the intra-node link.  Keeping pace with a link
- * of BW_link therefore takes a sum throughput of (L b_grad / 4 + 1) BW_link / ((L - 1) b_grad /
- * 4); with the same skew allowance as eq. 13:
- *
- *   C_sum(M = 1) = ceil(gamma_skew (L b_grad / 4 + 1) BW_link / ((L - 1) b_grad / 4 BW_sum)).
- *
- * At bf16 with BW_link 450 and BW_sum 99 that is 28, 14 and 10 CTAs at L = 2, 4 and 8: fewer
- * local peers put a larger share of every byte on the link per output byte that the sum must
- * keep up with.  The planner's BW_sum also follows the sum's measured rate over L sources
- * (tide_plan_bw_sum_gbps, below: 83 GB/s at L = 2), which makes its defaults 33, 15 and 10.
- * L = 1 has no link traffic; it is sized as L = 2.
- */
-/*
  * The default sum's rate per CTA over L bf16 sources relative to L = 8, at 16 CTAs on an H100
  * (tests/gpu/sum_by_l.sh; bench/results/h100-2026-12-07c, call 3: 82.8, 90.6, 93.6, 91.3,
  * 93.7, 98.7 and 98.8 GB/s per CTA at L = 2..8).  Every source costs the consumers the same
@@ -132,6 +117,21 @@ double tide_plan_bw_sum_gbps(int gpus_per_node, size_t grad_item) {
     return TIDE_PLAN_BW_SUM_GBPS * sum_rate_vs_l8_bf16[gpus_per_node];
 }
 
+/*
+ * C_sum at M = 1, where Level 1 is the whole reduce-scatter and no rail paces it.  Per fp32
+ * output byte the sum reads L b_grad / 4 bytes and writes one (the load of eq. 13), and
+ * (L - 1) b_grad / 4 of those reads arrive over the intra-node link.  Keeping pace with a link
+ * of BW_link therefore takes a sum throughput of (L b_grad / 4 + 1) BW_link / ((L - 1) b_grad /
+ * 4); with the same skew allowance as eq. 13:
+ *
+ *   C_sum(M = 1) = ceil(gamma_skew (L b_grad / 4 + 1) BW_link / ((L - 1) b_grad / 4 BW_sum)).
+ *
+ * At bf16 with BW_link 450 and BW_sum 99 that is 28, 14 and 10 CTAs at L = 2, 4 and 8: fewer
+ * local peers put a larger share of every byte on the link per output byte that the sum must
+ * keep up with.  The planner's BW_sum also follows the sum's measured rate over L sources
+ * (tide_plan_bw_sum_gbps, above: 83 GB/s at L = 2), which makes its defaults 33, 15 and 10.
+ * L = 1 has no link traffic; it is sized as L = 2.
+ */
 tide_result_t tide_solve_local_sum_ctas(int gpus_per_node, size_t grad_item, double bw_link_gbps,
                                         double bw_sum_gbps, int *out) {
     TIDE_ARG_CHECK(gpus_per_node >= 1, "solver: L = %d, need L >= 1", gpus_per_node);
