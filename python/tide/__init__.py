@@ -40,9 +40,9 @@ def error_string(code):
 
 
 __all__ = [
-    "ARENA_ALIGN", "Config", "DEFAULT_CALIBRATION", "Group", "LINK_RATE_GBPS", "MAX_GPUS_PER_NODE", "MAX_NODES",
-    "MAX_PARAMS", "MAX_PASSES", "MAX_ROUND_WIDTH", "PAPER_CALIBRATION", "ParamGeometry", "Plan",
-    "REGION_NAMES", "Region", "Result", "TideError", "VERSION_CODE", "World", "alpha_avg",
-    "alpha_divide", "error_string", "library_path", "memory_bounds", "numpy_dtype", "solve",
-    "validate_schedule", "version",
+    "ARENA_ALIGN", "Config", "DEFAULT_CALIBRATION", "Group", "LINK_RATE_GBPS", "MAX_GPUS_PER_NODE",
+    "MAX_NODES", "MAX_PARAMS", "MAX_PASSES", "MAX_ROUND_WIDTH", "PAPER_CALIBRATION",
+    "ParamGeometry", "Plan", "REGION_NAMES", "Region", "Result", "TideError", "VERSION_CODE",
+    "World", "alpha_avg", "alpha_divide", "error_string", "library_path", "memory_bounds",
+    "numpy_dtype", "solve", "validate_schedule", "version"
 ]
