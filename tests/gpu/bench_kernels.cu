@@ -406,9 +406,10 @@ int main(int argc, char **argv) {
     std::printf("sum L=8 bf16, TIDE_SUM_AUTO with its defaults:\n");
     for (int c : {4, 16})
         run_sum("sum auto (defaults)", {TIDE_SUM_AUTO, c, 0, 0, 0, 0, 0, 0}, segs_big, nseg_big);
-    /* The per-CTA rate against the number of sources: the M = 1 solver sizes the sum with
-     * one BW_sum for every L (src/plan/solver.c), measured here at L = 8.  Fewer sources
-     * put fewer bytes in flight per output element; these rows show what that costs. */
+    /* The per-CTA rate against the number of sources: the planner's BW_sum at M = 1 is the
+     * paper's L = 8 rate scaled by these rows' ratio to L = 8 (tide_plan_bw_sum_gbps,
+     * src/plan/solver.c; tests/gpu/sum_by_l.sh prints it).  Fewer sources move fewer bytes
+     * per output element for the same per-element work. */
     std::printf("sum bf16 by L, TIDE_SUM_AUTO with its defaults, 1 Mi-element segments:\n");
     for (int l = 2; l <= 8; ++l)
         for (int c : {4, 16, 28}) {
