@@ -3,10 +3,12 @@
 # sources (bench_kernels --quick), and the sum CTAs the M = 1 solver asks for when its BW_sum
 # follows that rate (src/plan/solver.c, tide_solve_local_sum_ctas).
 #
-# The planner sizes C_sum at M = 1 with one per-CTA rate, the paper's 99 GB/s, measured with
-# L = 8 sources.  A sum over fewer sources moves fewer bytes per output element for the same
-# per-element work, so its rate per CTA can be lower; this prints, per L, the rate at 16 CTAs,
-# its ratio to L = 8's, and C_sum with BW_sum = 99 x that ratio beside C_sum with 99.
+# The paper's 99 GB/s per sum CTA was measured with L = 8 sources.  A sum over fewer sources
+# moves fewer bytes per output element for the same per-element work, so its rate per CTA can
+# be lower; this prints, per L, the rate at 16 CTAs, its ratio to L = 8's, and C_sum with
+# BW_sum = 99 x that ratio beside C_sum with 99.  The planner's default uses the ratios of one
+# such run (tide_plan_bw_sum_gbps, src/plan/solver.c); the C_sum rule is repeated here so that
+# the script needs no build of the library.
 # Results: OUTDIR/bench_kernels.txt, OUTDIR/sum_by_l.txt.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
