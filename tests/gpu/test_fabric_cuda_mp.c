@@ -250,7 +250,7 @@ static bool rails_on(void);
 static bool flags_placement(const struct tide_fabric_arena *arena, char *err) {
     const tide_mp_arena_t *a = (const tide_mp_arena_t *)arena;
     const char *e = getenv("TIDE_CUDA_MP_FLAGS");
-    const char *want = e == NULL || e[0] == '\0' ? "host" : e;
+    const char *want = e == NULL || e[0] == '\0' ? "kernel" : e; /* the default */
     const char *got = a->host_flags ? "host" : a->abort_dev != NULL ? "kernel" : "device";
     const bool ok = strcmp(want, got) == 0 && (a->abort_dev == NULL || !a->host_flags);
     if (!ok)

@@ -135,8 +135,9 @@ typedef struct {
  * no environment read) keep their flags in device memory. */
 enum {
     TIDE_MP_FLAGS_DEVICE = 0, /* "device": device segments, stream memory-op waits */
-    TIDE_MP_FLAGS_HOST = 1,   /* unset or "host" (default): the control block, memory-op waits */
-    TIDE_MP_FLAGS_KERNEL = 2, /* "kernel": device segments, wait kernels that poll the abort */
+    TIDE_MP_FLAGS_HOST = 1,   /* "host": the control block, memory-op waits */
+    TIDE_MP_FLAGS_KERNEL = 2, /* unset or "kernel" (default): device segments, wait kernels
+                               * that poll the abort word */
 };
 
 /* TIDE_CUDA_CE_BATCH (mp_batch.c): runs of copies that touch another device's memory (peer
@@ -416,7 +417,7 @@ tide_result_t tide_cuda_mp_world_set_rails(tide_mp_world_t *w, const struct tide
 
 /* ------------------------------------------------------------------ flags (mp_flags.c) */
 
-/* TIDE_CUDA_MP_FLAGS: unset or "host" (default), "device" or "kernel" (TIDE_MP_FLAGS_*;
+/* TIDE_CUDA_MP_FLAGS: unset or "kernel" (default), "host" or "device" (TIDE_MP_FLAGS_*;
  * TIDE_ERR_INVALID_ARGUMENT naming the three otherwise). */
 tide_result_t tide_cuda_mp_env_flags(int *flags_out);
 /* After the segments and the control block: register the block with the device when rank 0

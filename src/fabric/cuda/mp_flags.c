@@ -4,8 +4,8 @@
  * "Fail-stop").  Three placements, TIDE_CUDA_MP_FLAGS, rank 0's choice for the group (it is
  * carried in the control block it creates, mp_ctl.h):
  *
- * Host flags (the default, unset or "host").  Every rank's flag area is in the group's
- * control block (mp_ctl.h): host memory every process of the group maps.  Each process
+ * Host flags ("host").  Every rank's flag area is in the group's control block (mp_ctl.h):
+ * host memory every process of the group maps.  Each process
  * registers its mapping with its device (cudaHostRegister, mapped), and its streams signal
  * (cuStreamWriteValue64) and wait (cuStreamWaitValue64) on the device addresses of that
  * memory.  The fail-stop's poison is then a plain CPU store (tide_mp_ctl_poison): it cannot
@@ -29,8 +29,8 @@
  * stream: it releases the waits when that stream gets to run, which a blocked hardware queue
  * can delay.
  *
- * Kernel waits ("kernel").  The flags stay in the device segments and signals are the same
- * cuStreamWriteValue64, but every wait and fence is a one-thread wait kernel (the captured
+ * Kernel waits (the default, unset or "kernel").  The flags stay in the device segments and
+ * signals are the same cuStreamWriteValue64, but every wait and fence is a one-thread wait kernel (the captured
  * calls' kernel, mp_graph_kernels.h) that spins on the device flags with system-scope acquire
  * loads and, every 32 spins, reads the group's abort word in the control block, which every
  * process registers with its device for that (mp_ctl.h, "Polled abort word").  The abort word
@@ -46,9 +46,11 @@
  * bench/results/h100-2026-12-07c): as fast as host flags or faster at N = 2, 4 and 8 (AG
  * 80.0 / 82.4 / 84.0% of the HBM roofline against 79.8 / 82.0 / 82.6%); before runs were
  * batched and implied start fences left out they were the slowest of the three (N = 8 RS
- * 2.207 ms against 2.111 host and 2.010 device, bench/results/h100-2026-12-06h).  Host flags
- * stay the default until the whole GPU suite has run with kernel waits as the default
- * (docs/performance.md, "Kernel waits against host flags").
+ * 2.207 ms against 2.111 host and 2.010 device, bench/results/h100-2026-12-06h).  So they are
+ * the default: the fail-stop of host flags (a CPU store releases every wait) near the speed
+ * of device flags.  Where they cost: processes that time-share one GPU without MPS, where a
+ * spinning wait kernel keeps its process's time slice until the slice ends (a test set-up,
+ * not a job's: docs/performance.md, "Kernel waits as the default").
  *
  * Which waits: the ipc transport's waits and fences (ipc.c), a view's sibling fence
  * (mp_view.c) and the emulated rail transport's waits (mp_rails.c) all go through
@@ -68,8 +70,9 @@
 #define MEMOP_BATCH 128
 
 tide_result_t tide_cuda_mp_env_flags(int *flags_out) {
-    static const char *const values[] = {"host", "device", "kernel"};
-    static const int flags[] = {TIDE_MP_FLAGS_HOST, TIDE_MP_FLAGS_DEVICE, TIDE_MP_FLAGS_KERNEL};
+    /* The first is the default (unset or empty). */
+    static const char *const values[] = {"kernel", "host", "device"};
+    static const int flags[] = {TIDE_MP_FLAGS_KERNEL, TIDE_MP_FLAGS_HOST, TIDE_MP_FLAGS_DEVICE};
     int i = 0;
     TIDE_CHECK(tide_fabric_env_choice("TIDE_CUDA_MP_FLAGS", values, 3, &i));
     *flags_out = flags[i];
