@@ -13,7 +13,19 @@
  *           bytes and kernel, no mapping): separates what the processes cost from what the
  *           mappings cost.
  *
- *   bench_mps_sum [--ranks N] [--mib M] [--ctas C] [--reps R] [--modes single,peer,local]
+ *   bench_mps_sum [--op sum|copy] [--ranks N] [--mib M] [--ctas C] [--reps R]
+ *                 [--modes single,peer,local(,pull)]
+ *
+ * --op copy times the all-gather's copies instead (the 1 x N AG at M = 1, whose gap to the
+ * single-process fabric is the same 1.05x at N = 2, 4 and 8: docs/performance.md): rank r
+ * copies its shard (its 1/N of M MiB of bf16) into chunk r of every rank's unsharded buffer,
+ * its own included, as one launch of the fabric's batched copy kernel (batch_copy.h) with the
+ * fabric's grid for those bytes.  single and peer push as the fabric does (peer: into the
+ * other processes' buffers through IPC mappings); pull (copy only): rank r reads every
+ * shard through the mappings into its own buffer; local: rank r copies its own copies of
+ * every shard into its own buffer (the same bytes, no mapping).  Every rank's buffer must end
+ * as the N shards in rank order, the same in every mode.  Bytes: N x (M MiB read + M MiB
+ * written).
  *
  * Run it under an MPS daemon (run.sh step mps-sum, tests/gpu/mps.sh) for the processes to
  * share the SMs; without one they are time-sliced.  Each rep: every rank waits at a
@@ -40,6 +52,7 @@
 #include <vector>
 
 #include "cuda_ok.h"
+#include "fabric/cuda/batch_copy.h"
 #include "gpu_hash.cuh"
 #include "kernels/kernels.h"
 #include "kernels/launch.h"
@@ -58,6 +71,7 @@ __global__ void fill_grad(uint16_t *p, uint64_t n, uint32_t seed) {
 struct shared_t {
     pthread_barrier_t bar;
     cudaIpcMemHandle_t grad[MAX_RANKS];
+    cudaIpcMemHandle_t land[MAX_RANKS]; /* --op copy: every rank's unsharded buffer */
     double start[MAX_REPS][MAX_RANKS], end[MAX_REPS][MAX_RANKS], kernel_ms[MAX_REPS][MAX_RANKS];
     uint64_t out_hash[MAX_RANKS];
     double peak; /* the HBM peak, bytes/s, asked in a child (see main) */
@@ -66,6 +80,7 @@ struct shared_t {
 struct opts_t {
     int ranks = 8, ctas = 10, reps = 20;
     uint64_t mib = 384;
+    bool copy = false; /* --op copy */
 };
 
 static double now_s() {
@@ -94,13 +109,23 @@ static tide_sum_seg_t *upload_segs(const opts_t &o, int r, int *n_out) {
     return d;
 }
 
-/* One rank's sum: own = grads[r], staged contribution k read in place at grads[(r+1+k) % N]. */
+/* One rank's timed launch: its sum (own = grads[r], staged contribution k read in place at
+ * grads[(r+1+k) % N]) or, with --op copy, its batch of N copies. */
 struct rank_sum_t {
     tide_sum_args_t args{};
     float *out = nullptr;
+    uint16_t *land = nullptr;               /* --op copy: this rank's unsharded buffer */
+    tide_cuda_copy_desc_t *table = nullptr; /* --op copy: the N copies (device) */
+    int copy_ctas = 0;
     cudaStream_t stream{};
     cudaEvent_t ev0{}, ev1{};
 };
+
+static void rank_stream_init(rank_sum_t *rs) {
+    CUDA_OK(cudaStreamCreateWithFlags(&rs->stream, cudaStreamNonBlocking));
+    CUDA_OK(cudaEventCreate(&rs->ev0));
+    CUDA_OK(cudaEventCreate(&rs->ev1));
+}
 
 static void rank_sum_init(rank_sum_t *rs, const opts_t &o, int r, void *const *grads) {
     const void *own_h[1] = {grads[r]};
@@ -121,53 +146,98 @@ static void rank_sum_init(rank_sum_t *rs, const opts_t &o, int r, void *const *g
     rs->args.peer_stride = 1;
     rs->args.dtype = TIDE_DTYPE_BF16;
     rs->args.out = rs->out;
-    CUDA_OK(cudaStreamCreateWithFlags(&rs->stream, cudaStreamNonBlocking));
-    CUDA_OK(cudaEventCreate(&rs->ev0));
-    CUDA_OK(cudaEventCreate(&rs->ev1));
+    rank_stream_init(rs);
+}
+
+/* --op copy: push (rank r's shard shards[r] into chunk r of lands[p], every p) or gather
+ * (every shards[p] into chunk p of lands[r]); the grid as the fabric's batch planner sizes
+ * it for these bytes (mp_batch.c, batch_copy.h). */
+static void rank_copy_init(rank_sum_t *rs, const opts_t &o, int r, void *const *shards,
+                           void *const *lands, bool push) {
+    const uint64_t chunk = elems(o) / o.ranks * 2; /* bytes */
+    std::vector<tide_cuda_copy_desc_t> d(o.ranks);
+    for (int p = 0; p < o.ranks; ++p) {
+        d[p] = tide_cuda_copy_desc_t{};
+        d[p].dst = (uint64_t)(uintptr_t)lands[push ? p : r] + (uint64_t)(push ? r : p) * chunk;
+        d[p].src = (uint64_t)(uintptr_t)shards[push ? r : p];
+        d[p].bytes = chunk;
+        d[p].rows = 1;
+    }
+    CUDA_OK(cudaMalloc(&rs->table, d.size() * sizeof(d[0])));
+    CUDA_OK(cudaMemcpy(rs->table, d.data(), d.size() * sizeof(d[0]), cudaMemcpyHostToDevice));
+    int sms = 0;
+    CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const uint64_t want = (chunk * o.ranks + TIDE_CUDA_BATCH_BYTES_PER_CTA - 1) / TIDE_CUDA_BATCH_BYTES_PER_CTA;
+    const uint64_t cap = std::max<uint64_t>((uint64_t)sms * TIDE_CUDA_BATCH_CTAS_PER_SM, TIDE_CUDA_BATCH_CTAS);
+    rs->copy_ctas = (int)std::min(std::max<uint64_t>(want, TIDE_CUDA_BATCH_CTAS), cap);
+    rs->land = (uint16_t *)lands[r];
+    rank_stream_init(rs);
 }
 
 static void rank_sum_launch(rank_sum_t *rs, const opts_t &o) {
     CUDA_OK(cudaEventRecord(rs->ev0, rs->stream));
-    CUDA_OK(tide_cuda_sum(&rs->args, o.ctas, 0, rs->stream));
+    if (o.copy) CUDA_OK(tide_cuda_batch_copy(rs->table, o.ranks, rs->copy_ctas, rs->stream));
+    else CUDA_OK(tide_cuda_sum(&rs->args, o.ctas, 0, rs->stream));
     CUDA_OK(cudaEventRecord(rs->ev1, rs->stream));
 }
 
+/* The rank's result: its fp32 sum, or with --op copy its whole unsharded buffer. */
 static uint64_t out_hash(const rank_sum_t &rs, const opts_t &o) {
-    std::vector<uint32_t> h(elems(o) / o.ranks);
-    CUDA_OK(cudaMemcpy(h.data(), rs.out, h.size() * 4, cudaMemcpyDeviceToHost));
+    const uint64_t n = o.copy ? elems(o) / 2 : elems(o) / o.ranks; /* 32-bit words */
+    std::vector<uint32_t> h(n);
+    CUDA_OK(cudaMemcpy(h.data(), o.copy ? (const void *)rs.land : (const void *)rs.out, n * 4,
+                       cudaMemcpyDeviceToHost));
     uint64_t x = 1469598103934665603ull;
     for (uint32_t v : h) x = (x ^ v) * 1099511628211ull;
     return x;
 }
 
-static uint16_t *alloc_grad(const opts_t &o, uint32_t seed) {
+static uint16_t *alloc_fill(uint64_t n, uint32_t seed) {
     uint16_t *g;
-    CUDA_OK(cudaMalloc(&g, elems(o) * 2));
-    fill_grad<<<264, 1024>>>(g, elems(o), seed);
+    CUDA_OK(cudaMalloc(&g, n * 2));
+    fill_grad<<<264, 1024>>>(g, n, seed);
     CUDA_OK(cudaGetLastError());
     return g;
 }
 
-/* A process of mode peer or local, rank r. */
-static int run_rank(shared_t *sh, const opts_t &o, int r, bool peer) {
+/* A rank's gradient, or with --op copy its shard (1/N of it). */
+static uint16_t *alloc_grad(const opts_t &o, uint32_t seed) {
+    return alloc_fill(o.copy ? elems(o) / o.ranks : elems(o), seed);
+}
+
+static void *open_peer(const cudaIpcMemHandle_t &h) {
+    void *p = nullptr;
+    CUDA_OK(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess));
+    return p;
+}
+
+/* A process of mode peer, pull or local, rank r. */
+static int run_rank(shared_t *sh, const opts_t &o, int r, const std::string &mode) {
     CUDA_OK(cudaSetDevice(0));
-    void *grads[MAX_RANKS];
+    const bool mapped = mode != "local";
+    void *grads[MAX_RANKS], *lands[MAX_RANKS];
     uint16_t *mine = alloc_grad(o, 1000 + r);
+    uint16_t *land = o.copy ? alloc_fill(elems(o), 7) : nullptr;
     CUDA_OK(cudaDeviceSynchronize());
-    if (peer) {
+    if (mapped) {
         CUDA_OK(cudaIpcGetMemHandle(&sh->grad[r], mine));
+        if (o.copy) CUDA_OK(cudaIpcGetMemHandle(&sh->land[r], land));
         pthread_barrier_wait(&sh->bar);
         for (int p = 0; p < o.ranks; ++p) {
-            if (p == r) grads[p] = mine;
-            else CUDA_OK(cudaIpcOpenMemHandle(&grads[p], sh->grad[p], cudaIpcMemLazyEnablePeerAccess));
+            grads[p] = p == r ? (void *)mine : open_peer(sh->grad[p]);
+            lands[p] = p == r ? (void *)land : o.copy ? open_peer(sh->land[p]) : nullptr;
         }
     } else {
-        /* The other ranks' gradients, as copies in this process: the same values as peer's. */
-        for (int p = 0; p < o.ranks; ++p) grads[p] = p == r ? mine : alloc_grad(o, 1000 + p);
+        /* The other ranks' gradients (shards), as copies in this process: the same values. */
+        for (int p = 0; p < o.ranks; ++p) {
+            grads[p] = p == r ? mine : alloc_grad(o, 1000 + p);
+            lands[p] = land;
+        }
         CUDA_OK(cudaDeviceSynchronize());
     }
     rank_sum_t rs;
-    rank_sum_init(&rs, o, r, grads);
+    if (!o.copy) rank_sum_init(&rs, o, r, grads);
+    else rank_copy_init(&rs, o, r, grads, lands, mode == "peer");
     rank_sum_launch(&rs, o); /* warm-up */
     CUDA_OK(cudaStreamSynchronize(rs.stream));
     for (int i = 0; i < o.reps; ++i) {
@@ -180,6 +250,7 @@ static int run_rank(shared_t *sh, const opts_t &o, int r, bool peer) {
         CUDA_OK(cudaEventElapsedTime(&ms, rs.ev0, rs.ev1));
         sh->kernel_ms[i][r] = ms;
     }
+    pthread_barrier_wait(&sh->bar); /* pushed copies: every rank's have ended */
     sh->out_hash[r] = out_hash(rs, o);
     pthread_barrier_wait(&sh->bar); /* peers keep their memory until every rank is done */
     return 0;
@@ -188,11 +259,17 @@ static int run_rank(shared_t *sh, const opts_t &o, int r, bool peer) {
 /* Mode single: one process, one stream per rank, launched back to back each rep. */
 static int run_single(shared_t *sh, const opts_t &o) {
     CUDA_OK(cudaSetDevice(0));
-    void *grads[MAX_RANKS];
-    for (int p = 0; p < o.ranks; ++p) grads[p] = alloc_grad(o, 1000 + p);
+    void *grads[MAX_RANKS], *lands[MAX_RANKS];
+    for (int p = 0; p < o.ranks; ++p) {
+        grads[p] = alloc_grad(o, 1000 + p);
+        lands[p] = o.copy ? alloc_fill(elems(o), 7) : nullptr;
+    }
     CUDA_OK(cudaDeviceSynchronize());
     std::vector<rank_sum_t> rs(o.ranks);
-    for (int r = 0; r < o.ranks; ++r) rank_sum_init(&rs[r], o, r, grads);
+    for (int r = 0; r < o.ranks; ++r) {
+        if (!o.copy) rank_sum_init(&rs[r], o, r, grads);
+        else rank_copy_init(&rs[r], o, r, grads, lands, true);
+    }
     for (int i = -1; i < o.reps; ++i) {
         const double t0 = now_s();
         for (int r = 0; r < o.ranks; ++r) rank_sum_launch(&rs[r], o);
@@ -237,7 +314,7 @@ static bool run_mode(const std::string &mode, const opts_t &o, shared_t *sh, dou
     std::vector<pid_t> pids;
     for (int r = 0; r < procs; ++r) {
         const pid_t pid = fork();
-        if (pid == 0) _exit(mode == "single" ? run_single(sh, o) : run_rank(sh, o, r, mode == "peer"));
+        if (pid == 0) _exit(mode == "single" ? run_single(sh, o) : run_rank(sh, o, r, mode));
         pids.push_back(pid);
     }
     bool ok = true;
@@ -278,9 +355,11 @@ int main(int argc, char **argv) {
         else if (a == "--ctas" && v) o.ctas = atoi(argv[++i]);
         else if (a == "--reps" && v) o.reps = atoi(argv[++i]);
         else if (a == "--modes" && v) modes = argv[++i];
+        else if (a == "--op" && v && (!std::strcmp(v, "sum") || !std::strcmp(v, "copy")))
+            o.copy = !std::strcmp(argv[++i], "copy");
         else {
-            std::fprintf(stderr, "usage: %s [--ranks N<=8] [--mib M] [--ctas C] [--reps R<=64] "
-                                 "[--modes single,peer,local]\n", argv[0]);
+            std::fprintf(stderr, "usage: %s [--op sum|copy] [--ranks N<=8] [--mib M] [--ctas C] "
+                                 "[--reps R<=64] [--modes single,peer,local(,pull: copy)]\n", argv[0]);
             return 2;
         }
     }
@@ -293,10 +372,17 @@ int main(int argc, char **argv) {
     auto *sh = (shared_t *)mmap(nullptr, sizeof(shared_t), PROT_READ | PROT_WRITE,
                                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (sh == MAP_FAILED) return 2;
-    const double bytes = (double)o.ranks * (elems(o) * 2.0 + elems(o) / o.ranks * 4.0);
-    std::printf("bench_mps_sum: %d ranks, %llu MiB bf16 gradient a rank, %d sum CTAs a rank, "
-                "%d reps; %s\n", o.ranks, (unsigned long long)o.mib, o.ctas, o.reps,
-                getenv("CUDA_MPS_PIPE_DIRECTORY") ? "under MPS" : "no MPS daemon named");
+    const double bytes = o.copy ? (double)o.ranks * elems(o) * 2.0 * 2.0
+                                : (double)o.ranks * (elems(o) * 2.0 + elems(o) / o.ranks * 4.0);
+    if (o.copy)
+        std::printf("bench_mps_sum --op copy: %d ranks, %llu MiB bf16 unsharded a rank, each rank "
+                    "one batched copy of N shards (the fabric's grid), %d reps; %s\n", o.ranks,
+                    (unsigned long long)o.mib, o.reps,
+                    getenv("CUDA_MPS_PIPE_DIRECTORY") ? "under MPS" : "no MPS daemon named");
+    else
+        std::printf("bench_mps_sum: %d ranks, %llu MiB bf16 gradient a rank, %d sum CTAs a rank, "
+                    "%d reps; %s\n", o.ranks, (unsigned long long)o.mib, o.ctas, o.reps,
+                    getenv("CUDA_MPS_PIPE_DIRECTORY") ? "under MPS" : "no MPS daemon named");
     std::printf("%-8s %10s %8s %12s %12s\n", "mode", "span ms", "HBM %", "kernel ms", "vs single");
     uint64_t ref[MAX_RANKS] = {0};
     bool have_ref = false, all_ok = true;
@@ -306,7 +392,7 @@ int main(int argc, char **argv) {
         const size_t comma = modes.find(',', pos);
         const std::string m = modes.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
         pos = comma == std::string::npos ? modes.size() + 1 : comma + 1;
-        if (m != "single" && m != "peer" && m != "local") {
+        if (m != "single" && m != "peer" && m != "local" && !(o.copy && m == "pull")) {
             std::fprintf(stderr, "bench_mps_sum: unknown mode '%s'\n", m.c_str());
             return 2;
         }
