@@ -14,6 +14,7 @@
 #                                      tide-bench layer-gap (TIDE_GPU_GAP_RUNS, _WORLDS)
 #                                      layer-ctas (TIDE_GPU_CTAS, TIDE_GPU_GAP_WORLDS)
 #                                      stream-ops mps-sum (TIDE_GPU_GAP_WORLDS, _CTAS)
+#                                      mps-copy (TIDE_GPU_GAP_WORLDS)
 #   TIDE_GPU_LAYER_ARGS="..."          extra bench_fsdp_layers / bench_layer_single arguments
 #                                      (e.g. "--sum-ctas 32 --landing-ctas 32")
 #   TIDE_GPU_LAYER_PUSHED=0            skip fsdp-layers' run with TIDE_CUDA_MP_DIRECT=0
@@ -160,6 +161,16 @@ if want mps-sum; then
         for c in ${TIDE_GPU_CTAS:-10}; do
             step mps-sum-w$w-c$c with_mps "$out/mps-sum-w$w-c$c" bash -c "set -o pipefail; '$b/tests/gpu/bench_mps_sum' --ranks $w --ctas $c | tee -a '$out/mps_sum.txt'"
         done
+    done
+fi
+# mps-copy (issue 25): the all-gather's batched copies alone (bench_mps_sum --op copy: the
+# layer's 386 MiB a rank, one process against processes pushing through IPC, pulling through
+# IPC and copying their own copies), under MPS, at N in TIDE_GPU_GAP_WORLDS (default "2 4 8"):
+# whether the processes' all-gather gap (1.05x at every N) is in the copies themselves.  Not
+# in the default steps.
+if want mps-copy; then
+    for w in ${TIDE_GPU_GAP_WORLDS:-2 4 8}; do
+        step mps-copy-w$w with_mps "$out/mps-copy-w$w" bash -c "set -o pipefail; '$b/tests/gpu/bench_mps_sum' --op copy --ranks $w --mib 386 --modes single,peer,pull,local | tee -a '$out/mps_copy.txt'"
     done
 fi
 if command -v compute-sanitizer >/dev/null; then
