@@ -70,7 +70,7 @@ static void count_executor(tide_stream_ops_fabric_t fabric, int n, bool direct_s
         return;
     }
     /* mp_execute.c: begin (the "began" word, written where the control block is mapped to
-     * the device: host flags, the default, and kernel waits; the watchdog's begin event), the
+     * the device: host flags and kernel waits, the default; the watchdog's begin event), the
      * fence on every rank's done flag, the start event; ipc.c's done flag; the epilogue's
      * done event. */
     o->exec_flag_writes += 2;

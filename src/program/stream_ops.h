@@ -53,7 +53,7 @@ typedef struct {
     int fused;        /* landings a fused sum stores (nothing issued) */
     /* Around the commands: the executor's begin, fence, prologue, done and epilogue. */
     int exec_event_records, exec_event_waits;
-    int exec_flag_writes; /* FLAGS: "began" (host flags, the default), done */
+    int exec_flag_writes; /* FLAGS: "began" (host flags, kernel waits), done */
     int exec_flag_waits;  /* FLAGS: done flags polled by the start and end fences */
     int exec_flag_calls;  /* FLAGS: the stream memory operations those take */
     /* The critical path into the sums: the WAITs right before each SUM on its stream. */

@@ -2,7 +2,9 @@
  * stream_ops_cmd.c - `tide-plan program --stream-ops`: what one call of the program enqueues
  * per rank on the two CUDA fabrics (program/stream_ops.h), counted without a GPU: the
  * single-process fabric (signals are events) and one process per rank (signals are flags
- * that streams write and poll), in direct mode where the reduce-scatter takes it (M = 1:
+ * that streams write and wait kernels poll, or stream memory operations with
+ * TIDE_CUDA_MP_FLAGS=host / device: one per run of waits either way, so the counts hold for
+ * both), in direct mode where the reduce-scatter takes it (M = 1:
  * the sums read the peers' gradients in place and store every rank's output), with and
  * without the synchronisation elision that the one-process-per-rank fabric runs there by
  * default (program/sync_elide.h).
@@ -22,8 +24,8 @@ static void print_rank(const char *name, const tide_stream_ops_t *s, bool flags)
     printf("  waits (WAIT, WAIT_PREV)  %d %s: %d on other ranks, %d on own queues; %d runs\n",
            s->waits_peer + s->waits_own, wt, s->waits_peer, s->waits_own, s->wait_runs);
     if (flags)
-        printf("  waits as issued          %d memory operations (a run of one stream's waits "
-               "is one)\n",
+        printf("  waits as issued          %d wait kernels, or memory operations with host or "
+               "device flags (a run of one stream's waits is one)\n",
                s->wait_calls);
     printf("  forks / joins / upload waits  %d / %d / %d (events)\n", s->forks, s->joins,
            s->upload_waits);
