@@ -5,8 +5,8 @@
  * carried in the control block it creates, mp_ctl.h):
  *
  * Host flags ("host").  Every rank's flag area is in the group's control block (mp_ctl.h):
- * host memory every process of the group maps.  Each process
- * registers its mapping with its device (cudaHostRegister, mapped), and its streams signal
+ * host memory every process of the group maps.  Each process registers its mapping with its
+ * device (cudaHostRegister, mapped), and its streams signal
  * (cuStreamWriteValue64) and wait (cuStreamWaitValue64) on the device addresses of that
  * memory.  The fail-stop's poison is then a plain CPU store (tide_mp_ctl_poison): it cannot
  * queue behind a blocked stream or hardware queue, and one rank's store releases the waits of
@@ -30,9 +30,9 @@
  * can delay.
  *
  * Kernel waits (the default, unset or "kernel").  The flags stay in the device segments and
- * signals are the same cuStreamWriteValue64, but every wait and fence is a one-thread wait kernel (the captured
- * calls' kernel, mp_graph_kernels.h) that spins on the device flags with system-scope acquire
- * loads and, every 32 spins, reads the group's abort word in the control block, which every
+ * signals are the same cuStreamWriteValue64, but every wait and fence is a one-thread wait
+ * kernel (the captured calls' kernel, mp_graph_kernels.h) that spins on the device flags
+ * with system-scope acquire loads and, every 32 spins, reads the group's abort word in the control block, which every
  * process registers with its device for that (mp_ctl.h, "Polled abort word").  The abort word
  * is published before any poison, so its CPU store (tide_mp_ctl_abort: by a failing caller,
  * or the watchdog at TIDE_TIMEOUT_MS) is itself the release: every wait kernel of every
