@@ -55,7 +55,7 @@ typedef struct {
     int exec_event_records, exec_event_waits;
     int exec_flag_writes; /* FLAGS: "began" (host flags, kernel waits), done */
     int exec_flag_waits;  /* FLAGS: done flags polled by the start and end fences */
-    int exec_flag_calls;  /* FLAGS: the stream memory operations those take */
+    int exec_flag_calls;  /* FLAGS: the wait kernels (memory operations) those take */
     /* The critical path into the sums: the WAITs right before each SUM on its stream. */
     int sum_waits;      /* summed over the rank's issued SUMs */
     int sum_waits_peer; /* of those, on another rank's signal */
