@@ -167,11 +167,7 @@ static void rank_copy_init(rank_sum_t *rs, const opts_t &o, int r, void *const *
     CUDA_OK(cudaMemcpy(rs->table, d.data(), d.size() * sizeof(d[0]), cudaMemcpyHostToDevice));
     int sms = 0;
     CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    const uint64_t per = TIDE_CUDA_BATCH_BYTES_PER_CTA;
-    const uint64_t want = (chunk * o.ranks + per - 1) / per;
-    const uint64_t cap =
-        std::max<uint64_t>((uint64_t)sms * TIDE_CUDA_BATCH_CTAS_PER_SM, TIDE_CUDA_BATCH_CTAS);
-    rs->copy_ctas = (int)std::min(std::max<uint64_t>(want, TIDE_CUDA_BATCH_CTAS), cap);
+    rs->copy_ctas = tide_cuda_batch_grid(chunk * o.ranks, (uint64_t)sms);
     rs->land = (uint16_t *)lands[r];
     rank_stream_init(rs);
 }

@@ -179,10 +179,7 @@ static int32_t batch_ctas(const tide_cuda_shared_t *sh, const tide_cuda_prepared
         if (is_copy(op) && !tide_add_u64(total, copy_bytes(op), &total)) total = UINT64_MAX;
     }
     const uint64_t sms = (uint64_t)sh->sm_count[tide_cuda_device_of(sh, r->thread / TIDE_CUDA_Q)];
-    const uint64_t most = sms * TIDE_CUDA_BATCH_CTAS_PER_SM;
-    const uint64_t cap = most > TIDE_CUDA_BATCH_CTAS ? most : TIDE_CUDA_BATCH_CTAS;
-    const uint64_t want = tide_div_ceil_u64(total, TIDE_CUDA_BATCH_BYTES_PER_CTA);
-    return (int32_t)(want < TIDE_CUDA_BATCH_CTAS ? TIDE_CUDA_BATCH_CTAS : want > cap ? cap : want);
+    return tide_cuda_batch_grid(total, sms);
 }
 
 /* Copies over the threshold inside the runs found without one: those it keeps per op. */

@@ -47,6 +47,17 @@ typedef struct {
 #define TIDE_CUDA_BATCH_BYTES_PER_CTA (256u << 10)
 #define TIDE_CUDA_BATCH_THREADS 256
 
+/* The grid above for a batch of `bytes` bytes of copies on a device of `sms` SMs. */
+static inline int32_t tide_cuda_batch_grid(uint64_t bytes, uint64_t sms) {
+    const uint64_t most = sms * TIDE_CUDA_BATCH_CTAS_PER_SM;
+    const uint64_t cap = most > TIDE_CUDA_BATCH_CTAS ? most : TIDE_CUDA_BATCH_CTAS;
+    const uint64_t want = bytes / TIDE_CUDA_BATCH_BYTES_PER_CTA +
+                          (bytes % TIDE_CUDA_BATCH_BYTES_PER_CTA != 0);
+    return (int32_t)(want < TIDE_CUDA_BATCH_CTAS ? TIDE_CUDA_BATCH_CTAS
+                     : want > cap                ? cap
+                                                 : want);
+}
+
 /* Enqueue the copies table[0 .. count) (a device pointer) on `stream` as one kernel launch
  * of `ctas` CTAs (any ctas >= 1 gives the same result).  The copies of one table must not
  * overlap each other's destinations (they run concurrently).  count <= 0 enqueues

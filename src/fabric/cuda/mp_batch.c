@@ -250,18 +250,13 @@ tide_result_t tide_cuda_mp_batch_plan(tide_mp_arena_t *a, tide_mp_prepared_t *pp
     /* Runs of two or more get contiguous descriptor ranges. */
     int total = 0;
     const uint64_t sms = (uint64_t)a->w->sm_count;
-    const uint64_t most = sms * TIDE_CUDA_BATCH_CTAS_PER_SM;
-    const uint64_t cap = most > TIDE_CUDA_BATCH_CTAS ? most : TIDE_CUDA_BATCH_CTAS;
     for (int k = 0; k < runs; ++k) {
         b->b_ok[k] = b->b_count[k] >= 2;
         b->b_fill[k] = 0;
         if (!b->b_ok[k]) continue;
         b->b_first[k] = total;
         total += b->b_count[k];
-        const uint64_t want = tide_div_ceil_u64(b->b_bytes[k], TIDE_CUDA_BATCH_BYTES_PER_CTA);
-        b->b_ctas[k] = (int32_t)(want < TIDE_CUDA_BATCH_CTAS ? TIDE_CUDA_BATCH_CTAS
-                                 : want > cap                ? cap
-                                                             : want);
+        b->b_ctas[k] = tide_cuda_batch_grid(b->b_bytes[k], sms);
     }
     if (total == 0) return TIDE_SUCCESS;
     tide_cuda_copy_desc_t *d = b->desc_host[parity];
