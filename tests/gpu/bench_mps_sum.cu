@@ -14,18 +14,18 @@
  *           mappings cost.
  *
  *   bench_mps_sum [--op sum|copy] [--ranks N] [--mib M] [--ctas C] [--reps R]
- *                 [--modes single,peer,local(,pull)]
+ *                 [--copy-ctas C] [--modes single,peer,local(,pull)]
  *
  * --op copy times the all-gather's copies instead (the 1 x N AG at M = 1, whose gap to the
  * single-process fabric is the same 1.05x at N = 2, 4 and 8: docs/performance.md): rank r
  * copies its shard (its 1/N of M MiB of bf16) into chunk r of every rank's unsharded buffer,
  * its own included, as one launch of the fabric's batched copy kernel (batch_copy.h) with the
- * fabric's grid for those bytes.  single and peer push as the fabric does (peer: into the
- * other processes' buffers through IPC mappings); pull (copy only): rank r reads every
- * shard through the mappings into its own buffer; local: rank r copies its own copies of
- * every shard into its own buffer (the same bytes, no mapping).  Every rank's buffer must end
- * as the N shards in rank order, the same in every mode.  Bytes: N x (M MiB read + M MiB
- * written).
+ * fabric's grid for those bytes (or --copy-ctas C CTAs).  single and peer push as the fabric
+ * does (peer: into the other processes' buffers through IPC mappings); pull (copy only):
+ * rank r reads every shard through the mappings into its own buffer; local: rank r copies
+ * its own copies of every shard into its own buffer (the same bytes, no mapping).  Every
+ * rank's buffer must end as the N shards in rank order, the same in every mode.  Bytes:
+ * N x (M MiB read + M MiB written).
  *
  * Run it under an MPS daemon (run.sh step mps-sum, tests/gpu/mps.sh) for the processes to
  * share the SMs; without one they are time-sliced.  Each rep: every rank waits at a
@@ -79,6 +79,7 @@ struct shared_t {
 
 struct opts_t {
     int ranks = 8, ctas = 10, reps = 20;
+    int copy_ctas = 0; /* --copy-ctas: the copy kernel's grid; 0 = the fabric's */
     uint64_t mib = 384;
     bool copy = false; /* --op copy */
 };
@@ -167,7 +168,8 @@ static void rank_copy_init(rank_sum_t *rs, const opts_t &o, int r, void *const *
     CUDA_OK(cudaMemcpy(rs->table, d.data(), d.size() * sizeof(d[0]), cudaMemcpyHostToDevice));
     int sms = 0;
     CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    rs->copy_ctas = tide_cuda_batch_grid(chunk * o.ranks, (uint64_t)sms);
+    rs->copy_ctas =
+        o.copy_ctas > 0 ? o.copy_ctas : tide_cuda_batch_grid(chunk * o.ranks, (uint64_t)sms);
     rs->land = (uint16_t *)lands[r];
     rank_stream_init(rs);
 }
@@ -352,20 +354,23 @@ int main(int argc, char **argv) {
         else if (a == "--mib" && v) o.mib = strtoull(argv[++i], nullptr, 10);
         else if (a == "--ctas" && v) o.ctas = atoi(argv[++i]);
         else if (a == "--reps" && v) o.reps = atoi(argv[++i]);
+        else if (a == "--copy-ctas" && v) o.copy_ctas = atoi(argv[++i]);
         else if (a == "--modes" && v) modes = argv[++i];
         else if (a == "--op" && v && (!std::strcmp(v, "sum") || !std::strcmp(v, "copy")))
             o.copy = !std::strcmp(argv[++i], "copy");
         else {
             std::fprintf(stderr,
                          "usage: %s [--op sum|copy] [--ranks N<=8] [--mib M] [--ctas C] "
-                         "[--reps R<=64] [--modes single,peer,local(,pull: copy)]\n",
+                         "[--reps R<=64] [--copy-ctas C] "
+                         "[--modes single,peer,local(,pull: copy)]\n",
                          argv[0]);
             return 2;
         }
     }
     if (o.ranks < 2 || o.ranks > MAX_RANKS || o.reps < 1 || o.reps > MAX_REPS || o.ctas < 1 ||
-        o.mib < 1) {
-        std::fprintf(stderr, "bench_mps_sum: --ranks 2..%d, --reps 1..%d, --ctas >= 1, --mib >= 1\n",
+        o.mib < 1 || o.copy_ctas < 0) {
+        std::fprintf(stderr, "bench_mps_sum: --ranks 2..%d, --reps 1..%d, --ctas >= 1, "
+                             "--mib >= 1, --copy-ctas >= 0\n",
                      MAX_RANKS, MAX_REPS);
         return 2;
     }
@@ -376,8 +381,8 @@ int main(int argc, char **argv) {
                                 : (double)o.ranks * (elems(o) * 2.0 + elems(o) / o.ranks * 4.0);
     if (o.copy)
         std::printf("bench_mps_sum --op copy: %d ranks, %llu MiB bf16 unsharded a rank, each rank "
-                    "one batched copy of N shards (the fabric's grid), %d reps; %s\n", o.ranks,
-                    (unsigned long long)o.mib, o.reps,
+                    "one batched copy of N shards (grid: %d CTAs, 0 = the fabric's), %d reps; %s\n",
+                    o.ranks, (unsigned long long)o.mib, o.copy_ctas, o.reps,
                     getenv("CUDA_MPS_PIPE_DIRECTORY") ? "under MPS" : "no MPS daemon named");
     else
         std::printf("bench_mps_sum: %d ranks, %llu MiB bf16 gradient a rank, %d sum CTAs a rank, "
@@ -390,7 +395,8 @@ int main(int argc, char **argv) {
     size_t pos = 0;
     while (pos <= modes.size()) {
         const size_t comma = modes.find(',', pos);
-        const std::string m = modes.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+        const std::string m =
+            modes.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
         pos = comma == std::string::npos ? modes.size() + 1 : comma + 1;
         if (m != "single" && m != "peer" && m != "local" && !(o.copy && m == "pull")) {
             std::fprintf(stderr, "bench_mps_sum: unknown mode '%s'\n", m.c_str());
@@ -423,7 +429,8 @@ int main(int argc, char **argv) {
         }
         const double share = peak > 0 ? 100.0 * bytes / (span * 1e-3) / peak : 0.0;
         char ratio[32] = "-";
-        if (single_span > 0 && m != "single") std::snprintf(ratio, sizeof(ratio), "%.2fx", span / single_span);
+        if (single_span > 0 && m != "single")
+            std::snprintf(ratio, sizeof(ratio), "%.2fx", span / single_span);
         std::printf("%-8s %10.3f %7.1f%% %12.3f %12s\n", m.c_str(), span, share, kms, ratio);
     }
     std::printf("bytes a rep: %.1f MiB; HBM peak %.2f TB/s\n", bytes / (1 << 20), peak / 1e12);

@@ -70,13 +70,13 @@ static int flags_env_child(const char *name) {
     setenv("TIDE_CUDA_MP_FLAGS", "kernels", 1);
     const tide_result_t bad = tide_comm_init_rank(TIDE_FABRIC_CUDA, 1, 1, 0, name, &comm);
     if (bad != TIDE_ERR_INVALID_ARGUMENT || strstr(tide_get_last_error(), "kernels") == NULL ||
-        strstr(tide_get_last_error(), "one of: kernel, host, device") == NULL) {
+        strstr(tide_get_last_error(), "one of: auto, kernel, host, device") == NULL) {
         printf("FAIL: TIDE_CUDA_MP_FLAGS=kernels gave %s: %s\n", tide_get_error_string(bad),
                tide_get_last_error());
         return 3;
     }
-    const char *good[] = {"host", "device", "kernel"};
-    for (int k = 0; k < 3; ++k) {
+    const char *good[] = {"host", "device", "kernel", "auto"};
+    for (int k = 0; k < 4; ++k) {
         setenv("TIDE_CUDA_MP_FLAGS", good[k], 1);
         char job[96];
         snprintf(job, sizeof(job), "%s-%s", name, good[k]);

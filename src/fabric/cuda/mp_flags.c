@@ -29,28 +29,35 @@
  * stream: it releases the waits when that stream gets to run, which a blocked hardware queue
  * can delay.
  *
- * Kernel waits (the default, unset or "kernel").  The flags stay in the device segments and
- * signals are the same cuStreamWriteValue64, but every wait and fence is a one-thread wait
- * kernel (the captured calls' kernel, mp_graph_kernels.h) that spins on the device flags with
- * system-scope acquire loads and, every 32 spins, reads the group's abort word in the control
- * block, which every process registers with its device for that (mp_ctl.h, "Polled abort
- * word").  The abort word is published before any poison, so its CPU store (tide_mp_ctl_abort:
- * by a failing caller, or the watchdog at TIDE_TIMEOUT_MS) is itself the release: every wait
- * kernel of every process returns within a few microseconds of it, whatever the hardware
- * queues hold.  The device poison of "device" is still written (harmless, and it releases the
- * memory-op waits of anything outside these entries).  What it costs: a kernel launch per wait
- * instead of a stream memory operation (a run of waits is one launch: tide_cuda_mp_wait_runs),
- * an SM slot per spinning wait (one thread each; nothing in the fabric needs its kernels
- * co-resident, so a waiter never keeps the work it waits for off the GPU), and one PCIe read
- * of the abort word per 32 spins.  Measured on one H100 under MPS (386 MiB layer,
- * bench/results/h100-2026-12-07c): as fast as host flags or faster at N = 2, 4 and 8 (AG 80.0
- * / 82.4 / 84.0% of the HBM roofline against 79.8 / 82.0 / 82.6%); before runs were batched
- * and implied start fences left out they were the slowest of the three (N = 8 RS 2.207 ms
- * against 2.111 host and 2.010 device, bench/results/h100-2026-12-06h).  So they are the
+ * Kernel waits ("kernel", and the default where no two ranks time-share a device).  The flags
+ * stay in the device segments and signals are the same cuStreamWriteValue64, but every wait and
+ * fence is a one-thread wait kernel (the captured calls' kernel, mp_graph_kernels.h) that spins
+ * on the device flags with system-scope acquire loads and, every 32 spins, reads the group's
+ * abort word in the control block, which every process registers with its device for that
+ * (mp_ctl.h, "Polled abort word").  The abort word is published before any poison, so its CPU
+ * store (tide_mp_ctl_abort: by a failing caller, or the watchdog at TIDE_TIMEOUT_MS) is itself
+ * the release: every wait kernel of every process returns within a few microseconds of it,
+ * whatever the hardware queues hold.  The device poison of "device" is still written (harmless,
+ * and it releases the memory-op waits of anything outside these entries).  What it costs: a
+ * kernel launch per wait instead of a stream memory operation (a run of waits is one launch:
+ * tide_cuda_mp_wait_runs), an SM slot per spinning wait (one thread each; nothing in the fabric
+ * needs its kernels co-resident, so a waiter never keeps the work it waits for off the GPU),
+ * and one PCIe read of the abort word per 32 spins.  Measured on one H100 under MPS (386 MiB
+ * layer, bench/results/h100-2026-12-07c): as fast as host flags or faster at N = 2, 4 and 8 (AG
+ * 80.0 / 82.4 / 84.0% of the HBM roofline against 79.8 / 82.0 / 82.6%); before runs were
+ * batched and implied start fences left out they were the slowest of the three (N = 8 RS 2.207
+ * ms against 2.111 host and 2.010 device, bench/results/h100-2026-12-06h).  So they are the
  * default: the fail-stop of host flags (a CPU store releases every wait) near the speed of
- * device flags.  Where they cost: processes that time-share one GPU without MPS, where a
- * spinning wait kernel keeps its process's time slice until the slice ends (a test set-up, not
- * a job's: docs/performance.md, "Kernel waits as the default").
+ * device flags.
+ *
+ * The default ("auto", unset).  Where they cost is processes that time-share one GPU without
+ * MPS: a spinning wait kernel keeps its process's time slice until the slice ends, while the
+ * rank it waits for cannot run.  Measured time-sliced on one H100 (bench/results/
+ * h100-2026-12-07e, the same layer), host flags took the all-gather from 4.55 to 2.53 ms at
+ * N = 2 and from 19.1 to 4.48 ms at N = 8, the reduce-scatter from 4.70 to 2.85 and from 32.2
+ * to 21.5 ms.  So unset, each world asks at creation (tide_cuda_mp_flags_resolve) whether two
+ * of its ranks share a device that MPS does not share (CU_DEVICE_ATTRIBUTE_MPS_ENABLED):
+ * then host flags, else kernel waits.  One process per GPU and MPS get kernel waits.
  *
  * Which waits: the ipc transport's waits and fences (ipc.c), a view's sibling fence
  * (mp_view.c) and the emulated rail transport's waits (mp_rails.c) all go through
@@ -71,11 +78,63 @@
 
 tide_result_t tide_cuda_mp_env_flags(int *flags_out) {
     /* The first is the default (unset or empty). */
-    static const char *const values[] = {"kernel", "host", "device"};
-    static const int flags[] = {TIDE_MP_FLAGS_KERNEL, TIDE_MP_FLAGS_HOST, TIDE_MP_FLAGS_DEVICE};
+    static const char *const values[] = {"auto", "kernel", "host", "device"};
+    static const int flags[] = {TIDE_MP_FLAGS_AUTO, TIDE_MP_FLAGS_KERNEL, TIDE_MP_FLAGS_HOST,
+                                TIDE_MP_FLAGS_DEVICE};
     int i = 0;
-    TIDE_CHECK(tide_fabric_env_choice("TIDE_CUDA_MP_FLAGS", values, 3, &i));
+    TIDE_CHECK(tide_fabric_env_choice("TIDE_CUDA_MP_FLAGS", values, 4, &i));
     *flags_out = flags[i];
+    return TIDE_SUCCESS;
+}
+
+/* Whether contexts on `device` are MPS clients (the attribute exists since CUDA 12.6; an
+ * older toolkit or driver answers "no", which only costs the kernel waits' speed under MPS). */
+static int32_t device_mps(int device) {
+#if CUDA_VERSION >= 12060
+    CUdevice d;
+    int v = 0;
+    if (cuDeviceGet(&d, device) == CUDA_SUCCESS &&
+        cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, d) == CUDA_SUCCESS)
+        return v != 0;
+#else
+    (void)device;
+#endif
+    return 0;
+}
+
+tide_result_t tide_cuda_mp_flags_resolve(tide_mp_world_t *w, int64_t timeout_ms) {
+    if (w->flags != TIDE_MP_FLAGS_AUTO) return TIDE_SUCCESS;
+    typedef struct {
+        uint8_t uuid[16];
+        int32_t mps, pad;
+    } dev_info_t;
+    const int n = w->base.ranks;
+    dev_info_t mine, *all = calloc((size_t)n, sizeof(*all));
+    if (all == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: %d device records", n);
+    memset(&mine, 0, sizeof(mine));
+    memcpy(mine.uuid, w->uuid, sizeof(mine.uuid));
+    mine.mps = device_mps(w->device);
+    const tide_result_t res =
+        tide_mp_boot_allgather(&w->boot, &mine, sizeof(mine), -1, all, NULL, timeout_ms);
+    if (res != TIDE_SUCCESS) {
+        free(all);
+        return res;
+    }
+    int shared = -1; /* a rank whose device an earlier rank also has */
+    bool mps = true;
+    for (int r = 0; r < n; ++r) {
+        mps = mps && all[r].mps != 0;
+        for (int q = 0; q < r && shared < 0; ++q)
+            if (memcmp(all[q].uuid, all[r].uuid, sizeof(all[r].uuid)) == 0) shared = r;
+    }
+    free(all);
+    w->flags = shared >= 0 && !mps ? TIDE_MP_FLAGS_HOST : TIDE_MP_FLAGS_KERNEL;
+    if (w->base.rank == 0)
+        TIDE_INFO("cuda mp fabric: TIDE_CUDA_MP_FLAGS unset: %s (%s)",
+                  w->flags == TIDE_MP_FLAGS_HOST ? "host flags" : "kernel waits",
+                  shared < 0 ? "every rank on a device of its own"
+                  : mps      ? "ranks share a device through MPS"
+                             : "ranks time-share a device without MPS");
     return TIDE_SUCCESS;
 }
 
