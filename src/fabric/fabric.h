@@ -44,6 +44,17 @@
  * value, naming the default used instead (timeout.c). */
 int64_t tide_fabric_timeout_ms(void);
 
+/* How long a world's creation waits for every rank to join (the one-process-per-rank
+ * fabric's socket mesh and its first exchange), separate from the calls' deadline: ranks
+ * reach tide_comm_init_rank after their own start-up (interpreter, CUDA context), whose skew
+ * on a loaded host is seconds, while a job may want its calls to fail stop within one.  A
+ * rank that never comes still fails every other rank, after this long. */
+#define TIDE_JOIN_TIMEOUT_MS_DEFAULT 120000
+
+/* TIDE_JOIN_TIMEOUT_MS from the environment (a positive integer of milliseconds, read as
+ * TIDE_TIMEOUT_MS is), else the larger of tide_fabric_timeout_ms() and the default. */
+int64_t tide_fabric_join_timeout_ms(void);
+
 /* Environment variable `name` as an index into values[0 .. count) (env.c): unset or empty
  * gives 0 (the default), another value TIDE_ERR_INVALID_ARGUMENT naming the list. */
 tide_result_t tide_fabric_env_choice(const char *name, const char *const *values, int count,

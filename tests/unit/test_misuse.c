@@ -418,6 +418,16 @@ static void timeout_env_child(void) {
     }
     setenv("TIDE_TIMEOUT_MS", "250", 1);
     CHILD_TRUE(tide_fabric_timeout_ms() == 250);
+    /* A world's join waits TIDE_JOIN_TIMEOUT_MS, else at least its default, else the calls'
+     * deadline when that is longer. */
+    unsetenv("TIDE_JOIN_TIMEOUT_MS");
+    CHILD_TRUE(tide_fabric_join_timeout_ms() == TIDE_JOIN_TIMEOUT_MS_DEFAULT);
+    setenv("TIDE_TIMEOUT_MS", "300000", 1);
+    CHILD_TRUE(tide_fabric_join_timeout_ms() == 300000);
+    setenv("TIDE_JOIN_TIMEOUT_MS", "5000", 1);
+    CHILD_TRUE(tide_fabric_join_timeout_ms() == 5000);
+    setenv("TIDE_JOIN_TIMEOUT_MS", "soon", 1);
+    CHILD_TRUE(tide_fabric_join_timeout_ms() == 300000);
 }
 
 static void test_timeout_env(void **state) {
@@ -453,6 +463,8 @@ static void test_timeout_env(void **state) {
     if (warnings != 4) fail_msg("%d warnings in:\n%s", warnings, log);
     assert_non_null(strstr(log, "TIDE_TIMEOUT_MS = 'abc' is not a positive integer"));
     assert_non_null(strstr(log, "using the default 10000 ms"));
+    assert_non_null(strstr(log, "TIDE_JOIN_TIMEOUT_MS = 'soon' is not a positive integer of "
+                                "milliseconds; using the default 300000 ms"));
 }
 
 /* ------------------------------------------------------------------ one thread, N ranks */

@@ -126,8 +126,8 @@ tide_result_t tide_cuda_mp_world_create(int nodes, int gpus_per_node, int rank, 
     if (res == TIDE_SUCCESS) res = env_rails(nodes, w);
     if (res == TIDE_SUCCESS) res = tide_cuda_mp_env_flags(&w->flags);
     if (res == TIDE_SUCCESS)
-        res = tide_mp_boot_open(name, rank, n, tide_fabric_timeout_ms(), &w->boot);
-    if (res == TIDE_SUCCESS) res = tide_cuda_mp_flags_resolve(w, tide_fabric_timeout_ms());
+        res = tide_mp_boot_open(name, rank, n, tide_fabric_join_timeout_ms(), &w->boot);
+    if (res == TIDE_SUCCESS) res = tide_cuda_mp_flags_resolve(w, tide_fabric_join_timeout_ms());
     if (res == TIDE_SUCCESS) res = tide_mp_watchdog_start(w);
     if (res != TIDE_SUCCESS) {
         world_free(w);
