@@ -7,11 +7,9 @@
 # device 0; the repeated calls and the killed / stopped rank also under a private MPS daemon;
 # device waits that end while every host is outside TIDE and a deregistration timeout
 # (test_mp_waits), and the matrix and enqueue figures with the flags in device memory
-# (TIDE_CUDA_MP_FLAGS=device), behind wait kernels that poll the abort word
-# (TIDE_CUDA_MP_FLAGS=kernel, with its fail-stop cases) and, under MPS, in host memory with
-# memory-op waits released by the poison's CPU stores (TIDE_CUDA_MP_FLAGS=host), beside the
-# default: host flags for these processes that time-share device 0, kernel waits under MPS
-# (src/fabric/cuda/mp_flags.c).
+# (TIDE_CUDA_MP_FLAGS=device) and in host memory with memory-op waits released by the
+# poison's CPU stores (TIDE_CUDA_MP_FLAGS=host, with its fail-stop cases, also under MPS)
+# beside the default, device flags behind wait kernels that poll the abort word.
 # Results: OUTDIR/mp.log and OUTDIR/mp-summary.txt.
 #   TIDE_MP_SECONDS=S   matrix budget (default 60); TIDE_MP_LANE_SECONDS=S the lane steps' (60)
 #   TIDE_MP_ONLY=REGEX  only the steps whose name matches (the builds always run), e.g.
@@ -67,7 +65,7 @@ step mp-lane 150 "$t" --lane --seconds "${TIDE_MP_LANE_SECONDS:-60}"
 step mp-lane-rails 150 env TIDE_CUDA_MP_RAILS=1 "$t" --lane --seconds "${TIDE_MP_LANE_SECONDS:-60}"
 step mp-lane-rails-1conn 150 env TIDE_CUDA_MP_RAILS=1 CUDA_DEVICE_MAX_CONNECTIONS=1 "$t" --lane --seconds "${TIDE_MP_LANE_SECONDS:-60}"
 step mp-matrix-rails-1conn $(( ${TIDE_MP_SECONDS:-60} + 90 )) env TIDE_CUDA_MP_RAILS=1 CUDA_DEVICE_MAX_CONNECTIONS=1 "$t" --seconds "${TIDE_MP_SECONDS:-60}"
-step mp-lane-rails-kernflags 150 env TIDE_CUDA_MP_RAILS=1 TIDE_CUDA_MP_FLAGS=kernel "$t" --lane --seconds "${TIDE_MP_LANE_SECONDS:-60}"
+step mp-lane-rails-hostflags 150 env TIDE_CUDA_MP_RAILS=1 TIDE_CUDA_MP_FLAGS=host "$t" --lane --seconds "${TIDE_MP_LANE_SECONDS:-60}"
 # Every signal of the program (TIDE_SYNC_ELIDE=0; the steps above run the synchronisation
 # elision, the default: docs/sync-elide.md).
 step mp-full-matrix $(( ${TIDE_MP_SECONDS:-60} + 90 )) env TIDE_SYNC_ELIDE=0 "$t" --seconds "${TIDE_MP_SECONDS:-60}"
@@ -77,12 +75,12 @@ step mp-legacy-ipc 90 env TIDE_CUDA_IPC=legacy "$t" --seconds 5
 step mp-matrix-devflags $(( ${TIDE_MP_SECONDS:-60} + 90 )) env TIDE_CUDA_MP_FLAGS=device "$t" --seconds "${TIDE_MP_SECONDS:-60}"
 step mp-enqueue-devflags 120 env TIDE_CUDA_MP_FLAGS=device "$t" --enqueue
 step mp-kill-devflags 90 env TIDE_CUDA_MP_FLAGS=device "$t" --kill
-step mp-matrix-kernflags $(( ${TIDE_MP_SECONDS:-60} + 90 )) env TIDE_CUDA_MP_FLAGS=kernel "$t" --seconds "${TIDE_MP_SECONDS:-60}"
-step mp-enqueue-kernflags 120 env TIDE_CUDA_MP_FLAGS=kernel "$t" --enqueue
-step mp-kill-kernflags 90 env TIDE_CUDA_MP_FLAGS=kernel "$t" --kill
-step mp-stop-kernflags 90 env TIDE_CUDA_MP_FLAGS=kernel "$t" --stop
-step mp-waits-idle-kernflags 90 env TIDE_CUDA_MP_FLAGS=kernel "$w" --idle
-step mp-waits-dereg-kernflags 90 env TIDE_CUDA_MP_FLAGS=kernel "$w" --dereg
+step mp-matrix-hostflags $(( ${TIDE_MP_SECONDS:-60} + 90 )) env TIDE_CUDA_MP_FLAGS=host "$t" --seconds "${TIDE_MP_SECONDS:-60}"
+step mp-enqueue-hostflags 120 env TIDE_CUDA_MP_FLAGS=host "$t" --enqueue
+step mp-kill-hostflags 90 env TIDE_CUDA_MP_FLAGS=host "$t" --kill
+step mp-stop-hostflags 90 env TIDE_CUDA_MP_FLAGS=host "$t" --stop
+step mp-waits-idle-hostflags 90 env TIDE_CUDA_MP_FLAGS=host "$w" --idle
+step mp-waits-dereg-hostflags 90 env TIDE_CUDA_MP_FLAGS=host "$w" --dereg
 # No hang under MPS (processes share the SMs) nor time-sliced: 8 processes x 50 AG + RS calls,
 # a killed and a stopped rank (tests/gpu/mps.sh starts and stops a private daemon).
 # `timeout` runs programs, not shell functions: with_mps runs in a bash of its own.

@@ -259,13 +259,15 @@ static bool device_mps(void) {
 
 /* TIDE_CUDA_MP_FLAGS took effect (src/fabric/cuda/mp_flags.c): host flags live in the control
  * block, device flags and kernel waits in the segments, and only kernel waits have the abort
- * word's device address (else a run "with kernel waits" could test the default).  Unset or
- * "auto", every rank here shares device 0: host flags time-sliced, kernel waits under MPS. */
+ * word's device address (else a run "with kernel waits" could test the default).  Unset:
+ * kernel waits; "auto", where every rank here shares device 0: host flags time-sliced,
+ * kernel waits under MPS. */
 static bool flags_placement(const struct tide_fabric_arena *arena, char *err) {
     const tide_mp_arena_t *a = (const tide_mp_arena_t *)arena;
     const char *e = getenv("TIDE_CUDA_MP_FLAGS");
-    const bool dflt = e == NULL || e[0] == '\0' || strcmp(e, "auto") == 0;
-    const char *want = dflt ? (device_mps() ? "kernel" : "host") : e;
+    const char *want = e == NULL || e[0] == '\0'   ? "kernel"
+                       : strcmp(e, "auto") == 0 ? (device_mps() ? "kernel" : "host")
+                                                : e;
     const char *got = a->host_flags ? "host" : a->abort_dev != NULL ? "kernel" : "device";
     const bool ok = strcmp(want, got) == 0 && (a->abort_dev == NULL || !a->host_flags);
     if (!ok)

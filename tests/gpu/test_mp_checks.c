@@ -70,7 +70,7 @@ static int flags_env_child(const char *name) {
     setenv("TIDE_CUDA_MP_FLAGS", "kernels", 1);
     const tide_result_t bad = tide_comm_init_rank(TIDE_FABRIC_CUDA, 1, 1, 0, name, &comm);
     if (bad != TIDE_ERR_INVALID_ARGUMENT || strstr(tide_get_last_error(), "kernels") == NULL ||
-        strstr(tide_get_last_error(), "one of: auto, kernel, host, device") == NULL) {
+        strstr(tide_get_last_error(), "one of: kernel, auto, host, device") == NULL) {
         printf("FAIL: TIDE_CUDA_MP_FLAGS=kernels gave %s: %s\n", tide_get_error_string(bad),
                tide_get_last_error());
         return 3;

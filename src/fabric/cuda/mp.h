@@ -136,10 +136,10 @@ typedef struct {
 enum {
     TIDE_MP_FLAGS_DEVICE = 0, /* "device": device segments, stream memory-op waits */
     TIDE_MP_FLAGS_HOST = 1,   /* "host": the control block, memory-op waits */
-    TIDE_MP_FLAGS_KERNEL = 2, /* "kernel": device segments, wait kernels that poll the abort
-                               * word */
-    TIDE_MP_FLAGS_AUTO = 3,   /* unset or "auto" (default): KERNEL, or HOST where ranks
-                               * time-share a device (tide_cuda_mp_flags_resolve) */
+    TIDE_MP_FLAGS_KERNEL = 2, /* unset or "kernel" (default): device segments, wait kernels
+                               * that poll the abort word */
+    TIDE_MP_FLAGS_AUTO = 3,   /* "auto": KERNEL, or HOST where ranks time-share a device
+                               * (tide_cuda_mp_flags_resolve) */
 };
 
 /* TIDE_CUDA_CE_BATCH (mp_batch.c): runs of copies that touch another device's memory (peer
@@ -419,7 +419,7 @@ tide_result_t tide_cuda_mp_world_set_rails(tide_mp_world_t *w, const struct tide
 
 /* ------------------------------------------------------------------ flags (mp_flags.c) */
 
-/* TIDE_CUDA_MP_FLAGS: unset or "auto" (default), "kernel", "host" or "device"
+/* TIDE_CUDA_MP_FLAGS: unset or "kernel" (default), "auto", "host" or "device"
  * (TIDE_MP_FLAGS_*; TIDE_ERR_INVALID_ARGUMENT naming the four otherwise). */
 tide_result_t tide_cuda_mp_env_flags(int *flags_out);
 /* World creation, every rank, once the socket mesh is up: resolve TIDE_MP_FLAGS_AUTO to

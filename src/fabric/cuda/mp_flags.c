@@ -29,7 +29,7 @@
  * stream: it releases the waits when that stream gets to run, which a blocked hardware queue
  * can delay.
  *
- * Kernel waits ("kernel", and the default where no two ranks time-share a device).  The flags
+ * Kernel waits (the default, unset or "kernel").  The flags
  * stay in the device segments and signals are the same cuStreamWriteValue64, but every wait and
  * fence is a one-thread wait kernel (the captured calls' kernel, mp_graph_kernels.h) that spins
  * on the device flags with system-scope acquire loads and, every 32 spins, reads the group's
@@ -50,14 +50,18 @@
  * default: the fail-stop of host flags (a CPU store releases every wait) near the speed of
  * device flags.
  *
- * The default ("auto", unset).  Where they cost is processes that time-share one GPU without
- * MPS: a spinning wait kernel keeps its process's time slice until the slice ends, while the
- * rank it waits for cannot run.  Measured time-sliced on one H100 (bench/results/
- * h100-2026-12-07e, the same layer), host flags took the all-gather from 4.55 to 2.53 ms at
- * N = 2 and from 19.1 to 4.48 ms at N = 8, the reduce-scatter from 4.70 to 2.85 and from 32.2
- * to 21.5 ms.  So unset, each world asks at creation (tide_cuda_mp_flags_resolve) whether two
- * of its ranks share a device that MPS does not share (CU_DEVICE_ATTRIBUTE_MPS_ENABLED):
- * then host flags, else kernel waits.  One process per GPU and MPS get kernel waits.
+ * "auto".  Where kernel waits cost is processes that time-share one GPU without MPS: a
+ * spinning wait kernel keeps its process's time slice until the slice ends, while the rank it
+ * waits for cannot run.  Measured time-sliced on one H100 (bench/results/h100-2026-12-07e,
+ * the same layer), host flags took the all-gather from 4.55 to 2.53 ms at N = 2 and from 19.1
+ * to 4.48 ms at N = 8, the reduce-scatter from 4.70 to 2.85 and from 32.2 to 21.5 ms.  With
+ * "auto" each world asks at creation (tide_cuda_mp_flags_resolve) whether two of its ranks
+ * share a device that MPS does not share (CU_DEVICE_ATTRIBUTE_MPS_ENABLED): then host flags,
+ * else kernel waits.  It is not the default yet: the one GPU-suite run with it as the default
+ * (h100-2026-12-07e, call 3) had five failures at world creation (ranks that did not join
+ * within the tests' 3 s, CUDA contexts that could not be created) under three tests at a
+ * time, against one such failure in the run before it, and no device time was left to tell
+ * whether the placement or the load caused them.
  *
  * Which waits: the ipc transport's waits and fences (ipc.c), a view's sibling fence
  * (mp_view.c) and the emulated rail transport's waits (mp_rails.c) all go through
@@ -78,8 +82,8 @@
 
 tide_result_t tide_cuda_mp_env_flags(int *flags_out) {
     /* The first is the default (unset or empty). */
-    static const char *const values[] = {"auto", "kernel", "host", "device"};
-    static const int flags[] = {TIDE_MP_FLAGS_AUTO, TIDE_MP_FLAGS_KERNEL, TIDE_MP_FLAGS_HOST,
+    static const char *const values[] = {"kernel", "auto", "host", "device"};
+    static const int flags[] = {TIDE_MP_FLAGS_KERNEL, TIDE_MP_FLAGS_AUTO, TIDE_MP_FLAGS_HOST,
                                 TIDE_MP_FLAGS_DEVICE};
     int i = 0;
     TIDE_CHECK(tide_fabric_env_choice("TIDE_CUDA_MP_FLAGS", values, 4, &i));
@@ -130,7 +134,7 @@ tide_result_t tide_cuda_mp_flags_resolve(tide_mp_world_t *w, int64_t timeout_ms)
     free(all);
     w->flags = shared >= 0 && !mps ? TIDE_MP_FLAGS_HOST : TIDE_MP_FLAGS_KERNEL;
     if (w->base.rank == 0)
-        TIDE_INFO("cuda mp fabric: TIDE_CUDA_MP_FLAGS unset: %s (%s)",
+        TIDE_INFO("cuda mp fabric: TIDE_CUDA_MP_FLAGS=auto: %s (%s)",
                   w->flags == TIDE_MP_FLAGS_HOST ? "host flags" : "kernel waits",
                   shared < 0 ? "every rank on a device of its own"
                   : mps      ? "ranks share a device through MPS"
