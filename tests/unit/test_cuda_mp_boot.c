@@ -1,7 +1,8 @@
 /*
  * test_cuda_mp_boot.c - the one-process-per-rank bootstrap (src/fabric/cuda/mp_boot.h) with
  * real processes and no GPU: join, all-gather of blobs and descriptors (memfds standing in
- * for the CUDA VMM handles), barriers, a missing rank at join, and a rank that dies.
+ * for the CUDA VMM handles), barriers, which ranks share a device, a missing rank at join,
+ * and a rank that dies.
  *
  * The group control block (mp_ctl.h) across processes: counters that name a missing rank, an
  * abort word that exactly one rank wins and every rank reads.
@@ -94,6 +95,63 @@ static void test_exchange(void **state) {
         run_children(sizes[k], exchange_child, name, status);
         for (int r = 0; r < sizes[k]; ++r) {
             if (status[r] != 0) print_error("N = %d rank %d: step %d\n", sizes[k], r, status[r]);
+            assert_int_equal(status[r], 0);
+        }
+    }
+}
+
+/* Which ranks share a device (tide_mp_boot_devices, what TIDE_CUDA_MP_FLAGS=auto decides
+ * from): each case gives every rank a device (a letter standing for its UUID) and whether it
+ * is an MPS client, and the answers every rank must get. */
+typedef struct {
+    int ranks;
+    const char *devices; /* one letter per rank */
+    const char *mps;     /* '1' or '0' per rank */
+    int shared;          /* the lowest rank whose device a lower rank has, or -1 */
+    bool all_mps;
+} devices_case_t;
+
+static const devices_case_t *devices_now; /* the case the forked children run */
+
+static int devices_child(const char *name, int rank, int ranks) {
+    tide_mp_boot_t b;
+    if (tide_mp_boot_open(name, rank, ranks, 10000, &b) != TIDE_SUCCESS) return 10;
+    uint8_t uuid[16];
+    memset(uuid, 0x5a, sizeof(uuid));
+    uuid[15] = (uint8_t)devices_now->devices[rank];
+    int shared = -7;
+    bool mps = !devices_now->all_mps;
+    if (tide_mp_boot_devices(&b, uuid, devices_now->mps[rank] == '1', 10000, &shared, &mps) !=
+        TIDE_SUCCESS)
+        return 11;
+    if (shared != devices_now->shared) return 12;
+    if (mps != devices_now->all_mps) return 13;
+    /* The exchange left the mesh in step: a barrier still works. */
+    if (tide_mp_boot_barrier(&b, 5, 10000) != TIDE_SUCCESS) return 14;
+    tide_mp_boot_close(&b);
+    return 0;
+}
+
+static void test_devices(void **state) {
+    (void)state;
+    static const devices_case_t cases[] = {
+        {1, "a", "0", -1, false},      {1, "a", "1", -1, true},
+        {3, "abc", "000", -1, false},  /* one process per GPU */
+        {3, "aba", "000", 2, false},   /* ranks 0 and 2 time-share a GPU */
+        {2, "aa", "11", 1, true},      /* two processes on one GPU under MPS */
+        {3, "aab", "101", 1, false},   /* one rank not an MPS client */
+        {4, "abbb", "0000", 2, false}, /* the first repeat names the rank */
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); ++k) {
+        char name[64];
+        job_name(name, sizeof(name), "dev");
+        devices_now = &cases[k];
+        int status[16];
+        run_children(cases[k].ranks, devices_child, name, status);
+        for (int r = 0; r < cases[k].ranks; ++r) {
+            if (status[r] != 0)
+                print_error("case %zu (%s, mps %s) rank %d: step %d\n", k, cases[k].devices,
+                            cases[k].mps, r, status[r]);
             assert_int_equal(status[r], 0);
         }
     }
@@ -477,6 +535,7 @@ int main(void) {
         cmocka_unit_test(test_closed_control_block),
         cmocka_unit_test(test_arguments),
         cmocka_unit_test(test_exchange),
+        cmocka_unit_test(test_devices),
         cmocka_unit_test(test_missing_rank),
         cmocka_unit_test(test_dead_rank),
         cmocka_unit_test(test_control_block),

@@ -334,6 +334,35 @@ tide_result_t tide_mp_boot_barrier(tide_mp_boot_t *b, uint64_t tag, int64_t time
     return res;
 }
 
+tide_result_t tide_mp_boot_devices(tide_mp_boot_t *b, const uint8_t uuid[16], bool mps,
+                                   int64_t timeout_ms, int *shared_out, bool *all_mps_out) {
+    typedef struct {
+        uint8_t uuid[16];
+        int32_t mps, pad;
+    } dev_info_t;
+    dev_info_t mine, *all = calloc((size_t)b->ranks, sizeof(*all));
+    if (all == NULL)
+        return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp bootstrap: %d device records", b->ranks);
+    memset(&mine, 0, sizeof(mine));
+    memcpy(mine.uuid, uuid, sizeof(mine.uuid));
+    mine.mps = mps;
+    const tide_result_t res =
+        tide_mp_boot_allgather(b, &mine, sizeof(mine), -1, all, NULL, timeout_ms);
+    if (res == TIDE_SUCCESS) {
+        int shared = -1;
+        bool every = true;
+        for (int r = 0; r < b->ranks; ++r) {
+            every = every && all[r].mps != 0;
+            for (int q = 0; q < r && shared < 0; ++q)
+                if (memcmp(all[q].uuid, all[r].uuid, sizeof(all[r].uuid)) == 0) shared = r;
+        }
+        *shared_out = shared;
+        *all_mps_out = every;
+    }
+    free(all);
+    return res;
+}
+
 int tide_mp_boot_dead_peer(tide_mp_boot_t *b) {
     for (int p = 0; p < b->ranks; ++p) {
         if (p == b->rank) continue;

@@ -108,30 +108,10 @@ static int32_t device_mps(int device) {
 
 tide_result_t tide_cuda_mp_flags_resolve(tide_mp_world_t *w, int64_t timeout_ms) {
     if (w->flags != TIDE_MP_FLAGS_AUTO) return TIDE_SUCCESS;
-    typedef struct {
-        uint8_t uuid[16];
-        int32_t mps, pad;
-    } dev_info_t;
-    const int n = w->base.ranks;
-    dev_info_t mine, *all = calloc((size_t)n, sizeof(*all));
-    if (all == NULL) return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp fabric: %d device records", n);
-    memset(&mine, 0, sizeof(mine));
-    memcpy(mine.uuid, w->uuid, sizeof(mine.uuid));
-    mine.mps = device_mps(w->device);
-    const tide_result_t res =
-        tide_mp_boot_allgather(&w->boot, &mine, sizeof(mine), -1, all, NULL, timeout_ms);
-    if (res != TIDE_SUCCESS) {
-        free(all);
-        return res;
-    }
-    int shared = -1; /* a rank whose device an earlier rank also has */
-    bool mps = true;
-    for (int r = 0; r < n; ++r) {
-        mps = mps && all[r].mps != 0;
-        for (int q = 0; q < r && shared < 0; ++q)
-            if (memcmp(all[q].uuid, all[r].uuid, sizeof(all[r].uuid)) == 0) shared = r;
-    }
-    free(all);
+    int shared = -1;
+    bool mps = false;
+    TIDE_CHECK(tide_mp_boot_devices(&w->boot, w->uuid, device_mps(w->device) != 0, timeout_ms,
+                                    &shared, &mps));
     w->flags = shared >= 0 && !mps ? TIDE_MP_FLAGS_HOST : TIDE_MP_FLAGS_KERNEL;
     if (w->base.rank == 0)
         TIDE_INFO("cuda mp fabric: TIDE_CUDA_MP_FLAGS=auto: %s (%s)",
