@@ -29,26 +29,25 @@
  * stream: it releases the waits when that stream gets to run, which a blocked hardware queue
  * can delay.
  *
- * Kernel waits (the default, unset or "kernel").  The flags
- * stay in the device segments and signals are the same cuStreamWriteValue64, but every wait and
- * fence is a one-thread wait kernel (the captured calls' kernel, mp_graph_kernels.h) that spins
- * on the device flags with system-scope acquire loads and, every 32 spins, reads the group's
- * abort word in the control block, which every process registers with its device for that
- * (mp_ctl.h, "Polled abort word").  The abort word is published before any poison, so its CPU
- * store (tide_mp_ctl_abort: by a failing caller, or the watchdog at TIDE_TIMEOUT_MS) is itself
- * the release: every wait kernel of every process returns within a few microseconds of it,
- * whatever the hardware queues hold.  The device poison of "device" is still written (harmless,
- * and it releases the memory-op waits of anything outside these entries).  What it costs: a
- * kernel launch per wait instead of a stream memory operation (a run of waits is one launch:
- * tide_cuda_mp_wait_runs), an SM slot per spinning wait (one thread each; nothing in the fabric
- * needs its kernels co-resident, so a waiter never keeps the work it waits for off the GPU),
- * and one PCIe read of the abort word per 32 spins.  Measured on one H100 under MPS (386 MiB
- * layer, bench/results/h100-2026-12-07c): as fast as host flags or faster at N = 2, 4 and 8 (AG
- * 80.0 / 82.4 / 84.0% of the HBM roofline against 79.8 / 82.0 / 82.6%); before runs were
- * batched and implied start fences left out they were the slowest of the three (N = 8 RS 2.207
- * ms against 2.111 host and 2.010 device, bench/results/h100-2026-12-06h).  So they are the
- * default: the fail-stop of host flags (a CPU store releases every wait) near the speed of
- * device flags.
+ * Kernel waits (the default, unset or "kernel").  The flags stay in the device segments and
+ * signals are the same cuStreamWriteValue64, but every wait and fence is a one-thread wait
+ * kernel (the captured calls' kernel, mp_graph_kernels.h) that spins on the device flags with
+ * system-scope acquire loads and, every 32 spins, reads the group's abort word in the control
+ * block, which every process registers with its device for that (mp_ctl.h, "Polled abort
+ * word").  The abort word is published before any poison, so its CPU store (tide_mp_ctl_abort:
+ * by a failing caller, or the watchdog at TIDE_TIMEOUT_MS) is itself the release: every wait
+ * kernel of every process returns within a few microseconds of it, whatever the hardware queues
+ * hold.  The device poison of "device" is still written (harmless, and it releases the
+ * memory-op waits of anything outside these entries).  What it costs: a kernel launch per wait
+ * instead of a stream memory operation (a run of waits is one launch: tide_cuda_mp_wait_runs),
+ * an SM slot per spinning wait (one thread each; nothing in the fabric needs its kernels
+ * co-resident, so a waiter never keeps the work it waits for off the GPU), and one PCIe read of
+ * the abort word per 32 spins.  Measured on one H100 under MPS (386 MiB layer,
+ * bench/results/h100-2026-12-07c): as fast as host flags or faster at N = 2, 4 and 8 (AG 80.0 /
+ * 82.4 / 84.0% of the HBM roofline against 79.8 / 82.0 / 82.6%); before runs were batched and
+ * implied start fences left out they were the slowest of the three (N = 8 RS 2.207 ms against
+ * 2.111 host and 2.010 device, bench/results/h100-2026-12-06h).  So they are the default: the
+ * fail-stop of host flags (a CPU store releases every wait) near the speed of device flags.
  *
  * "auto".  Where kernel waits cost is processes that time-share one GPU without MPS: a
  * spinning wait kernel keeps its process's time slice until the slice ends, while the rank it
