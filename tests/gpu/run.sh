@@ -14,7 +14,7 @@
 #                                      tide-bench layer-gap (TIDE_GPU_GAP_RUNS, _WORLDS)
 #                                      layer-ctas (TIDE_GPU_CTAS, TIDE_GPU_GAP_WORLDS)
 #                                      stream-ops mps-sum (TIDE_GPU_GAP_WORLDS, _CTAS)
-#                                      mps-copy (TIDE_GPU_GAP_WORLDS)
+#                                      mps-copy bench-procs (TIDE_GPU_GAP_WORLDS)
 #   TIDE_GPU_LAYER_ARGS="..."          extra bench_fsdp_layers / bench_layer_single arguments
 #                                      (e.g. "--sum-ctas 32 --landing-ctas 32")
 #   TIDE_GPU_LAYER_PUSHED=0            skip fsdp-layers' run with TIDE_CUDA_MP_DIRECT=0
@@ -171,6 +171,18 @@ fi
 if want mps-copy; then
     for w in ${TIDE_GPU_GAP_WORLDS:-2 4 8}; do
         step mps-copy-w$w with_mps "$out/mps-copy-w$w" bash -c "set -o pipefail; '$b/tests/gpu/bench_mps_sum' --op copy --ranks $w --mib 386 --modes single,peer,pull,local | tee -a '$out/mps_copy.txt'"
+    done
+fi
+# bench-procs (issue 25): the layer's collectives through the fabrics alone, no Python and no
+# FSDP2 around them: `tide-bench --fabric cuda` at 1 x N in one process against `--procs N`
+# (one process per rank, under MPS), the same shapes (bench_fsdp_layers' layer in FSDP2
+# order), at N in TIDE_GPU_GAP_WORLDS.  Whether the processes' all-gather gap is in the
+# fabric or in the benchmarks around it.  Not in the default steps.
+if want bench-procs; then
+    shapes="4096,4096x4096,4096x4096,4096x4096,4096x4096,4096,11008x4096,11008x4096,4096x11008"
+    for w in ${TIDE_GPU_GAP_WORLDS:-2 4 8}; do
+        step bench-procs-single-w$w bash -c "set -o pipefail; '$b/tide-bench' --fabric cuda --topology 1x$w --shapes $shapes --divisors 1 --iters 20 | tee -a '$out/bench_procs.txt'"
+        step bench-procs-mps-w$w with_mps "$out/mps-procs-w$w" bash -c "set -o pipefail; '$b/tide-bench' --fabric cuda --procs $w --topology 1x$w --shapes $shapes --divisors 1 --iters 20 | tee -a '$out/bench_procs.txt'"
     done
 fi
 if command -v compute-sanitizer >/dev/null; then
