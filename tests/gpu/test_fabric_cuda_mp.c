@@ -244,19 +244,6 @@ static cudaError_t operand_alloc(void **p, size_t bytes, int r, const char *whic
 
 static bool rails_on(void);
 
-/* Whether this process is an MPS client of device 0 (0 where the toolkit cannot tell, as
- * mp_flags.c then assumes). */
-static bool device_mps(void) {
-#if CUDA_VERSION >= 12060
-    CUdevice d;
-    int v = 0;
-    return cuDeviceGet(&d, 0) == CUDA_SUCCESS &&
-           cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, d) == CUDA_SUCCESS && v;
-#else
-    return false;
-#endif
-}
-
 /* TIDE_CUDA_MP_FLAGS took effect (src/fabric/cuda/mp_flags.c): host flags live in the control
  * block, device flags and kernel waits in the segments, and only kernel waits have the abort
  * word's device address (else a run "with kernel waits" could test the default).  Unset:
@@ -266,7 +253,7 @@ static bool flags_placement(const struct tide_fabric_arena *arena, char *err) {
     const tide_mp_arena_t *a = (const tide_mp_arena_t *)arena;
     const char *e = getenv("TIDE_CUDA_MP_FLAGS");
     const char *want = e == NULL || e[0] == '\0'   ? "kernel"
-                       : strcmp(e, "auto") == 0 ? (device_mps() ? "kernel" : "host")
+                       : strcmp(e, "auto") == 0 ? (tide_cuda_mp_device_mps(0) ? "kernel" : "host")
                                                 : e;
     const char *got = a->host_flags ? "host" : a->abort_dev != NULL ? "kernel" : "device";
     const bool ok = strcmp(want, got) == 0 && (a->abort_dev == NULL || !a->host_flags);

@@ -427,6 +427,10 @@ tide_result_t tide_cuda_mp_env_flags(int *flags_out);
  * processes are time-sliced), else to KERNEL.  Every rank computes the same placement from
  * one all-gather of (device UUID, MPS); explicit placements are left as they are. */
 tide_result_t tide_cuda_mp_flags_resolve(tide_mp_world_t *w, int64_t timeout_ms);
+/* Whether contexts on `device` are MPS clients (CU_DEVICE_ATTRIBUTE_MPS_ENABLED, since CUDA
+ * 12.6; an older toolkit or driver answers false, which only costs "auto" the kernel waits'
+ * speed under MPS). */
+bool tide_cuda_mp_device_mps(int device);
 /* After the segments and the control block: register the block with the device when rank 0
  * made it device-mapped (with flags: point flags[] at its flag areas; with a polled abort
  * word: set abort_dev, the flags stay in the segments); else leave everything as it is. */

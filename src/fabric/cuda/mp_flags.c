@@ -90,9 +90,7 @@ tide_result_t tide_cuda_mp_env_flags(int *flags_out) {
     return TIDE_SUCCESS;
 }
 
-/* Whether contexts on `device` are MPS clients (the attribute exists since CUDA 12.6; an
- * older toolkit or driver answers "no", which only costs the kernel waits' speed under MPS). */
-static int32_t device_mps(int device) {
+bool tide_cuda_mp_device_mps(int device) {
 #if CUDA_VERSION >= 12060
     CUdevice d;
     int v = 0;
@@ -102,14 +100,14 @@ static int32_t device_mps(int device) {
 #else
     (void)device;
 #endif
-    return 0;
+    return false;
 }
 
 tide_result_t tide_cuda_mp_flags_resolve(tide_mp_world_t *w, int64_t timeout_ms) {
     if (w->flags != TIDE_MP_FLAGS_AUTO) return TIDE_SUCCESS;
     int shared = -1;
     bool mps = false;
-    TIDE_CHECK(tide_mp_boot_devices(&w->boot, w->uuid, device_mps(w->device) != 0, timeout_ms,
+    TIDE_CHECK(tide_mp_boot_devices(&w->boot, w->uuid, tide_cuda_mp_device_mps(w->device), timeout_ms,
                                     &shared, &mps));
     w->flags = shared >= 0 && !mps ? TIDE_MP_FLAGS_HOST : TIDE_MP_FLAGS_KERNEL;
     if (w->base.rank == 0)
