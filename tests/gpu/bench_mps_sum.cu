@@ -14,7 +14,8 @@
  *           mappings cost.
  *
  *   bench_mps_sum [--op sum|copy] [--ranks N] [--mib M] [--ctas C] [--reps R]
- *                 [--copy-ctas C] [--modes single,peer,local(,pull)]
+ *                 [--copy-ctas C] [--unroll 4|8|16] [--streaming 0|1]
+ *                 [--modes single,peer,local(,pull,memcpy)]
  *
  * --op copy times the all-gather's copies instead (the 1 x N AG at M = 1, whose gap to the
  * single-process fabric is the same 1.05x at N = 2, 4 and 8: docs/performance.md): rank r
@@ -25,7 +26,9 @@
  * rank r reads every shard through the mappings into its own buffer; local: rank r copies
  * its own copies of every shard into its own buffer (the same bytes, no mapping).  Every
  * rank's buffer must end as the N shards in rank order, the same in every mode.  Bytes:
- * N x (M MiB read + M MiB written).
+ * N x (M MiB read + M MiB written).  memcpy (copy only): single's copies as one
+ * cudaMemcpyAsync each, the ceiling the kernel is held to.  --unroll and --streaming pick the
+ * copy kernel's variant (tide_cuda_batch_copy_variant); the default is the fabric's.
  *
  * Run it under an MPS daemon (run.sh step mps-sum, tests/gpu/mps.sh) for the processes to
  * share the SMs; without one they are time-sliced.  Each rep: every rank waits at a
@@ -80,6 +83,9 @@ struct shared_t {
 struct opts_t {
     int ranks = 8, ctas = 10, reps = 20;
     int copy_ctas = 0; /* --copy-ctas: the copy kernel's grid; 0 = the fabric's */
+    int unroll = TIDE_CUDA_BATCH_UNROLL;        /* --unroll: the copy kernel's variant */
+    int streaming = TIDE_CUDA_BATCH_STREAMING;  /* --streaming 0|1 */
+    bool memcpy_mode = false; /* mode memcpy: cudaMemcpyAsync a descriptor, not the kernel */
     uint64_t mib = 384;
     bool copy = false; /* --op copy */
 };
@@ -117,6 +123,7 @@ struct rank_sum_t {
     float *out = nullptr;
     uint16_t *land = nullptr;               /* --op copy: this rank's unsharded buffer */
     tide_cuda_copy_desc_t *table = nullptr; /* --op copy: the N copies (device) */
+    std::vector<tide_cuda_copy_desc_t> host; /* the same copies on the host (mode memcpy) */
     int copy_ctas = 0;
     cudaStream_t stream{};
     cudaEvent_t ev0{}, ev1{};
@@ -164,6 +171,7 @@ static void rank_copy_init(rank_sum_t *rs, const opts_t &o, int r, void *const *
         d[p].bytes = chunk;
         d[p].rows = 1;
     }
+    rs->host = d;
     CUDA_OK(cudaMalloc(&rs->table, d.size() * sizeof(d[0])));
     CUDA_OK(cudaMemcpy(rs->table, d.data(), d.size() * sizeof(d[0]), cudaMemcpyHostToDevice));
     int sms = 0;
@@ -176,7 +184,13 @@ static void rank_copy_init(rank_sum_t *rs, const opts_t &o, int r, void *const *
 
 static void rank_sum_launch(rank_sum_t *rs, const opts_t &o) {
     CUDA_OK(cudaEventRecord(rs->ev0, rs->stream));
-    if (o.copy) CUDA_OK(tide_cuda_batch_copy(rs->table, o.ranks, rs->copy_ctas, rs->stream));
+    if (o.copy && o.memcpy_mode)
+        for (const tide_cuda_copy_desc_t &d : rs->host)
+            CUDA_OK(cudaMemcpyAsync((void *)(uintptr_t)d.dst, (const void *)(uintptr_t)d.src,
+                                    d.bytes, cudaMemcpyDeviceToDevice, rs->stream));
+    else if (o.copy)
+        CUDA_OK(tide_cuda_batch_copy_variant(rs->table, o.ranks, rs->copy_ctas, o.unroll,
+                                             o.streaming, rs->stream));
     else CUDA_OK(tide_cuda_sum(&rs->args, o.ctas, 0, rs->stream));
     CUDA_OK(cudaEventRecord(rs->ev1, rs->stream));
 }
@@ -309,12 +323,17 @@ static bool run_mode(const std::string &mode, const opts_t &o, shared_t *sh, dou
     pthread_barrierattr_t at;
     pthread_barrierattr_init(&at);
     pthread_barrierattr_setpshared(&at, PTHREAD_PROCESS_SHARED);
-    const int procs = mode == "single" ? 1 : o.ranks;
+    const bool one = mode == "single" || mode == "memcpy";
+    const int procs = one ? 1 : o.ranks;
     pthread_barrier_init(&sh->bar, &at, (unsigned)procs);
     std::vector<pid_t> pids;
     for (int r = 0; r < procs; ++r) {
         const pid_t pid = fork();
-        if (pid == 0) _exit(mode == "single" ? run_single(sh, o) : run_rank(sh, o, r, mode));
+        if (pid == 0) {
+            opts_t om = o;
+            om.memcpy_mode = mode == "memcpy";
+            _exit(one ? run_single(sh, om) : run_rank(sh, o, r, mode));
+        }
         pids.push_back(pid);
     }
     bool ok = true;
@@ -355,22 +374,24 @@ int main(int argc, char **argv) {
         else if (a == "--ctas" && v) o.ctas = atoi(argv[++i]);
         else if (a == "--reps" && v) o.reps = atoi(argv[++i]);
         else if (a == "--copy-ctas" && v) o.copy_ctas = atoi(argv[++i]);
+        else if (a == "--unroll" && v) o.unroll = atoi(argv[++i]);
+        else if (a == "--streaming" && v) o.streaming = atoi(argv[++i]);
         else if (a == "--modes" && v) modes = argv[++i];
         else if (a == "--op" && v && (!std::strcmp(v, "sum") || !std::strcmp(v, "copy")))
             o.copy = !std::strcmp(argv[++i], "copy");
         else {
             std::fprintf(stderr,
                          "usage: %s [--op sum|copy] [--ranks N<=8] [--mib M] [--ctas C] "
-                         "[--reps R<=64] [--copy-ctas C] "
-                         "[--modes single,peer,local(,pull: copy)]\n",
+                         "[--reps R<=64] [--copy-ctas C] [--unroll 4|8|16] [--streaming 0|1] "
+                         "[--modes single,peer,local(,pull,memcpy: copy)]\n",
                          argv[0]);
             return 2;
         }
     }
     if (o.ranks < 2 || o.ranks > MAX_RANKS || o.reps < 1 || o.reps > MAX_REPS || o.ctas < 1 ||
-        o.mib < 1 || o.copy_ctas < 0) {
+        o.mib < 1 || o.copy_ctas < 0 || (o.unroll != 4 && o.unroll != 8 && o.unroll != 16)) {
         std::fprintf(stderr, "bench_mps_sum: --ranks 2..%d, --reps 1..%d, --ctas >= 1, "
-                             "--mib >= 1, --copy-ctas >= 0\n",
+                             "--mib >= 1, --copy-ctas >= 0, --unroll 4, 8 or 16\n",
                      MAX_RANKS, MAX_REPS);
         return 2;
     }
@@ -381,8 +402,9 @@ int main(int argc, char **argv) {
                                 : (double)o.ranks * (elems(o) * 2.0 + elems(o) / o.ranks * 4.0);
     if (o.copy)
         std::printf("bench_mps_sum --op copy: %d ranks, %llu MiB bf16 unsharded a rank, each rank "
-                    "one batched copy of N shards (grid: %d CTAs, 0 = the fabric's), %d reps; %s\n",
-                    o.ranks, (unsigned long long)o.mib, o.copy_ctas, o.reps,
+                    "one batched copy of N shards (grid: %d CTAs, 0 = the fabric's; unroll %d, "
+                    "streaming %d), %d reps; %s\n",
+                    o.ranks, (unsigned long long)o.mib, o.copy_ctas, o.unroll, o.streaming, o.reps,
                     getenv("CUDA_MPS_PIPE_DIRECTORY") ? "under MPS" : "no MPS daemon named");
     else
         std::printf("bench_mps_sum: %d ranks, %llu MiB bf16 gradient a rank, %d sum CTAs a rank, "
@@ -398,7 +420,8 @@ int main(int argc, char **argv) {
         const std::string m =
             modes.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
         pos = comma == std::string::npos ? modes.size() + 1 : comma + 1;
-        if (m != "single" && m != "peer" && m != "local" && !(o.copy && m == "pull")) {
+        if (m != "single" && m != "peer" && m != "local" &&
+            !(o.copy && (m == "pull" || m == "memcpy"))) {
             std::fprintf(stderr, "bench_mps_sum: unknown mode '%s'\n", m.c_str());
             return 2;
         }

@@ -14,7 +14,8 @@
 #                                      tide-bench layer-gap (TIDE_GPU_GAP_RUNS, _WORLDS)
 #                                      layer-ctas (TIDE_GPU_CTAS, TIDE_GPU_GAP_WORLDS)
 #                                      stream-ops mps-sum (TIDE_GPU_GAP_WORLDS, _CTAS)
-#                                      mps-copy bench-procs (TIDE_GPU_GAP_WORLDS)
+#                                      mps-copy bench-procs copy-variants
+#                                      (TIDE_GPU_GAP_WORLDS)
 #   TIDE_GPU_LAYER_ARGS="..."          extra bench_fsdp_layers / bench_layer_single arguments
 #                                      (e.g. "--sum-ctas 32 --landing-ctas 32")
 #   TIDE_GPU_LAYER_PUSHED=0            skip fsdp-layers' run with TIDE_CUDA_MP_DIRECT=0
@@ -181,8 +182,29 @@ fi
 if want bench-procs; then
     shapes="4096,4096x4096,4096x4096,4096x4096,4096x4096,4096,11008x4096,11008x4096,4096x11008"
     for w in ${TIDE_GPU_GAP_WORLDS:-2 4 8}; do
-        step bench-procs-single-w$w bash -c "set -o pipefail; '$b/tide-bench' --fabric cuda --topology 1x$w --shapes $shapes --divisors 1 --iters 20 | tee -a '$out/bench_procs.txt'"
-        step bench-procs-mps-w$w with_mps "$out/mps-procs-w$w" bash -c "set -o pipefail; '$b/tide-bench' --fabric cuda --procs $w --topology 1x$w --shapes $shapes --divisors 1 --iters 20 | tee -a '$out/bench_procs.txt'"
+        step bench-procs-single-w$w bash -c "set -o pipefail; '$b/tide-bench' --fabric cuda --topology 1x$w --shapes $shapes --divisors 1 --iters 20 2>&1 | tee -a '$out/bench_procs.txt'"
+        step bench-procs-mps-w$w with_mps "$out/mps-procs-w$w" bash -c "set -o pipefail; '$b/tide-bench' --fabric cuda --procs $w --topology 1x$w --shapes $shapes --divisors 1 --iters 20 2>&1 | tee -a '$out/bench_procs.txt'"
+    done
+fi
+# copy-variants: the batched copy kernel's build variants (bench_mps_sum --unroll, --streaming;
+# batch_copy.h) against one cudaMemcpyAsync a copy, on the all-gather's copies of the 386 MiB
+# layer at N in TIDE_GPU_GAP_WORLDS (default "2 8"): one process (N streams), the fabric's
+# grid and twice it; then the processes pushing through IPC under MPS for unroll 4 and 8.
+# Which variant tide_cuda_batch_copy runs.  Not in the default steps.
+if want copy-variants; then
+    for w in ${TIDE_GPU_GAP_WORLDS:-2 8}; do
+        for c in 0 528; do # the fabric's grid (2 CTAs an SM at most), 4 an SM on 132 SMs
+            for u in 4 8 16; do
+                for sm in 0 1; do
+                    modes=single
+                    [ "$u$sm" = 40 ] && modes=single,memcpy
+                    step copy-w$w-c$c-u$u-s$sm bash -c "set -o pipefail; '$b/tests/gpu/bench_mps_sum' --op copy --ranks $w --mib 386 --copy-ctas $c --unroll $u --streaming $sm --modes $modes | tee -a '$out/copy_variants.txt'"
+                done
+            done
+        done
+        for u in 4 8; do
+            step copy-mps-w$w-u$u with_mps "$out/mps-copyv-w$w-u$u" bash -c "set -o pipefail; '$b/tests/gpu/bench_mps_sum' --op copy --ranks $w --mib 386 --unroll $u --modes single,peer | tee -a '$out/copy_variants.txt'"
+        done
     done
 fi
 if command -v compute-sanitizer >/dev/null; then

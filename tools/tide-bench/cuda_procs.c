@@ -132,6 +132,28 @@ static tide_result_t run_size(const bench_opts_t *o, tide_comm_t comm, tide_mp_b
             for (int k = 0; k < 4; ++k) times[k][it - o->warmup] = t[k + 1] - t[k];
         last_slot = slot;
     }
+    /* What the barriers around every timed call cost by themselves: each procs time holds
+     * one barrier (rank 0's wall time runs from one barrier's exit to the next's), which the
+     * one-process runner does not pay. */
+    double *bar = calloc((size_t)o->iters, sizeof(double));
+    if (bar == NULL) {
+        res = TIDE_ERR_NO_MEMORY;
+        goto out;
+    }
+    for (int it = 0; it < o->iters && res == TIDE_SUCCESS; ++it) {
+        res = tide_mp_boot_barrier(boot, ++tag, timeout);
+        const double t0 = bench_now_us();
+        if (res == TIDE_SUCCESS) res = tide_mp_boot_barrier(boot, ++tag, timeout);
+        bar[it] = bench_now_us() - t0;
+    }
+    if (res == TIDE_SUCCESS && rank == 0 && !o->quiet && !o->json)
+        fprintf(stderr, "# one barrier of %d processes alone: %.1f us (median of %d), inside "
+                        "every time of this table\n", N, bench_median(bar, o->iters), o->iters);
+    free(bar);
+    if (res != TIDE_SUCCESS) {
+        fprintf(stderr, "tide-bench: rank %d: barrier: %s\n", rank, tide_get_last_error());
+        goto out;
+    }
     uint64_t w[2];
     STEP(bench_cuda_count_wrong(&rk, group, last_slot, &w[0], &w[1]));
     STEP(tide_mp_boot_allgather(boot, w, sizeof(w), -1, wrong, NULL, timeout));

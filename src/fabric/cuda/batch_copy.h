@@ -46,6 +46,10 @@ typedef struct {
 #define TIDE_CUDA_BATCH_CTAS_PER_SM 2
 #define TIDE_CUDA_BATCH_BYTES_PER_CTA (256u << 10)
 #define TIDE_CUDA_BATCH_THREADS 256
+/* Units (16 bytes where aligned) each thread has in flight, and whether loads and stores are
+ * marked evict-first: the variant tide_cuda_batch_copy runs (tide_cuda_batch_copy_variant). */
+#define TIDE_CUDA_BATCH_UNROLL 4
+#define TIDE_CUDA_BATCH_STREAMING 0
 
 /* The grid above for a batch of `bytes` bytes of copies on a device of `sms` SMs. */
 static inline int32_t tide_cuda_batch_grid(uint64_t bytes, uint64_t sms) {
@@ -64,6 +68,14 @@ static inline int32_t tide_cuda_batch_grid(uint64_t bytes, uint64_t sms) {
  * nothing. */
 cudaError_t tide_cuda_batch_copy(const tide_cuda_copy_desc_t *table, int count, int ctas,
                                  cudaStream_t stream);
+
+/* The same copies with another build of the kernel, for benchmarks (bench_mps_sum --unroll,
+ * --streaming): `unroll` units in flight per thread (4, 8 or 16) and, with streaming != 0,
+ * loads and stores marked evict-first.  Every variant writes the same bytes.
+ * cudaErrorInvalidValue for another unroll. */
+cudaError_t tide_cuda_batch_copy_variant(const tide_cuda_copy_desc_t *table, int count,
+                                         int ctas, int unroll, int streaming,
+                                         cudaStream_t stream);
 
 #ifdef __cplusplus
 }
