@@ -26,12 +26,16 @@ namespace {
  * streaming variant, whose bytes are touched once and should not displace what the sums and
  * landings running beside the copies keep in L2. */
 template <typename T, bool CS> __device__ __forceinline__ T load_unit(const T *p) {
-    if constexpr (CS) return __ldcs(p);
-    else return *p;
+    if constexpr (CS)
+        return __ldcs(p);
+    else
+        return *p;
 }
 template <typename T, bool CS> __device__ __forceinline__ void store_unit(T *p, const T &v) {
-    if constexpr (CS) __stcs(p, v);
-    else *p = v;
+    if constexpr (CS)
+        __stcs(p, v);
+    else
+        *p = v;
 }
 
 /* Units [first, n) step `stride` of a flat copy, UNROLL loads in flight per thread.  The
@@ -47,9 +51,11 @@ __device__ void copy_flat(const tide_cuda_copy_desc_t &d, uint64_t n, uint64_t f
     T v[UNROLL];
     for (; u + (UNROLL - 1) * stride < n; u += UNROLL * stride) {
 #pragma unroll
-        for (int k = 0; k < UNROLL; ++k) v[k] = load_unit<T, CS>(src + u + k * stride);
+        for (int k = 0; k < UNROLL; ++k)
+            v[k] = load_unit<T, CS>(src + u + k * stride);
 #pragma unroll
-        for (int k = 0; k < UNROLL; ++k) store_unit<T, CS>(dst + u + k * stride, v[k]);
+        for (int k = 0; k < UNROLL; ++k)
+            store_unit<T, CS>(dst + u + k * stride, v[k]);
     }
 #pragma unroll
     for (int k = 0; k < UNROLL - 1; ++k)
@@ -121,27 +127,32 @@ cudaError_t launch(const tide_cuda_copy_desc_t *table, int count, int ctas, bool
     if (streaming)
         batch_copy_kernel<UNROLL, true><<<ctas, TIDE_CUDA_BATCH_THREADS, 0, stream>>>(table, count);
     else
-        batch_copy_kernel<UNROLL, false><<<ctas, TIDE_CUDA_BATCH_THREADS, 0, stream>>>(table, count);
+        batch_copy_kernel<UNROLL, false>
+            <<<ctas, TIDE_CUDA_BATCH_THREADS, 0, stream>>>(table, count);
     return cudaGetLastError();
 }
 
 } // namespace
 
-extern "C" cudaError_t tide_cuda_batch_copy_variant(const tide_cuda_copy_desc_t *table,
-                                                    int count, int ctas, int unroll,
-                                                    int streaming, cudaStream_t stream) {
+extern "C" cudaError_t tide_cuda_batch_copy_variant(const tide_cuda_copy_desc_t *table, int count,
+                                                    int ctas, int unroll, int streaming,
+                                                    cudaStream_t stream) {
     if (count <= 0) return cudaSuccess;
     if (table == nullptr || ctas < 1) return cudaErrorInvalidValue;
     switch (unroll) {
-    case 4: return launch<4>(table, count, ctas, streaming != 0, stream);
-    case 8: return launch<8>(table, count, ctas, streaming != 0, stream);
-    case 16: return launch<16>(table, count, ctas, streaming != 0, stream);
-    default: return cudaErrorInvalidValue;
+    case 4:
+        return launch<4>(table, count, ctas, streaming != 0, stream);
+    case 8:
+        return launch<8>(table, count, ctas, streaming != 0, stream);
+    case 16:
+        return launch<16>(table, count, ctas, streaming != 0, stream);
+    default:
+        return cudaErrorInvalidValue;
     }
 }
 
-extern "C" cudaError_t tide_cuda_batch_copy(const tide_cuda_copy_desc_t *table, int count,
-                                            int ctas, cudaStream_t stream) {
+extern "C" cudaError_t tide_cuda_batch_copy(const tide_cuda_copy_desc_t *table, int count, int ctas,
+                                            cudaStream_t stream) {
     return tide_cuda_batch_copy_variant(table, count, ctas, TIDE_CUDA_BATCH_UNROLL,
                                         TIDE_CUDA_BATCH_STREAMING, stream);
 }
