@@ -17,20 +17,13 @@
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 
+#include "fabric/cuda/batch_copy_thread.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* One copy: `rows` rows of `bytes` bytes, row i from src + i src_pitch to dst + i dst_pitch.
- * A flat copy has rows = 1.  Addresses are device (UVA) addresses. */
-typedef struct {
-    uint64_t dst;
-    uint64_t src;
-    uint64_t bytes;
-    uint64_t rows;
-    uint64_t src_pitch;
-    uint64_t dst_pitch;
-} tide_cuda_copy_desc_t;
+/* tide_cuda_copy_desc_t, one copy of a table: batch_copy_thread.h. */
 
 /* Grid of the batched copy kernel, fixed per batch when the program is prepared (batch.c):
  * one CTA per TIDE_CUDA_BATCH_BYTES_PER_CTA bytes of the batch's copies, at least
