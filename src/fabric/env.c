@@ -38,6 +38,17 @@ tide_result_t tide_fabric_sync_elide_env(bool default_on, bool *on_out) {
     return TIDE_SUCCESS;
 }
 
+tide_result_t tide_fabric_batch_kernel_env(int default_unroll, int default_streaming,
+                                           int *unroll_out, int *streaming_out) {
+    static const char *const values[] = {"default", "4", "8", "16", "4cs", "8cs", "16cs"};
+    static const int unroll[] = {0, 4, 8, 16, 4, 8, 16};
+    int i = 0;
+    TIDE_CHECK(tide_fabric_env_choice("TIDE_CUDA_BATCH_KERNEL", values, 7, &i));
+    *unroll_out = i == 0 ? default_unroll : unroll[i];
+    *streaming_out = i == 0 ? default_streaming : i >= 4;
+    return TIDE_SUCCESS;
+}
+
 tide_result_t tide_fabric_wait_runs_env(bool *on_out) {
     static const char *const values[] = {"1", "0"};
     int i = 0;

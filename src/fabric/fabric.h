@@ -69,6 +69,13 @@ tide_result_t tide_fabric_sync_elide_env(bool default_on, bool *on_out);
  * of one thread's waits as one stream memory operation ("1", the default) or every wait
  * alone ("0"). */
 tide_result_t tide_fabric_wait_runs_env(bool *on_out);
+/* TIDE_CUDA_BATCH_KERNEL (env.c): the batched copy kernel's variant in both CUDA fabrics
+ * (batch_copy_thread.h): "default" (or unset) gives default_unroll / default_streaming, the
+ * build's; "4", "8", "16" units in flight per thread with plain loads and stores; "4cs",
+ * "8cs", "16cs" the same with evict-first loads and stores.  For measuring the variants in
+ * the fabric itself (tests/gpu/run.sh); every variant writes the same bytes. */
+tide_result_t tide_fabric_batch_kernel_env(int default_unroll, int default_streaming,
+                                           int *unroll_out, int *streaming_out);
 
 /* ------------------------------------------------------------------ common objects */
 

@@ -545,6 +545,28 @@ static void test_env_switches(void **state) {
     assert_non_null(strstr(tide_get_last_error(),
                            "TIDE_CUDA_MP_WAIT_RUNS is \"off\" (one of: 1, 0)"));
     unsetenv("TIDE_CUDA_MP_WAIT_RUNS");
+    /* TIDE_CUDA_BATCH_KERNEL: the build's variant unless one is named. */
+    static const struct {
+        const char *value;
+        int unroll, streaming;
+    } kernels[] = {{NULL, 6, 1},  {"", 6, 1},   {"default", 6, 1}, {"4", 4, 0},
+                   {"8", 8, 0},   {"16", 16, 0}, {"4cs", 4, 1},    {"8cs", 8, 1},
+                   {"16cs", 16, 1}};
+    for (size_t k = 0; k < sizeof(kernels) / sizeof(kernels[0]); ++k) {
+        if (kernels[k].value == NULL) unsetenv("TIDE_CUDA_BATCH_KERNEL");
+        else setenv("TIDE_CUDA_BATCH_KERNEL", kernels[k].value, 1);
+        int unroll = -1, streaming = -1;
+        assert_tide(TIDE_SUCCESS, tide_fabric_batch_kernel_env(6, 1, &unroll, &streaming));
+        assert_int_equal(unroll, kernels[k].unroll);
+        assert_int_equal(streaming, kernels[k].streaming);
+    }
+    setenv("TIDE_CUDA_BATCH_KERNEL", "32", 1);
+    int unroll = -1, streaming = -1;
+    assert_tide(TIDE_ERR_INVALID_ARGUMENT,
+                tide_fabric_batch_kernel_env(4, 0, &unroll, &streaming));
+    assert_non_null(strstr(tide_get_last_error(), "TIDE_CUDA_BATCH_KERNEL is \"32\" (one of: "
+                                                  "default, 4, 8, 16, 4cs, 8cs, 16cs)"));
+    unsetenv("TIDE_CUDA_BATCH_KERNEL");
 }
 
 static void test_one_thread(void **state) {

@@ -45,9 +45,14 @@ typedef struct {
 
 #if defined(__CUDACC__)
 #define TIDE_COPY_FN __host__ __device__ __forceinline__
-#define TIDE_COPY_UNROLL _Pragma("unroll")
 #else
 #define TIDE_COPY_FN inline
+#endif
+/* The device pass unrolls; a host compiler (nvcc's host pass included) does not know the
+ * pragma and, with -Werror, refuses it. */
+#if defined(__CUDA_ARCH__)
+#define TIDE_COPY_UNROLL _Pragma("unroll")
+#else
 #define TIDE_COPY_UNROLL
 #endif
 

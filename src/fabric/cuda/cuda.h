@@ -73,6 +73,7 @@ typedef struct {
     bool batch;         /* TIDE_CUDA_BATCH (default 1): runs of same-device copies batched */
     int direct;         /* TIDE_CUDA_DIRECT (default 7): single-device shortcuts (direct.c) */
     uint64_t batch_max_bytes; /* TIDE_CUDA_BATCH_MAX_BYTES: larger copies stay per op; 0: none */
+    int batch_unroll, batch_streaming; /* TIDE_CUDA_BATCH_KERNEL: the batch kernel's variant */
     tide_cuda_slicing_t slicing; /* sums and landings as sliced launches (slices.c) */
     int *sm_count;      /* [num_devices] */
     size_t *max_pitch;  /* [num_devices] */

@@ -110,6 +110,7 @@ typedef struct {
     uint64_t registrations;
     bool batch;               /* TIDE_CUDA_BATCH: runs of same-device copies as one kernel */
     uint64_t batch_max_bytes; /* TIDE_CUDA_BATCH_MAX_BYTES: larger copies stay per op */
+    int batch_unroll, batch_streaming; /* TIDE_CUDA_BATCH_KERNEL: the batch kernel's variant */
     tide_cuda_slicing_t slicing; /* sums and landings as sliced launches (slices.c) */
     int ce_batch;             /* TIDE_CUDA_CE_BATCH: TIDE_MP_CE_* */
     uint8_t uuid[16];         /* the device's, to tell which peers share it */

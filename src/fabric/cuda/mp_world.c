@@ -82,6 +82,8 @@ tide_result_t tide_cuda_mp_world_init(tide_mp_world_t *w) {
                    "cudaEventCreateWithFlags(start)");
     w->batch = tide_cuda_env_batch();
     TIDE_CHECK(tide_cuda_env_batch_max_bytes(&w->batch_max_bytes));
+    TIDE_CHECK(tide_fabric_batch_kernel_env(TIDE_CUDA_BATCH_UNROLL, TIDE_CUDA_BATCH_STREAMING,
+                                            &w->batch_unroll, &w->batch_streaming));
     TIDE_CHECK(tide_cuda_env_slicing(&w->slicing));
     TIDE_CHECK(tide_cuda_mp_env_ce_batch(&w->ce_batch));
     CUuuid uuid;

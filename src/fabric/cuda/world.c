@@ -204,6 +204,9 @@ static tide_result_t shared_create(int n, tide_cuda_shared_t **out) {
     tide_cuda_slicing_t slicing;
     TIDE_CHECK(tide_cuda_env_batch_max_bytes(&max_bytes));
     TIDE_CHECK(tide_cuda_env_slicing(&slicing));
+    int unroll = 0, streaming = 0;
+    TIDE_CHECK(tide_fabric_batch_kernel_env(TIDE_CUDA_BATCH_UNROLL, TIDE_CUDA_BATCH_STREAMING,
+                                            &unroll, &streaming));
     int visible = 0;
     cudaError_t e = cudaGetDeviceCount(&visible);
     if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ||
@@ -229,6 +232,7 @@ static tide_result_t shared_create(int n, tide_cuda_shared_t **out) {
     sh->batch = tide_cuda_env_batch();
     sh->direct = direct_enabled();
     sh->batch_max_bytes = max_bytes;
+    sh->batch_unroll = unroll, sh->batch_streaming = streaming;
     sh->slicing = slicing;
     sh->num_devices = visible < n ? visible : n;
     sh->sm_count = calloc((size_t)sh->num_devices, sizeof(*sh->sm_count));
