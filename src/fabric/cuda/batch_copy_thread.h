@@ -56,6 +56,8 @@ typedef struct {
 #define TIDE_COPY_UNROLL
 #endif
 
+/* C++ linkage even where a C++ file includes the fabric's C headers inside extern "C". */
+extern "C++" {
 namespace tide_copy {
 
 /* A 16-byte unit: four 32-bit words, 16-byte aligned (one 128-bit load or store). */
@@ -175,6 +177,7 @@ TIDE_COPY_FN void copy_thread(const tide_cuda_copy_desc_t *table, int count, uin
 }
 
 } // namespace tide_copy
+} // extern "C++"
 
 #endif /* __cplusplus */
 
