@@ -15,8 +15,8 @@
 #                                      layer-ctas (TIDE_GPU_CTAS, TIDE_GPU_GAP_WORLDS)
 #                                      stream-ops mps-sum (TIDE_GPU_GAP_WORLDS, _CTAS)
 #                                      mps-copy bench-procs copy-variants
-#                                      (TIDE_GPU_GAP_WORLDS) layer-kernels
-#                                      (TIDE_GPU_KERNELS, TIDE_GPU_GAP_WORLDS)
+#                                      (TIDE_GPU_GAP_WORLDS) layer-env
+#                                      (TIDE_GPU_ENVS, TIDE_GPU_GAP_WORLDS)
 #   TIDE_GPU_LAYER_ARGS="..."          extra bench_fsdp_layers / bench_layer_single arguments
 #                                      (e.g. "--sum-ctas 32 --landing-ctas 32")
 #   TIDE_GPU_LAYER_PUSHED=0            skip fsdp-layers' run with TIDE_CUDA_MP_DIRECT=0
@@ -208,17 +208,21 @@ if want copy-variants; then
         done
     done
 fi
-# layer-kernels (issue 25): the layer with each variant of the batched copy kernel
-# (TIDE_CUDA_BATCH_KERNEL, src/fabric/env.c; TIDE_GPU_KERNELS, default "default 8 8cs") on N
-# processes under MPS and on the single-process fabric, at N in TIDE_GPU_GAP_WORLDS (default
-# 2): the ratios and roofline shares side by side in kernels_single_<variant>_w<N>.txt.  Not
-# in the default steps.
-if want layer-kernels; then
-    for v in ${TIDE_GPU_KERNELS:-default 8 8cs}; do
+# layer-env (issue 25): the layer on N processes under MPS and on the single-process fabric
+# with each environment setting of TIDE_GPU_ENVS (default: "none TIDE_CUDA_BATCH_KERNEL=8
+# TIDE_CUDA_BATCH_KERNEL=8cs TIDE_CUDA_IPC=legacy": the batched copy kernel's variants
+# (src/fabric/env.c) and the processes' segments as cudaMalloc memory shared by legacy IPC
+# instead of VMM), at N in TIDE_GPU_GAP_WORLDS (default 2): the ratios and roofline shares
+# side by side in env_single_<setting>_w<N>.txt.  Not in the default steps.
+if want layer-env; then
+    for v in ${TIDE_GPU_ENVS:-none TIDE_CUDA_BATCH_KERNEL=8 TIDE_CUDA_BATCH_KERNEL=8cs TIDE_CUDA_IPC=legacy}; do
+        tag=${v//[^A-Za-z0-9]/_}
+        setting=$v
+        [ "$v" = none ] && setting=TIDE_GPU_ENV_NONE=1
         for w in ${TIDE_GPU_GAP_WORLDS:-2}; do
-            lk="python3 '$root/tests/gpu/bench_fsdp_layers.py' --lib '$b/libtide.so' --worlds $w ${TIDE_GPU_LAYER_ARGS:-}"
-            step layer-kernels-$v-w$w with_mps "$out/mps-k$v-w$w" env TIDE_CUDA_BATCH_KERNEL=$v bash -c "set -o pipefail; $lk --json '$out/kernels_${v}_w$w.json' | tee '$out/kernels_${v}_w$w.txt'"
-            step layer-kernels-single-$v-w$w env TIDE_CUDA_BATCH_KERNEL=$v bash -c "set -o pipefail; python3 '$root/tests/gpu/bench_layer_single.py' --lib '$b/libtide.so' --worlds $w ${TIDE_GPU_LAYER_ARGS:-} --mp-json '$out/kernels_${v}_w$w.json' | tee '$out/kernels_single_${v}_w$w.txt'"
+            le="python3 '$root/tests/gpu/bench_fsdp_layers.py' --lib '$b/libtide.so' --worlds $w ${TIDE_GPU_LAYER_ARGS:-}"
+            step layer-env-$tag-w$w with_mps "$out/mps-env-$tag-w$w" env "$setting" bash -c "set -o pipefail; $le --json '$out/env_${tag}_w$w.json' | tee '$out/env_${tag}_w$w.txt'"
+            step layer-env-single-$tag-w$w env "$setting" bash -c "set -o pipefail; python3 '$root/tests/gpu/bench_layer_single.py' --lib '$b/libtide.so' --worlds $w ${TIDE_GPU_LAYER_ARGS:-} --mp-json '$out/env_${tag}_w$w.json' | tee '$out/env_single_${tag}_w$w.txt'"
         done
     done
 fi

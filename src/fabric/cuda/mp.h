@@ -168,6 +168,8 @@ typedef struct {
     size_t *ce_size;
     tide_cuda_copy_desc_t *desc_host[2];   /* [parity] pinned, cap */
     tide_cuda_copy_desc_t *desc_dev[2];    /* [parity] device, cap */
+    tide_cuda_copy_desc_t *desc_last[2];   /* [parity] host, cap: what desc_dev holds */
+    int last_total[2];                     /* [parity] descriptors in desc_last; -1: unknown */
     void *scratch;                         /* 2 cap intervals (overlap check) */
 } tide_mp_batch_t;
 
