@@ -391,10 +391,23 @@ static bool child_case(tide_comm_t comm, case_t *c, int r, cudaStream_t s, char 
     return true;
 }
 
+/* A rank's CUDA context (cudaSetDevice creates it): false, with CUDA's reason on stderr, when
+ * it cannot be made, so that a rank's exit status 2 names its cause in the test's log. */
+static bool rank_device(int r) {
+    const cudaError_t e = cudaSetDevice(0);
+    if (e == cudaSuccess) return true;
+    fprintf(stderr, "rank %d: cudaSetDevice(0): %s\n", r, cudaGetErrorString(e));
+    return false;
+}
+
 static int child_main(case_t *cases, int num, int m, int l, int r, const char *name) {
-    if (cudaSetDevice(0) != cudaSuccess) return 2;
+    if (!rank_device(r)) return 2;
     cudaStream_t s;
-    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return 2;
+    const cudaError_t se = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (se != cudaSuccess) {
+        fprintf(stderr, "rank %d: cudaStreamCreateWithFlags: %s\n", r, cudaGetErrorString(se));
+        return 2;
+    }
     tide_comm_t comm;
     if (tide_comm_init_rank(TIDE_FABRIC_CUDA, m, l, r, name, &comm) != TIDE_SUCCESS) {
         snprintf(cases[0].child_error + r * 256, 256, "comm_init_rank: %s", tide_get_last_error());
@@ -620,7 +633,7 @@ typedef struct {
 
 static int kill_child(int m, int l, int r, const char *name, int victim, kill_report_t *rep,
                       int sig) {
-    if (cudaSetDevice(0) != cudaSuccess) return 2;
+    if (!rank_device(r)) return 2;
     tide_comm_t comm;
     if (tide_comm_init_rank(TIDE_FABRIC_CUDA, m, l, r, name, &comm) != TIDE_SUCCESS) return 3;
     tide_param_shape_t shapes[2] = {{64, 32}, {7, 5}};
@@ -856,7 +869,7 @@ static int by_double(const void *a, const void *b) {
 }
 
 static int enqueue_child(int m, int l, int r, const char *name, enq_report_t *rep) {
-    if (cudaSetDevice(0) != cudaSuccess) return 2;
+    if (!rank_device(r)) return 2;
     tide_comm_t comm;
     if (tide_comm_init_rank(TIDE_FABRIC_CUDA, m, l, r, name, &comm) != TIDE_SUCCESS) return 3;
     enum { P = 30, ITERS = 60 };

@@ -70,7 +70,11 @@ static void want_of(const tide_stream_ops_t *m, bool direct, bool elided, bool r
 }
 
 static int child(int n, int r, uint64_t dim, uint64_t hidden, const char *name, report_t *rep) {
-    if (cudaSetDevice(0) != cudaSuccess) return 2;
+    const cudaError_t e = cudaSetDevice(0); /* creates the rank's CUDA context */
+    if (e != cudaSuccess) {
+        fprintf(stderr, "rank %d: cudaSetDevice(0): %s\n", r, cudaGetErrorString(e));
+        return 2;
+    }
     const tide_param_shape_t shapes[P] = {{dim, 1},      {dim, dim},    {dim, dim},
                                           {dim, dim},    {dim, dim},    {dim, 1},
                                           {hidden, dim}, {hidden, dim}, {dim, hidden}};
