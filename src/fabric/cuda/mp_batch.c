@@ -288,14 +288,17 @@ tide_result_t tide_cuda_mp_batch_plan(tide_mp_arena_t *a, tide_mp_prepared_t *pp
      * fabric (execute.c, batch_upload).  Only uploads write desc_dev, and each one is
      * remembered in desc_last; a failed upload forgets it. */
     const size_t bytes = (size_t)total * sizeof(tide_cuda_copy_desc_t);
-    if (b->last_total[parity] == total && memcmp(b->desc_last[parity], d, bytes) == 0)
+    if (b->desc_last[parity] != NULL && b->last_total[parity] == total &&
+        memcmp(b->desc_last[parity], d, bytes) == 0)
         return TIDE_SUCCESS;
     b->last_total[parity] = -1;
     ++st->uploads;
     TIDE_CUDA_CALL(cudaMemcpyAsync(b->desc_dev[parity], d, bytes, cudaMemcpyHostToDevice, caller),
                    "cudaMemcpyAsync(copy descriptors)");
-    memcpy(b->desc_last[parity], d, bytes);
-    b->last_total[parity] = total;
+    if (b->desc_last[parity] != NULL) {
+        memcpy(b->desc_last[parity], d, bytes);
+        b->last_total[parity] = total;
+    }
     return TIDE_SUCCESS;
 }
 
