@@ -28,7 +28,7 @@
  * rank's buffer must end as the N shards in rank order, the same in every mode.  Bytes:
  * N x (M MiB read + M MiB written).  memcpy (copy only): single's copies as one
  * cudaMemcpyAsync each, the ceiling the kernel is held to.  --unroll and --streaming pick the
- * copy kernel's variant (tide_cuda_batch_copy_variant); the default is the fabric's.
+ * copy kernel's variant (tide_cuda_batch_copy); the default is the fabric's.
  *
  * Run it under an MPS daemon (run.sh step mps-sum, tests/gpu/mps.sh) for the processes to
  * share the SMs; without one they are time-sliced.  Each rep: every rank waits at a
@@ -189,8 +189,8 @@ static void rank_sum_launch(rank_sum_t *rs, const opts_t &o) {
             CUDA_OK(cudaMemcpyAsync((void *)(uintptr_t)d.dst, (const void *)(uintptr_t)d.src,
                                     d.bytes, cudaMemcpyDeviceToDevice, rs->stream));
     else if (o.copy)
-        CUDA_OK(tide_cuda_batch_copy_variant(rs->table, o.ranks, rs->copy_ctas, o.unroll,
-                                             o.streaming, rs->stream));
+        CUDA_OK(tide_cuda_batch_copy(rs->table, o.ranks, rs->copy_ctas, o.unroll, o.streaming,
+                                     rs->stream));
     else CUDA_OK(tide_cuda_sum(&rs->args, o.ctas, 0, rs->stream));
     CUDA_OK(cudaEventRecord(rs->ev1, rs->stream));
 }

@@ -1,10 +1,10 @@
 /*
  * test_batch_copy.cu - the batched copy kernel (src/fabric/cuda/batch_copy.cu) against a host
- * copy, for every build variant (tide_cuda_batch_copy_variant: 4, 8 or 16 units in flight,
+ * copy, for every build variant (tide_cuda_batch_copy's unroll 4, 8 or 16 units in flight,
  * plain or evict-first) and several grids.
  *
- * The fabric's matrix tests reach the kernel only through the variant tide_cuda_batch_copy
- * runs and the tables the programs make; this test gives it the cases those may miss, in
+ * The fabric's matrix tests reach the kernel only through the variant the fabric runs and
+ * the tables the programs make; this test gives it the cases those may miss, in
  * one table per round so that the descriptor order (the first thread of each descriptor
  * follows the last of the one before) is exercised too:
  *   - flat copies whose sizes fall on and beside the multiples of grid x threads x unroll
@@ -35,7 +35,7 @@ namespace {
 
 constexpr uint64_t kSrcBytes = 48ull << 20, kDstBytes = 160ull << 20;
 
-/* The table on the device, with the variant (unroll, streaming; unroll 0: tide_cuda_batch_copy);
+/* The table on the device, with the kernel's variant (unroll, streaming);
  * the number of destination bytes that differ from the host's copy, the first in *first. */
 uint64_t run_gpu(const table_t &t, const std::vector<uint8_t> &src, uint8_t *dsrc, uint8_t *ddst,
                  tide_cuda_copy_desc_t *dtable, int ctas, int unroll, int streaming,
@@ -52,11 +52,7 @@ uint64_t run_gpu(const table_t &t, const std::vector<uint8_t> &src, uint8_t *dsr
     CUDA_OK(cudaMemcpy(ddst, got.data(), kDstBytes, cudaMemcpyHostToDevice));
     CUDA_OK(
         cudaMemcpy(dtable, bound.data(), bound.size() * sizeof(bound[0]), cudaMemcpyHostToDevice));
-    if (unroll == 0)
-        CUDA_OK(tide_cuda_batch_copy(dtable, (int)bound.size(), ctas, 0));
-    else
-        CUDA_OK(
-            tide_cuda_batch_copy_variant(dtable, (int)bound.size(), ctas, unroll, streaming, 0));
+    CUDA_OK(tide_cuda_batch_copy(dtable, (int)bound.size(), ctas, unroll, streaming, 0));
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaMemcpy(got.data(), ddst, kDstBytes, cudaMemcpyDeviceToHost));
     uint64_t wrong = 0;
@@ -80,12 +76,11 @@ int main() {
     CUDA_OK(cudaMalloc(&dtable, 64 * sizeof(tide_cuda_copy_desc_t)));
     CUDA_OK(cudaMemcpy(dsrc, src.data(), kSrcBytes, cudaMemcpyHostToDevice));
     int failures = 0, cases = 0;
-    /* Every variant (unroll 0: the default entry point, tide_cuda_batch_copy) on grids of one
-     * CTA, a few, the fabric's smallest (32) and its largest on an H100 or H200 (264). */
+    /* Every variant (the default, TIDE_CUDA_BATCH_UNROLL / _STREAMING, among them) on grids of
+     * one CTA, a few, the fabric's smallest (32) and its largest on an H100 or H200 (264). */
     for (int ctas : {1, 3, 32, 264})
-        for (int unroll : {0, 4, 8, 16})
+        for (int unroll : {4, 8, 16})
             for (int streaming : {0, 1}) {
-                if (unroll == 0 && streaming == 1) continue;
                 const table_t t =
                     edge_table(rng, kSrcBytes, (uint64_t)ctas * TIDE_CUDA_BATCH_THREADS);
                 uint64_t first = 0;
@@ -103,8 +98,8 @@ int main() {
     /* Random tables on the fabric's largest grid, each variant. */
     for (int round = 0; round < 8; ++round) {
         const table_t t = random_table(rng, kSrcBytes, 1 + (int)(rng() % 60));
-        static const int unrolls[4] = {4, 8, 16, 0};
-        const int unroll = unrolls[round % 4];
+        static const int unrolls[3] = {4, 8, 16};
+        const int unroll = unrolls[round % 3];
         uint64_t first = 0;
         ++cases;
         if (run_gpu(t, src, dsrc, ddst, dtable, 264, unroll, round / 4, &first) != 0) {
@@ -114,15 +109,14 @@ int main() {
         }
     }
     /* Refusals: an unknown unroll, no table, no CTAs; an empty table enqueues nothing. */
-    const bool refused =
-        tide_cuda_batch_copy_variant(dtable, 1, 1, 5, 0, 0) == cudaErrorInvalidValue &&
-        tide_cuda_batch_copy_variant(nullptr, 1, 1, 4, 0, 0) == cudaErrorInvalidValue &&
-        tide_cuda_batch_copy_variant(dtable, 1, 0, 4, 0, 0) == cudaErrorInvalidValue &&
-        tide_cuda_batch_copy_variant(nullptr, 0, 0, 5, 0, 0) == cudaSuccess;
+    const bool refused = tide_cuda_batch_copy(dtable, 1, 1, 5, 0, 0) == cudaErrorInvalidValue &&
+                         tide_cuda_batch_copy(nullptr, 1, 1, 4, 0, 0) == cudaErrorInvalidValue &&
+                         tide_cuda_batch_copy(dtable, 1, 0, 4, 0, 0) == cudaErrorInvalidValue &&
+                         tide_cuda_batch_copy(nullptr, 0, 0, 5, 0, 0) == cudaSuccess;
     ++cases;
     if (!refused) {
         ++failures;
-        std::printf("FAIL the refusals of tide_cuda_batch_copy_variant\n");
+        std::printf("FAIL the refusals of tide_cuda_batch_copy\n");
     }
     cudaFree(dsrc), cudaFree(ddst), cudaFree(dtable);
     std::printf("test_batch_copy: %d cases, %d failed\n", cases, failures);

@@ -30,9 +30,8 @@ cudaError_t launch(const tide_cuda_copy_desc_t *table, int count, int ctas, bool
 
 } // namespace
 
-extern "C" cudaError_t tide_cuda_batch_copy_variant(const tide_cuda_copy_desc_t *table, int count,
-                                                    int ctas, int unroll, int streaming,
-                                                    cudaStream_t stream) {
+extern "C" cudaError_t tide_cuda_batch_copy(const tide_cuda_copy_desc_t *table, int count, int ctas,
+                                            int unroll, int streaming, cudaStream_t stream) {
     if (count <= 0) return cudaSuccess;
     if (table == nullptr || ctas < 1) return cudaErrorInvalidValue;
     switch (unroll) {
@@ -45,10 +44,4 @@ extern "C" cudaError_t tide_cuda_batch_copy_variant(const tide_cuda_copy_desc_t 
     default:
         return cudaErrorInvalidValue;
     }
-}
-
-extern "C" cudaError_t tide_cuda_batch_copy(const tide_cuda_copy_desc_t *table, int count, int ctas,
-                                            cudaStream_t stream) {
-    return tide_cuda_batch_copy_variant(table, count, ctas, TIDE_CUDA_BATCH_UNROLL,
-                                        TIDE_CUDA_BATCH_STREAMING, stream);
 }

@@ -40,7 +40,7 @@ extern "C" {
 #define TIDE_CUDA_BATCH_BYTES_PER_CTA (256u << 10)
 #define TIDE_CUDA_BATCH_THREADS 256
 /* Units (16 bytes where aligned) each thread has in flight, and whether loads and stores are
- * marked evict-first: the variant tide_cuda_batch_copy runs (tide_cuda_batch_copy_variant). */
+ * marked evict-first: the kernel's default variant (TIDE_CUDA_BATCH_KERNEL unset). */
 #define TIDE_CUDA_BATCH_UNROLL 4
 #define TIDE_CUDA_BATCH_STREAMING 0
 
@@ -56,19 +56,14 @@ static inline int32_t tide_cuda_batch_grid(uint64_t bytes, uint64_t sms) {
 }
 
 /* Enqueue the copies table[0 .. count) (a device pointer) on `stream` as one kernel launch
- * of `ctas` CTAs (any ctas >= 1 gives the same result).  The copies of one table must not
- * overlap each other's destinations (they run concurrently).  count <= 0 enqueues
- * nothing. */
+ * of `ctas` CTAs (any ctas >= 1 gives the same result), with the kernel's variant: `unroll`
+ * units in flight per thread (4, 8 or 16) and, with streaming != 0, loads and stores marked
+ * evict-first (the fabrics pass TIDE_CUDA_BATCH_KERNEL's, by default TIDE_CUDA_BATCH_UNROLL
+ * and TIDE_CUDA_BATCH_STREAMING).  Every variant writes the same bytes.  The copies of one
+ * table must not overlap each other's destinations (they run concurrently).  count <= 0
+ * enqueues nothing; cudaErrorInvalidValue for another unroll. */
 cudaError_t tide_cuda_batch_copy(const tide_cuda_copy_desc_t *table, int count, int ctas,
-                                 cudaStream_t stream);
-
-/* The same copies with another build of the kernel, for benchmarks (bench_mps_sum --unroll,
- * --streaming): `unroll` units in flight per thread (4, 8 or 16) and, with streaming != 0,
- * loads and stores marked evict-first.  Every variant writes the same bytes.
- * cudaErrorInvalidValue for another unroll. */
-cudaError_t tide_cuda_batch_copy_variant(const tide_cuda_copy_desc_t *table, int count,
-                                         int ctas, int unroll, int streaming,
-                                         cudaStream_t stream);
+                                 int unroll, int streaming, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -324,10 +324,9 @@ tide_result_t tide_cuda_mp_batch_issue(tide_mp_arena_t *a, tide_mp_prepared_t *p
                        "cudaMemcpyBatchAsync");
         return TIDE_SUCCESS;
     }
-    TIDE_CUDA_CALL(tide_cuda_batch_copy_variant(b->desc_dev[parity] + b->b_first[k],
-                                                b->b_count[k], b->b_ctas[k], a->w->batch_unroll,
-                                                a->w->batch_streaming,
-                                                a->w->stream[thread % TIDE_CUDA_Q]),
+    TIDE_CUDA_CALL(tide_cuda_batch_copy(b->desc_dev[parity] + b->b_first[k], b->b_count[k],
+                                        b->b_ctas[k], a->w->batch_unroll, a->w->batch_streaming,
+                                        a->w->stream[thread % TIDE_CUDA_Q]),
                    "tide_cuda_batch_copy");
     return TIDE_SUCCESS;
 }

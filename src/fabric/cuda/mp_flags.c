@@ -107,8 +107,8 @@ tide_result_t tide_cuda_mp_flags_resolve(tide_mp_world_t *w, int64_t timeout_ms)
     if (w->flags != TIDE_MP_FLAGS_AUTO) return TIDE_SUCCESS;
     int shared = -1;
     bool mps = false;
-    TIDE_CHECK(tide_mp_boot_devices(&w->boot, w->uuid, tide_cuda_mp_device_mps(w->device), timeout_ms,
-                                    &shared, &mps));
+    TIDE_CHECK(tide_mp_boot_devices(&w->boot, w->uuid, tide_cuda_mp_device_mps(w->device),
+                                    timeout_ms, &shared, &mps));
     w->flags = shared >= 0 && !mps ? TIDE_MP_FLAGS_HOST : TIDE_MP_FLAGS_KERNEL;
     if (w->base.rank == 0)
         TIDE_INFO("cuda mp fabric: TIDE_CUDA_MP_FLAGS=auto: %s (%s)",

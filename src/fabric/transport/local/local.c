@@ -45,8 +45,8 @@ static tide_result_t local_copy_batch(tide_cuda_call_t *c, int b, int t) {
         c->graph ? x->fam->graph_desc[bt->rank] : pp->desc_dev[c->parity][bt->rank];
     const tide_cuda_copy_desc_t *table = base + (bt->first - pp->slot_base[bt->rank]);
     const cudaError_t e =
-        tide_cuda_batch_copy_variant(table, bt->count, bt->ctas, x->sh->batch_unroll,
-                                     x->sh->batch_streaming, tide_cuda_call_stream(c, t));
+        tide_cuda_batch_copy(table, bt->count, bt->ctas, x->sh->batch_unroll,
+                             x->sh->batch_streaming, tide_cuda_call_stream(c, t));
     if (e == cudaSuccess) return TIDE_SUCCESS;
     const int id = pp->slot_op[bt->first];
     const tide_op_t *op = tide_schedule_op(pp->checked[bt->rank], &pp->sched, id, t);
