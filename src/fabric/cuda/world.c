@@ -232,7 +232,8 @@ static tide_result_t shared_create(int n, tide_cuda_shared_t **out) {
     sh->batch = tide_cuda_env_batch();
     sh->direct = direct_enabled();
     sh->batch_max_bytes = max_bytes;
-    sh->batch_unroll = unroll, sh->batch_streaming = streaming;
+    sh->batch_unroll = unroll;
+    sh->batch_streaming = streaming;
     sh->slicing = slicing;
     sh->num_devices = visible < n ? visible : n;
     sh->sm_count = calloc((size_t)sh->num_devices, sizeof(*sh->sm_count));
