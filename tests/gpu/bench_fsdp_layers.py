@@ -228,15 +228,33 @@ def _collective_rs(st, world):
 
 def _measure(pg, iters, barrier, dev, collective_rs=None):
     """{"ag_ms": [...], "rs_ms": [...], "ag_peak": bytes, "rs_peak": bytes}, and
-    "rs_collective_ms" when collective_rs (_collective_rs) is given."""
-    out = {"ag_ms": [], "rs_ms": [], "ag_peak": 0, "rs_peak": 0, "rs_collective_ms": []}
+    "rs_collective_ms" when collective_rs (_collective_rs) is given.  With a start gate, also
+    "<key>_gate": per timed window, 1 where this rank's gate opened by its timeout, and
+    "warmup_gate_timeouts": how many of the warm-up windows' gates did."""
+    out = {"ag_ms": [], "rs_ms": [], "ag_peak": 0, "rs_peak": 0, "rs_collective_ms": [],
+           "ag_gate": [], "rs_gate": [], "rs_collective_gate": [], "warmup_gate_timeouts": 0}
+    gate = dev.gate if dev.cuda else None
+
+    def timeouts():
+        return gate.timed_out if gate is not None else 0
+
+    def window(key, it, before):
+        # A gate that opened by its timeout puts the host's wait into the window: say which.
+        late = int(timeouts() > before)
+        if it >= 2:
+            out[key + "_gate"].append(late)
+        else:
+            out["warmup_gate_timeouts"] += late
+
     for it in range(iters + 2):  # two warm-up iterations
         # AG
         barrier()
+        before = timeouts()
         mark = dev.start()
         pg.unshard(async_op=False)
         pg.wait_for_unshard()
         ms, peak = dev.stop(mark)
+        window("ag", it, before)
         if it >= 2:
             out["ag_ms"].append(ms)
             out["ag_peak"] = max(out["ag_peak"], peak)
@@ -249,9 +267,11 @@ def _measure(pg, iters, barrier, dev, collective_rs=None):
             grads = _grads(pg)
             dev.sync()
             barrier()
+            before = timeouts()
             mark = dev.start()
             result = reduce(grads)
             ms, peak = dev.stop(mark)
+            window(key, it, before)
             del grads, result
             if it >= 2:
                 out[key + "_ms"].append(ms)
@@ -367,7 +387,6 @@ def _tide_rank(rank, world, cfg):
     res["sizes"] = _sizes(pg, world)
     res["arena_bytes"] = st.group.plan.summary["arena_bytes"]
     res["calls"] = dict(st.calls)
-    res["gate_timeouts"] = gate.timed_out if gate is not None else 0
     tide.fsdp.disable(block)
     if gate is not None:
         gate.close()
@@ -412,7 +431,10 @@ def run_tide(world, cfg, timeout):
             "ag_peak": max(x["ag_peak"] for x in res), "rs_peak": max(x["rs_peak"] for x in res),
             "arena_bytes": res[0]["arena_bytes"], "sizes": res[0]["sizes"],
             "calls": res[0]["calls"],
-            "gate_timeouts": sum(x.get("gate_timeouts", 0) for x in res)}
+            # Per timed window, 1 where any rank's gate opened by its timeout.
+            "ag_gate": per_iter("ag_gate", max), "rs_gate": per_iter("rs_gate", max),
+            "rs_collective_gate": per_iter("rs_collective_gate", max),
+            "warmup_gate_timeouts": sum(x["warmup_gate_timeouts"] for x in res)}
 
 
 # ---------------------------------------------------------------------------- report
@@ -458,7 +480,11 @@ def _row(world, stock, tide_res):
             "arena_mib": tide_res["arena_bytes"] / 2**20,
             "ag_roofline": world * 2 * z["U"] / (ag / 1e3 * ROOFLINE),
             "rs_roofline": world * (z["G"] + z["F"]) / (rs / 1e3 * ROOFLINE),
-            "calls": tide_res["calls"], "gate_timeouts": tide_res.get("gate_timeouts", 0)}
+            "calls": tide_res["calls"],
+            # Timed windows whose start gate opened by its timeout (the median is over all).
+            "gate_timeouts": {k: sum(tide_res.get(k + "_gate", []))
+                              for k in ("ag", "rs", "rs_collective")},
+            "warmup_gate_timeouts": tide_res.get("warmup_gate_timeouts", 0)}
         for key in ("ag_min_ms", "rs_min_ms", "rs_collective_ms", "rs_collective_min_ms"):
             if tide_res.get(key):
                 out["tide"][key] = statistics.median(tide_res[key])
@@ -575,10 +601,15 @@ def main():
                     print("NOTE: %s %s %.3f ms is near or above the %.0f ms hold: the host "
                           "blocked inside the call, the figure includes the hold"
                           % (side, phase, v, args.hold_ms))
-        if row["tide"].get("gate_timeouts"):
-            print("NOTE: %d TIDE start gate(s) opened by their timeout, not by every rank: a "
-                  "host blocked inside the call; those windows include the wait"
-                  % row["tide"]["gate_timeouts"])
+        late = row["tide"].get("gate_timeouts") or {}
+        if any(late.values()):
+            print("NOTE: TIDE's start gate opened by its timeout, not by every rank, in AG %d, "
+                  "RS %d, RS-c %d of the %d timed windows: a host blocked inside the call; "
+                  "those windows include the wait" % (late["ag"], late["rs"],
+                                                      late["rs_collective"], args.iters))
+        if row["tide"].get("warmup_gate_timeouts"):
+            print("note: %d start gate(s) of the warm-up calls opened by their timeout (not "
+                  "timed)" % row["tide"]["warmup_gate_timeouts"])
         row["seconds"] = time.monotonic() - t0
         rows.append(row)
         _print(row)
