@@ -282,16 +282,16 @@ tide_result_t tide_cuda_mp_batch_plan(tide_mp_arena_t *a, tide_mp_prepared_t *pp
         const int k = b->owner[i];
         if (k >= 0 && b->b_ok[k]) b->action[i] = b->b_cmd[k] == i ? k : -2;
     }
-    ++st->descriptors;
     /* The device table of this parity holds these descriptors already (a program called
      * with the same operands, slot by slot, as FSDP2 does): no upload, as on the one-process
-     * fabric (execute.c, batch_upload).  Only uploads write desc_dev, and each one is
-     * remembered in desc_last; a failed upload forgets it. */
+     * fabric (execute.c, batch_upload), and none counted.  Only uploads write desc_dev, and
+     * each one is remembered in desc_last; a failed upload forgets it. */
     const size_t bytes = (size_t)total * sizeof(tide_cuda_copy_desc_t);
     if (b->desc_last[parity] != NULL && b->last_total[parity] == total &&
         memcmp(b->desc_last[parity], d, bytes) == 0)
         return TIDE_SUCCESS;
     b->last_total[parity] = -1;
+    ++st->descriptors;
     ++st->uploads;
     TIDE_CUDA_CALL(cudaMemcpyAsync(b->desc_dev[parity], d, bytes, cudaMemcpyHostToDevice, caller),
                    "cudaMemcpyAsync(copy descriptors)");
