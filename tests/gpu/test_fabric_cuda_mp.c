@@ -247,13 +247,14 @@ static bool rails_on(void);
 /* TIDE_CUDA_MP_FLAGS took effect (src/fabric/cuda/mp_flags.c): host flags live in the control
  * block, device flags and kernel waits in the segments, and only kernel waits have the abort
  * word's device address (else a run "with kernel waits" could test the default).  Unset:
- * kernel waits; "auto", where every rank here shares device 0: host flags time-sliced,
- * kernel waits under MPS. */
+ * kernel waits; "auto", where every rank here is on device 0: host flags where two or more
+ * ranks time-slice it, kernel waits under MPS and in a world of one rank. */
 static bool flags_placement(const struct tide_fabric_arena *arena, char *err) {
     const tide_mp_arena_t *a = (const tide_mp_arena_t *)arena;
     const char *e = getenv("TIDE_CUDA_MP_FLAGS");
+    const bool timeshared = a->w->base.ranks >= 2 && !tide_cuda_mp_device_mps(0);
     const char *want = e == NULL || e[0] == '\0'   ? "kernel"
-                       : strcmp(e, "auto") == 0 ? (tide_cuda_mp_device_mps(0) ? "kernel" : "host")
+                       : strcmp(e, "auto") == 0 ? (timeshared ? "host" : "kernel")
                                                 : e;
     const char *got = a->host_flags ? "host" : a->abort_dev != NULL ? "kernel" : "device";
     const bool ok = strcmp(want, got) == 0 && (a->abort_dev == NULL || !a->host_flags);

@@ -102,13 +102,14 @@ static void test_exchange(void **state) {
 
 /* Which ranks share a device (tide_mp_boot_devices, what TIDE_CUDA_MP_FLAGS=auto decides
  * from): each case gives every rank a device (a letter standing for its UUID) and whether it
- * is an MPS client, and the answers every rank must get. */
+ * is an MPS client, and the answers every rank must get.  Every rank passes a choice of its
+ * own (100 + its rank): each must get rank 0's. */
 typedef struct {
     int ranks;
     const char *devices; /* one letter per rank */
     const char *mps;     /* '1' or '0' per rank */
     int shared;          /* the lowest rank whose device a lower rank has, or -1 */
-    bool all_mps;
+    int timeshared;      /* the same where the two are not both MPS clients, or -1 */
 } devices_case_t;
 
 static const devices_case_t *devices_now; /* the case the forked children run */
@@ -119,15 +120,16 @@ static int devices_child(const char *name, int rank, int ranks) {
     uint8_t uuid[16];
     memset(uuid, 0x5a, sizeof(uuid));
     uuid[15] = (uint8_t)devices_now->devices[rank];
-    int shared = -7;
-    bool mps = !devices_now->all_mps;
-    if (tide_mp_boot_devices(&b, uuid, devices_now->mps[rank] == '1', 10000, &shared, &mps) !=
+    /* Answers that no case expects, so a call that leaves them alone fails. */
+    tide_mp_devices_t d = {-7, -7, -7};
+    if (tide_mp_boot_devices(&b, uuid, devices_now->mps[rank] == '1', 100 + rank, 10000, &d) !=
         TIDE_SUCCESS)
         return 11;
-    if (shared != devices_now->shared) return 12;
-    if (mps != devices_now->all_mps) return 13;
+    if (d.shared != devices_now->shared) return 12;
+    if (d.timeshared != devices_now->timeshared) return 13;
+    if (d.choice0 != 100) return 14;
     /* The exchange left the mesh in step: a barrier still works. */
-    if (tide_mp_boot_barrier(&b, 5, 10000) != TIDE_SUCCESS) return 14;
+    if (tide_mp_boot_barrier(&b, 5, 10000) != TIDE_SUCCESS) return 15;
     tide_mp_boot_close(&b);
     return 0;
 }
@@ -135,12 +137,14 @@ static int devices_child(const char *name, int rank, int ranks) {
 static void test_devices(void **state) {
     (void)state;
     static const devices_case_t cases[] = {
-        {1, "a", "0", -1, false},      {1, "a", "1", -1, true},
-        {3, "abc", "000", -1, false},  /* one process per GPU */
-        {3, "aba", "000", 2, false},   /* ranks 0 and 2 time-share a GPU */
-        {2, "aa", "11", 1, true},      /* two processes on one GPU under MPS */
-        {3, "aab", "101", 1, false},   /* one rank not an MPS client */
-        {4, "abbb", "0000", 2, false}, /* the first repeat names the rank */
+        {1, "a", "0", -1, -1},     {1, "a", "1", -1, -1},
+        {3, "abc", "000", -1, -1}, /* one process per GPU */
+        {3, "aba", "000", 2, 2},   /* ranks 0 and 2 time-share a GPU */
+        {2, "aa", "11", 1, -1},    /* two processes on one GPU under MPS */
+        {3, "aab", "101", 1, 1},   /* rank 1, on rank 0's GPU, not an MPS client */
+        {3, "aab", "110", 1, -1},  /* MPS on the shared GPU; rank 2 alone on its own */
+        {4, "aabb", "1100", 1, 3}, /* one GPU under MPS, the other time-sliced */
+        {4, "abbb", "0000", 2, 2}, /* the first repeat names the rank */
     };
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); ++k) {
         char name[64];

@@ -425,10 +425,11 @@ tide_result_t tide_cuda_mp_world_set_rails(tide_mp_world_t *w, const struct tide
 /* TIDE_CUDA_MP_FLAGS: unset or "kernel" (default), "auto", "host" or "device"
  * (TIDE_MP_FLAGS_*; TIDE_ERR_INVALID_ARGUMENT naming the four otherwise). */
 tide_result_t tide_cuda_mp_env_flags(int *flags_out);
-/* World creation, every rank, once the socket mesh is up: resolve TIDE_MP_FLAGS_AUTO to
- * HOST when two ranks of the world share a device that is not shared through MPS (the
- * processes are time-sliced), else to KERNEL.  Every rank computes the same placement from
- * one all-gather of (device UUID, MPS); explicit placements are left as they are. */
+/* World creation, every rank, once the socket mesh is up: one all-gather of (device UUID,
+ * MPS, this rank's setting); every rank takes rank 0's setting, and resolves
+ * TIDE_MP_FLAGS_AUTO to HOST when two ranks of the world share a device and are not both
+ * MPS clients (their processes are time-sliced), else to KERNEL.  So ranks whose
+ * environments differ still agree, and run the same exchanges from then on. */
 tide_result_t tide_cuda_mp_flags_resolve(tide_mp_world_t *w, int64_t timeout_ms);
 /* Whether contexts on `device` are MPS clients (CU_DEVICE_ATTRIBUTE_MPS_ENABLED, since CUDA
  * 12.6; an older toolkit or driver answers false, which only costs "auto" the kernel waits'

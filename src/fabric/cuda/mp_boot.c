@@ -335,10 +335,10 @@ tide_result_t tide_mp_boot_barrier(tide_mp_boot_t *b, uint64_t tag, int64_t time
 }
 
 tide_result_t tide_mp_boot_devices(tide_mp_boot_t *b, const uint8_t uuid[16], bool mps,
-                                   int64_t timeout_ms, int *shared_out, bool *all_mps_out) {
+                                   int choice, int64_t timeout_ms, tide_mp_devices_t *out) {
     typedef struct {
         uint8_t uuid[16];
-        int32_t mps, pad;
+        int32_t mps, choice;
     } dev_info_t;
     dev_info_t mine, *all = calloc((size_t)b->ranks, sizeof(*all));
     if (all == NULL)
@@ -346,18 +346,18 @@ tide_result_t tide_mp_boot_devices(tide_mp_boot_t *b, const uint8_t uuid[16], bo
     memset(&mine, 0, sizeof(mine));
     memcpy(mine.uuid, uuid, sizeof(mine.uuid));
     mine.mps = mps;
+    mine.choice = choice;
     const tide_result_t res =
         tide_mp_boot_allgather(b, &mine, sizeof(mine), -1, all, NULL, timeout_ms);
     if (res == TIDE_SUCCESS) {
-        int shared = -1;
-        bool every = true;
-        for (int r = 0; r < b->ranks; ++r) {
-            every = every && all[r].mps != 0;
-            for (int q = 0; q < r && shared < 0; ++q)
-                if (memcmp(all[q].uuid, all[r].uuid, sizeof(all[r].uuid)) == 0) shared = r;
-        }
-        *shared_out = shared;
-        *all_mps_out = every;
+        tide_mp_devices_t d = {-1, -1, all[0].choice};
+        for (int r = 1; r < b->ranks; ++r)
+            for (int q = 0; q < r; ++q) {
+                if (memcmp(all[q].uuid, all[r].uuid, sizeof(all[r].uuid)) != 0) continue;
+                if (d.shared < 0) d.shared = r;
+                if (d.timeshared < 0 && !(all[q].mps && all[r].mps)) d.timeshared = r;
+            }
+        *out = d;
     }
     free(all);
     return res;

@@ -54,12 +54,20 @@ tide_result_t tide_mp_boot_allgather(tide_mp_boot_t *b, const void *blob, size_t
  * TIDE_ERR_INVALID_ARGUMENT naming the first that differs). */
 tide_result_t tide_mp_boot_barrier(tide_mp_boot_t *b, uint64_t tag, int64_t timeout_ms);
 
-/* Which ranks share a device: every rank contributes its device's UUID and whether its
- * context is an MPS client (one all-gather).  *shared_out: the lowest rank whose device a
- * lower rank also has, or -1; *all_mps_out: every rank is an MPS client.  Every rank gets
- * the same answers (TIDE_CUDA_MP_FLAGS=auto decides from them, mp_flags.c). */
+/* What every rank learns at world creation from every rank's device (one all-gather,
+ * tide_mp_boot_devices); every rank gets the same answers. */
+typedef struct {
+    int shared;     /* the lowest rank whose device a lower rank also has, or -1 */
+    int timeshared; /* the lowest rank whose device a lower rank also has where the two are
+                     * not both MPS clients (they time-slice it), or -1 */
+    int choice0;    /* rank 0's `choice` */
+} tide_mp_devices_t;
+
+/* Every rank contributes its device's UUID, whether its context is an MPS client and an
+ * integer of its own choosing (its TIDE_CUDA_MP_FLAGS setting: rank 0's decides for the
+ * group, mp_flags.c). */
 tide_result_t tide_mp_boot_devices(tide_mp_boot_t *b, const uint8_t uuid[16], bool mps,
-                                   int64_t timeout_ms, int *shared_out, bool *all_mps_out);
+                                   int choice, int64_t timeout_ms, tide_mp_devices_t *out);
 
 /* A peer whose connection reads EOF or failed without a goodbye (its process died), or -1.
  * A peer that closed its world (goodbye waiting) is not reported.  Never blocks. */

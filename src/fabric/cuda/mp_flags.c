@@ -1,8 +1,9 @@
 /*
  * mp_flags.c - where the one-process-per-rank fabric's signal flags live, what a device wait
  * on them is, and how a fail-stop releases every such wait (docs/cuda-fabric.md,
- * "Fail-stop").  Three placements, TIDE_CUDA_MP_FLAGS, rank 0's choice for the group (it is
- * carried in the control block it creates, mp_ctl.h):
+ * "Fail-stop").  Three placements, TIDE_CUDA_MP_FLAGS, rank 0's choice for the group (every
+ * rank takes it at world creation, tide_cuda_mp_flags_resolve, and the control block rank 0
+ * creates carries it, mp_ctl.h):
  *
  * Host flags ("host").  Every rank's flag area is in the group's control block (mp_ctl.h): host
  * memory every process of the group maps.  Each process registers its mapping with its device
@@ -55,12 +56,12 @@
  * the same layer), host flags took the all-gather from 4.55 to 2.53 ms at N = 2 and from 19.1
  * to 4.48 ms at N = 8, the reduce-scatter from 4.70 to 2.85 and from 32.2 to 21.5 ms.  With
  * "auto" each world asks at creation (tide_cuda_mp_flags_resolve) whether two of its ranks
- * share a device that MPS does not share (CU_DEVICE_ATTRIBUTE_MPS_ENABLED): then host flags,
- * else kernel waits.  It is not the default yet: the one GPU-suite run with it as the default
- * (h100-2026-12-07e, call 3) had five failures at world creation (ranks that did not join
- * within the tests' 3 s, CUDA contexts that could not be created) under three tests at a
- * time, against one such failure in the run before it, and no device time was left to tell
- * whether the placement or the load caused them.
+ * share a device without both being MPS clients (CU_DEVICE_ATTRIBUTE_MPS_ENABLED): then host
+ * flags, else kernel waits.  It is not the default yet: the one GPU-suite run with it as
+ * the default (h100-2026-12-07e, call 3) had five failures at world creation (ranks that did
+ * not join within the tests' 3 s, CUDA contexts that could not be created) under three tests
+ * at a time, against one such failure in the run before it, and no device time was left to
+ * tell whether the placement or the load caused them.
  *
  * Which waits: the ipc transport's waits and fences (ipc.c), a view's sibling fence
  * (mp_view.c) and the emulated rail transport's waits (mp_rails.c) all go through
@@ -104,18 +105,23 @@ bool tide_cuda_mp_device_mps(int device) {
 }
 
 tide_result_t tide_cuda_mp_flags_resolve(tide_mp_world_t *w, int64_t timeout_ms) {
-    if (w->flags != TIDE_MP_FLAGS_AUTO) return TIDE_SUCCESS;
-    int shared = -1;
-    bool mps = false;
+    /* Every rank exchanges, whatever its own setting: were only "auto" ranks to, a rank left
+     * unset would meet their records at its next exchange. */
+    tide_mp_devices_t d;
     TIDE_CHECK(tide_mp_boot_devices(&w->boot, w->uuid, tide_cuda_mp_device_mps(w->device),
-                                    timeout_ms, &shared, &mps));
-    w->flags = shared >= 0 && !mps ? TIDE_MP_FLAGS_HOST : TIDE_MP_FLAGS_KERNEL;
+                                    w->flags, timeout_ms, &d));
+    if (d.choice0 != w->flags && w->base.rank != 0)
+        TIDE_INFO("cuda mp fabric: rank %d: TIDE_CUDA_MP_FLAGS differs from rank 0's, which "
+                  "decides for the group", w->base.rank);
+    w->flags = d.choice0;
+    if (w->flags != TIDE_MP_FLAGS_AUTO) return TIDE_SUCCESS;
+    w->flags = d.timeshared >= 0 ? TIDE_MP_FLAGS_HOST : TIDE_MP_FLAGS_KERNEL;
     if (w->base.rank == 0)
         TIDE_INFO("cuda mp fabric: TIDE_CUDA_MP_FLAGS=auto: %s (%s)",
                   w->flags == TIDE_MP_FLAGS_HOST ? "host flags" : "kernel waits",
-                  shared < 0 ? "every rank on a device of its own"
-                  : mps      ? "ranks share a device through MPS"
-                             : "ranks time-share a device without MPS");
+                  d.timeshared >= 0 ? "ranks time-share a device without MPS"
+                  : d.shared >= 0   ? "ranks share a device through MPS"
+                                    : "every rank on a device of its own");
     return TIDE_SUCCESS;
 }
 
