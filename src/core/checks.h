@@ -33,6 +33,7 @@ void tide_error_clear(void);
 /* Report a new error here: logs once and evaluates to the code. */
 #define TIDE_ERR(code, ...) tide_error_set((code), __FILE__, __LINE__, __VA_ARGS__)
 
+#define TIDE_WARN(...) tide_log(TIDE_LOG_WARN, __FILE__, __LINE__, __VA_ARGS__)
 #define TIDE_INFO(...) tide_log(TIDE_LOG_INFO, __FILE__, __LINE__, __VA_ARGS__)
 #define TIDE_TRACE(...) tide_log(TIDE_LOG_TRACE, __FILE__, __LINE__, __VA_ARGS__)
 

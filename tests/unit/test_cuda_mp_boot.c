@@ -100,16 +100,19 @@ static void test_exchange(void **state) {
     }
 }
 
-/* Which ranks share a device (tide_mp_boot_devices, what TIDE_CUDA_MP_FLAGS=auto decides
- * from): each case gives every rank a device (a letter standing for its UUID) and whether it
- * is an MPS client, and the answers every rank must get.  Every rank passes a choice of its
- * own (100 + its rank): each must get rank 0's. */
+/* What every rank concludes at world creation (tide_mp_boot_agree; mp_agree.c and
+ * TIDE_CUDA_MP_FLAGS=auto decide from it): each case gives every rank a device (a letter
+ * standing for its UUID), whether it is an MPS client and whether its part of the world
+ * failed, and the answers every rank must get.  Every rank passes choices of its own
+ * (100 * rank + k): each must get rank 0's. */
 typedef struct {
     int ranks;
     const char *devices; /* one letter per rank */
     const char *mps;     /* '1' or '0' per rank */
+    const char *status;  /* per rank: '0' success, else the digit as the status */
     int shared;          /* the lowest rank whose device a lower rank has, or -1 */
     int timeshared;      /* the same where the two are not both MPS clients, or -1 */
+    int failed;          /* the lowest rank whose status is not 0, or -1 */
 } devices_case_t;
 
 static const devices_case_t *devices_now; /* the case the forked children run */
@@ -117,19 +120,26 @@ static const devices_case_t *devices_now; /* the case the forked children run */
 static int devices_child(const char *name, int rank, int ranks) {
     tide_mp_boot_t b;
     if (tide_mp_boot_open(name, rank, ranks, 10000, &b) != TIDE_SUCCESS) return 10;
-    uint8_t uuid[16];
-    memset(uuid, 0x5a, sizeof(uuid));
-    uuid[15] = (uint8_t)devices_now->devices[rank];
+    tide_mp_rank_info_t mine;
+    memset(&mine, 0, sizeof(mine));
+    memset(mine.uuid, 0x5a, sizeof(mine.uuid));
+    mine.uuid[15] = (uint8_t)devices_now->devices[rank];
+    mine.mps = devices_now->mps[rank] == '1';
+    mine.status = devices_now->status[rank] - '0';
+    for (int k = 0; k < TIDE_MP_BOOT_CHOICES; ++k)
+        mine.choice[k] = 100 * rank + k;
     /* Answers that no case expects, so a call that leaves them alone fails. */
-    tide_mp_devices_t d = {-7, -7, -7};
-    if (tide_mp_boot_devices(&b, uuid, devices_now->mps[rank] == '1', 100 + rank, 10000, &d) !=
-        TIDE_SUCCESS)
-        return 11;
+    tide_mp_world_info_t d = {-7, -7, -7, -7, {-7, -7, -7, -7}};
+    if (tide_mp_boot_agree(&b, &mine, 10000, &d) != TIDE_SUCCESS) return 11;
     if (d.shared != devices_now->shared) return 12;
     if (d.timeshared != devices_now->timeshared) return 13;
-    if (d.choice0 != 100) return 14;
+    if (d.failed != devices_now->failed) return 14;
+    if (d.failed >= 0 && d.failed_status != devices_now->status[d.failed] - '0') return 15;
+    if (d.failed < 0 && d.failed_status != TIDE_SUCCESS) return 16;
+    for (int k = 0; k < TIDE_MP_BOOT_CHOICES; ++k)
+        if (d.choice0[k] != k) return 17;
     /* The exchange left the mesh in step: a barrier still works. */
-    if (tide_mp_boot_barrier(&b, 5, 10000) != TIDE_SUCCESS) return 15;
+    if (tide_mp_boot_barrier(&b, 5, 10000) != TIDE_SUCCESS) return 18;
     tide_mp_boot_close(&b);
     return 0;
 }
@@ -137,14 +147,16 @@ static int devices_child(const char *name, int rank, int ranks) {
 static void test_devices(void **state) {
     (void)state;
     static const devices_case_t cases[] = {
-        {1, "a", "0", -1, -1},     {1, "a", "1", -1, -1},
-        {3, "abc", "000", -1, -1}, /* one process per GPU */
-        {3, "aba", "000", 2, 2},   /* ranks 0 and 2 time-share a GPU */
-        {2, "aa", "11", 1, -1},    /* two processes on one GPU under MPS */
-        {3, "aab", "101", 1, 1},   /* rank 1, on rank 0's GPU, not an MPS client */
-        {3, "aab", "110", 1, -1},  /* MPS on the shared GPU; rank 2 alone on its own */
-        {4, "aabb", "1100", 1, 3}, /* one GPU under MPS, the other time-sliced */
-        {4, "abbb", "0000", 2, 2}, /* the first repeat names the rank */
+        {1, "a", "0", "0", -1, -1, -1},      {1, "a", "1", "0", -1, -1, -1},
+        {3, "abc", "000", "000", -1, -1, -1}, /* one process per GPU */
+        {3, "aba", "000", "000", 2, 2, -1},   /* ranks 0 and 2 time-share a GPU */
+        {2, "aa", "11", "00", 1, -1, -1},     /* two processes on one GPU under MPS */
+        {3, "aab", "101", "000", 1, 1, -1},   /* rank 1, on rank 0's GPU, not an MPS client */
+        {3, "aab", "110", "000", 1, -1, -1},  /* MPS on the shared GPU; rank 2 alone */
+        {4, "aabb", "1100", "0000", 1, 3, -1}, /* one GPU under MPS, the other time-sliced */
+        {4, "abbb", "0000", "0000", 2, 2, -1}, /* the first repeat names the rank */
+        {3, "abc", "000", "047", -1, -1, 1},  /* ranks 1 and 2 failed: the first is named */
+        {2, "ab", "00", "30", -1, -1, 0},     /* rank 0 failed */
     };
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); ++k) {
         char name[64];

@@ -124,6 +124,7 @@ typedef struct {
     const struct tide_mp_rails_ops *rails;
     cudaStream_t rail_stream;
     int flags;                         /* TIDE_CUDA_MP_FLAGS: TIDE_MP_FLAGS_* (mp_flags.c) */
+    bool elide; /* TIDE_SYNC_ELIDE: the synchronisation elision may run (mp_elide.c) */
     struct tide_mp_watchdog *watchdog; /* watchdog.c: device waits bounded off host calls */
     /* What carries this world's signals, fences, batches and rail puts (transport.h): the
      * ipc transport, or the nccl one on the NCCL fabric's worlds. */
@@ -420,17 +421,23 @@ tide_result_t tide_cuda_mp_families_create(tide_mp_arena_t *a);
 struct tide_mp_rails_ops;
 tide_result_t tide_cuda_mp_world_set_rails(tide_mp_world_t *w, const struct tide_mp_rails_ops *ops);
 
+/* World creation, every rank, once the socket mesh is up (mp_agree.c): one exchange of every
+ * rank's device and protocol settings (TIDE_CUDA_MP_FLAGS, TIDE_CUDA_MP_DIRECT,
+ * TIDE_SYNC_ELIDE, TIDE_CUDA_MP_RAILS); every rank takes rank 0's, and fails, naming the
+ * rank, when some rank's part of the world failed before it (`local`: this rank's result so
+ * far, returned as is when it failed). */
+tide_result_t tide_cuda_mp_world_agree(tide_mp_world_t *w, tide_result_t local,
+                                       int64_t timeout_ms);
+
 /* ------------------------------------------------------------------ flags (mp_flags.c) */
 
 /* TIDE_CUDA_MP_FLAGS: unset or "kernel" (default), "auto", "host" or "device"
  * (TIDE_MP_FLAGS_*; TIDE_ERR_INVALID_ARGUMENT naming the four otherwise). */
 tide_result_t tide_cuda_mp_env_flags(int *flags_out);
-/* World creation, every rank, once the socket mesh is up: one all-gather of (device UUID,
- * MPS, this rank's setting); every rank takes rank 0's setting, and resolves
- * TIDE_MP_FLAGS_AUTO to HOST when two ranks of the world share a device and are not both
- * MPS clients (their processes are time-sliced), else to KERNEL.  So ranks whose
- * environments differ still agree, and run the same exchanges from then on. */
-tide_result_t tide_cuda_mp_flags_resolve(tide_mp_world_t *w, int64_t timeout_ms);
+/* Once every rank holds rank 0's setting (mp_agree.c): resolve TIDE_MP_FLAGS_AUTO to HOST
+ * when two ranks of the world share a device and are not both MPS clients (their processes
+ * are time-sliced), else to KERNEL; explicit placements are left as they are. */
+void tide_cuda_mp_flags_resolve(tide_mp_world_t *w, int shared, int timeshared);
 /* Whether contexts on `device` are MPS clients (CU_DEVICE_ATTRIBUTE_MPS_ENABLED, since CUDA
  * 12.6; an older toolkit or driver answers false, which only costs "auto" the kernel waits'
  * speed under MPS). */

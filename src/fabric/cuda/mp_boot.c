@@ -334,29 +334,27 @@ tide_result_t tide_mp_boot_barrier(tide_mp_boot_t *b, uint64_t tag, int64_t time
     return res;
 }
 
-tide_result_t tide_mp_boot_devices(tide_mp_boot_t *b, const uint8_t uuid[16], bool mps,
-                                   int choice, int64_t timeout_ms, tide_mp_devices_t *out) {
-    typedef struct {
-        uint8_t uuid[16];
-        int32_t mps, choice;
-    } dev_info_t;
-    dev_info_t mine, *all = calloc((size_t)b->ranks, sizeof(*all));
+tide_result_t tide_mp_boot_agree(tide_mp_boot_t *b, const tide_mp_rank_info_t *mine,
+                                 int64_t timeout_ms, tide_mp_world_info_t *out) {
+    tide_mp_rank_info_t *all = calloc((size_t)b->ranks, sizeof(*all));
     if (all == NULL)
-        return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp bootstrap: %d device records", b->ranks);
-    memset(&mine, 0, sizeof(mine));
-    memcpy(mine.uuid, uuid, sizeof(mine.uuid));
-    mine.mps = mps;
-    mine.choice = choice;
+        return TIDE_ERR(TIDE_ERR_NO_MEMORY, "cuda mp bootstrap: %d rank records", b->ranks);
     const tide_result_t res =
-        tide_mp_boot_allgather(b, &mine, sizeof(mine), -1, all, NULL, timeout_ms);
+        tide_mp_boot_allgather(b, mine, sizeof(*mine), -1, all, NULL, timeout_ms);
     if (res == TIDE_SUCCESS) {
-        tide_mp_devices_t d = {-1, -1, all[0].choice};
-        for (int r = 1; r < b->ranks; ++r)
+        tide_mp_world_info_t d = {-1, -1, -1, TIDE_SUCCESS, {0}};
+        memcpy(d.choice0, all[0].choice, sizeof(d.choice0));
+        for (int r = 0; r < b->ranks; ++r) {
+            if (d.failed < 0 && all[r].status != TIDE_SUCCESS) {
+                d.failed = r;
+                d.failed_status = all[r].status;
+            }
             for (int q = 0; q < r; ++q) {
                 if (memcmp(all[q].uuid, all[r].uuid, sizeof(all[r].uuid)) != 0) continue;
                 if (d.shared < 0) d.shared = r;
                 if (d.timeshared < 0 && !(all[q].mps && all[r].mps)) d.timeshared = r;
             }
+        }
         *out = d;
     }
     free(all);

@@ -54,20 +54,31 @@ tide_result_t tide_mp_boot_allgather(tide_mp_boot_t *b, const void *blob, size_t
  * TIDE_ERR_INVALID_ARGUMENT naming the first that differs). */
 tide_result_t tide_mp_boot_barrier(tide_mp_boot_t *b, uint64_t tag, int64_t timeout_ms);
 
-/* What every rank learns at world creation from every rank's device (one all-gather,
- * tide_mp_boot_devices); every rank gets the same answers. */
-typedef struct {
-    int shared;     /* the lowest rank whose device a lower rank also has, or -1 */
-    int timeshared; /* the lowest rank whose device a lower rank also has where the two are
-                     * not both MPS clients (they time-slice it), or -1 */
-    int choice0;    /* rank 0's `choice` */
-} tide_mp_devices_t;
+/* Settings a rank brings to world creation that every rank must share (mp_agree.c): opaque
+ * here, rank 0's hold. */
+#define TIDE_MP_BOOT_CHOICES 4
 
-/* Every rank contributes its device's UUID, whether its context is an MPS client and an
- * integer of its own choosing (its TIDE_CUDA_MP_FLAGS setting: rank 0's decides for the
- * group, mp_flags.c). */
-tide_result_t tide_mp_boot_devices(tide_mp_boot_t *b, const uint8_t uuid[16], bool mps,
-                                   int choice, int64_t timeout_ms, tide_mp_devices_t *out);
+/* What one rank tells the others at world creation (tide_mp_boot_agree). */
+typedef struct {
+    uint8_t uuid[16]; /* its device's */
+    int32_t mps;      /* its context is an MPS client */
+    int32_t status;   /* TIDE_SUCCESS, or the code its part of the world failed with */
+    int32_t choice[TIDE_MP_BOOT_CHOICES];
+} tide_mp_rank_info_t;
+
+/* What every rank concludes from every rank's tide_mp_rank_info_t (the same on every rank). */
+typedef struct {
+    int shared;        /* the lowest rank whose device a lower rank also has, or -1 */
+    int timeshared;    /* the lowest rank whose device a lower rank also has where the two
+                        * are not both MPS clients (they time-slice it), or -1 */
+    int failed;        /* the lowest rank whose status is not TIDE_SUCCESS, or -1 */
+    int32_t failed_status;                 /* that rank's status */
+    int32_t choice0[TIDE_MP_BOOT_CHOICES]; /* rank 0's choices */
+} tide_mp_world_info_t;
+
+/* One all-gather of every rank's `mine`; *out as above. */
+tide_result_t tide_mp_boot_agree(tide_mp_boot_t *b, const tide_mp_rank_info_t *mine,
+                                 int64_t timeout_ms, tide_mp_world_info_t *out);
 
 /* A peer whose connection reads EOF or failed without a goodbye (its process died), or -1.
  * A peer that closed its world (goodbye waiting) is not reported.  Never blocks. */

@@ -43,11 +43,10 @@ void tide_cuda_mp_elide_free(tide_mp_prepared_t *pp) {
 tide_result_t tide_cuda_mp_elide_prepare(tide_mp_arena_t *a, tide_mp_prepared_t *pp,
                                          const tide_program_t *prog) {
     const int me = a->w->base.rank;
-    bool on = false;
-    TIDE_CHECK(tide_fabric_sync_elide_env(true, &on));
-    /* The ipc transport only: the NCCL fabric's fences and signals have not run it (and no
-     * second node here could). */
-    if (!on || a->w->rails != NULL || a->w->transport != &tide_transport_ipc || prog->fence != 0)
+    /* TIDE_SYNC_ELIDE as every rank of the world agreed (mp_agree.c): a rank that elides
+     * drops signals that a rank keeping every signal would wait for.  The ipc transport only:
+     * the NCCL fabric's fences and signals have not run it (and no second node here could). */
+    if (!a->w->elide || a->w->rails != NULL || a->w->transport != &tide_transport_ipc || prog->fence != 0)
         return TIDE_SUCCESS;
     const tide_direct_t *dir = NULL;
     if (prog->coll == TIDE_COLL_REDUCE_SCATTER) {

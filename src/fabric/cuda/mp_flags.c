@@ -2,8 +2,8 @@
  * mp_flags.c - where the one-process-per-rank fabric's signal flags live, what a device wait
  * on them is, and how a fail-stop releases every such wait (docs/cuda-fabric.md,
  * "Fail-stop").  Three placements, TIDE_CUDA_MP_FLAGS, rank 0's choice for the group (every
- * rank takes it at world creation, tide_cuda_mp_flags_resolve, and the control block rank 0
- * creates carries it, mp_ctl.h):
+ * rank takes it at world creation, mp_agree.c, and the control block rank 0 creates carries
+ * it, mp_ctl.h):
  *
  * Host flags ("host").  Every rank's flag area is in the group's control block (mp_ctl.h): host
  * memory every process of the group maps.  Each process registers its mapping with its device
@@ -104,25 +104,15 @@ bool tide_cuda_mp_device_mps(int device) {
     return false;
 }
 
-tide_result_t tide_cuda_mp_flags_resolve(tide_mp_world_t *w, int64_t timeout_ms) {
-    /* Every rank exchanges, whatever its own setting: were only "auto" ranks to, a rank left
-     * unset would meet their records at its next exchange. */
-    tide_mp_devices_t d;
-    TIDE_CHECK(tide_mp_boot_devices(&w->boot, w->uuid, tide_cuda_mp_device_mps(w->device),
-                                    w->flags, timeout_ms, &d));
-    if (d.choice0 != w->flags && w->base.rank != 0)
-        TIDE_INFO("cuda mp fabric: rank %d: TIDE_CUDA_MP_FLAGS differs from rank 0's, which "
-                  "decides for the group", w->base.rank);
-    w->flags = d.choice0;
-    if (w->flags != TIDE_MP_FLAGS_AUTO) return TIDE_SUCCESS;
-    w->flags = d.timeshared >= 0 ? TIDE_MP_FLAGS_HOST : TIDE_MP_FLAGS_KERNEL;
+void tide_cuda_mp_flags_resolve(tide_mp_world_t *w, int shared, int timeshared) {
+    if (w->flags != TIDE_MP_FLAGS_AUTO) return;
+    w->flags = timeshared >= 0 ? TIDE_MP_FLAGS_HOST : TIDE_MP_FLAGS_KERNEL;
     if (w->base.rank == 0)
         TIDE_INFO("cuda mp fabric: TIDE_CUDA_MP_FLAGS=auto: %s (%s)",
                   w->flags == TIDE_MP_FLAGS_HOST ? "host flags" : "kernel waits",
-                  d.timeshared >= 0 ? "ranks time-share a device without MPS"
-                  : d.shared >= 0   ? "ranks share a device through MPS"
-                                    : "every rank on a device of its own");
-    return TIDE_SUCCESS;
+                  timeshared >= 0 ? "ranks time-share a device without MPS"
+                  : shared >= 0   ? "ranks share a device through MPS"
+                                  : "every rank on a device of its own");
 }
 
 tide_result_t tide_cuda_mp_flags_map(tide_mp_arena_t *a) {

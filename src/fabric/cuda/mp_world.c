@@ -125,11 +125,17 @@ tide_result_t tide_cuda_mp_world_create(int nodes, int gpus_per_node, int rank, 
     w->base.ranks = n;
     tide_result_t res = tide_cuda_mp_world_init(w);
     if (res == TIDE_SUCCESS) res = tide_cuda_mp_direct_env(&w->direct);
+    if (res == TIDE_SUCCESS) res = tide_fabric_sync_elide_env(true, &w->elide);
     if (res == TIDE_SUCCESS) res = env_rails(nodes, w);
     if (res == TIDE_SUCCESS) res = tide_cuda_mp_env_flags(&w->flags);
+    /* A rank whose part failed (a refused variable, no CUDA context) still joins: every rank
+     * then fails at once naming it, instead of waiting out the join deadline for it. */
+    const tide_result_t local = res;
+    res = tide_mp_boot_open(name, rank, n, tide_fabric_join_timeout_ms(), &w->boot);
     if (res == TIDE_SUCCESS)
-        res = tide_mp_boot_open(name, rank, n, tide_fabric_join_timeout_ms(), &w->boot);
-    if (res == TIDE_SUCCESS) res = tide_cuda_mp_flags_resolve(w, tide_fabric_join_timeout_ms());
+        res = tide_cuda_mp_world_agree(w, local, tide_fabric_join_timeout_ms());
+    else if (local != TIDE_SUCCESS)
+        res = local; /* its own error, not the join's */
     if (res == TIDE_SUCCESS) res = tide_mp_watchdog_start(w);
     if (res != TIDE_SUCCESS) {
         world_free(w);
