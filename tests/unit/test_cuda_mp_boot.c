@@ -147,16 +147,16 @@ static int devices_child(const char *name, int rank, int ranks) {
 static void test_devices(void **state) {
     (void)state;
     static const devices_case_t cases[] = {
-        {1, "a", "0", "0", -1, -1, -1},      {1, "a", "1", "0", -1, -1, -1},
-        {3, "abc", "000", "000", -1, -1, -1}, /* one process per GPU */
-        {3, "aba", "000", "000", 2, 2, -1},   /* ranks 0 and 2 time-share a GPU */
-        {2, "aa", "11", "00", 1, -1, -1},     /* two processes on one GPU under MPS */
-        {3, "aab", "101", "000", 1, 1, -1},   /* rank 1, on rank 0's GPU, not an MPS client */
-        {3, "aab", "110", "000", 1, -1, -1},  /* MPS on the shared GPU; rank 2 alone */
+        {1, "a", "0", "0", -1, -1, -1},        {1, "a", "1", "0", -1, -1, -1},
+        {3, "abc", "000", "000", -1, -1, -1},  /* one process per GPU */
+        {3, "aba", "000", "000", 2, 2, -1},    /* ranks 0 and 2 time-share a GPU */
+        {2, "aa", "11", "00", 1, -1, -1},      /* two processes on one GPU under MPS */
+        {3, "aab", "101", "000", 1, 1, -1},    /* rank 1, on rank 0's GPU, not an MPS client */
+        {3, "aab", "110", "000", 1, -1, -1},   /* MPS on the shared GPU; rank 2 alone */
         {4, "aabb", "1100", "0000", 1, 3, -1}, /* one GPU under MPS, the other time-sliced */
         {4, "abbb", "0000", "0000", 2, 2, -1}, /* the first repeat names the rank */
-        {3, "abc", "000", "047", -1, -1, 1},  /* ranks 1 and 2 failed: the first is named */
-        {2, "ab", "00", "30", -1, -1, 0},     /* rank 0 failed */
+        {3, "abc", "000", "047", -1, -1, 1},   /* ranks 1 and 2 failed: the first is named */
+        {2, "ab", "00", "30", -1, -1, 0},      /* rank 0 failed */
     };
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); ++k) {
         char name[64];

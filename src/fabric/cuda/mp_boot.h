@@ -68,11 +68,11 @@ typedef struct {
 
 /* What every rank concludes from every rank's tide_mp_rank_info_t (the same on every rank). */
 typedef struct {
-    int shared;        /* the lowest rank whose device a lower rank also has, or -1 */
-    int timeshared;    /* the lowest rank whose device a lower rank also has where the two
-                        * are not both MPS clients (they time-slice it), or -1 */
-    int failed;        /* the lowest rank whose status is not TIDE_SUCCESS, or -1 */
-    int32_t failed_status;                 /* that rank's status */
+    int shared;            /* the lowest rank whose device a lower rank also has, or -1 */
+    int timeshared;        /* the lowest rank whose device a lower rank also has where the two
+                            * are not both MPS clients (they time-slice it), or -1 */
+    int failed;            /* the lowest rank whose status is not TIDE_SUCCESS, or -1 */
+    int32_t failed_status; /* that rank's status */
     int32_t choice0[TIDE_MP_BOOT_CHOICES]; /* rank 0's choices */
 } tide_mp_world_info_t;
 

@@ -46,7 +46,8 @@ tide_result_t tide_cuda_mp_elide_prepare(tide_mp_arena_t *a, tide_mp_prepared_t 
     /* TIDE_SYNC_ELIDE as every rank of the world agreed (mp_agree.c): a rank that elides
      * drops signals that a rank keeping every signal would wait for.  The ipc transport only:
      * the NCCL fabric's fences and signals have not run it (and no second node here could). */
-    if (!a->w->elide || a->w->rails != NULL || a->w->transport != &tide_transport_ipc || prog->fence != 0)
+    if (!a->w->elide || a->w->rails != NULL || a->w->transport != &tide_transport_ipc ||
+        prog->fence != 0)
         return TIDE_SUCCESS;
     const tide_direct_t *dir = NULL;
     if (prog->coll == TIDE_COLL_REDUCE_SCATTER) {
