@@ -17,8 +17,9 @@
  * always carried rank 0's flag placement), and a rank whose own differ says so once.  A rank
  * that failed before the exchange (a refused variable, no CUDA context) still takes part, so
  * that every other rank fails at once with an error naming it instead of waiting out the
- * join deadline; it returns its own error once every rank joined (or at that deadline).  The variables that only shape a rank's own work (batching, grids, slicing,
- * timeouts) may differ.
+ * join deadline; it returns its own error once every rank joined (or at that deadline).
+ * The variables that only shape a rank's own work (batching, grids, slicing, timeouts) may
+ * differ.
  */
 #include "core/checks.h"
 #include "fabric/cuda/mp.h"
