@@ -30,6 +30,13 @@ tide_result_t tide_error_set(tide_result_t code, const char *file, int line, con
 /* Clear the thread's last error (called on entry of public calls). */
 void tide_error_clear(void);
 
+/* The size of the thread's last-error message, terminator included. */
+#define TIDE_ERROR_BYTES 512
+
+/* Put back a last-error message saved from tide_get_last_error(), without logging it again:
+ * for a failure held while later steps, which may report errors of their own, still run. */
+void tide_error_restore(const char *msg);
+
 /* Report a new error here: logs once and evaluates to the code. */
 #define TIDE_ERR(code, ...) tide_error_set((code), __FILE__, __LINE__, __VA_ARGS__)
 

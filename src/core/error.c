@@ -7,7 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
-static _Thread_local char last_error[512];
+static _Thread_local char last_error[TIDE_ERROR_BYTES];
 
 static const char *const result_strings[TIDE_RESULT_COUNT] = {
     [TIDE_SUCCESS] = "success",
@@ -37,6 +37,10 @@ tide_result_t tide_get_version(int *version_out) {
 }
 
 void tide_error_clear(void) { last_error[0] = '\0'; }
+
+void tide_error_restore(const char *msg) {
+    if (msg != last_error) snprintf(last_error, sizeof(last_error), "%s", msg);
+}
 
 /* TIDE_DEBUG is read once per process; a race on first use stores the same value twice
  * (atomically, so that concurrent first errors of several rank threads are well defined). */

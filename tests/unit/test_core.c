@@ -36,6 +36,28 @@ static void test_version_and_last_error(void **state) {
     assert_string_equal(tide_get_last_error(), "");
 }
 
+/* A held failure's message survives later errors: saved, overwritten, restored; a message
+ * longer than the buffer is cut, not overrun. */
+static void test_error_restore(void **state) {
+    (void)state;
+    assert_int_equal(tide_get_version(NULL), TIDE_ERR_INVALID_ARGUMENT);
+    char held[TIDE_ERROR_BYTES];
+    snprintf(held, sizeof(held), "%s", tide_get_last_error());
+    assert_non_null(strstr(held, "version_out"));
+    (void)TIDE_ERR(TIDE_ERR_TIMEOUT, "a later step's error");
+    assert_string_equal(tide_get_last_error(), "a later step's error");
+    tide_error_restore(held);
+    assert_string_equal(tide_get_last_error(), held);
+    tide_error_restore(tide_get_last_error()); /* its own buffer: unchanged */
+    assert_string_equal(tide_get_last_error(), held);
+    char longer[2 * TIDE_ERROR_BYTES];
+    memset(longer, 'x', sizeof(longer) - 1);
+    longer[sizeof(longer) - 1] = '\0';
+    tide_error_restore(longer);
+    assert_int_equal(strlen(tide_get_last_error()), TIDE_ERROR_BYTES - 1);
+    tide_error_clear();
+}
+
 static void test_dtype_size(void **state) {
     (void)state;
     assert_int_equal(tide_dtype_size(TIDE_DTYPE_BF16), 2);
@@ -49,6 +71,7 @@ int main(void) {
         cmocka_unit_test(test_error_strings),
         cmocka_unit_test(test_fixed_values),
         cmocka_unit_test(test_version_and_last_error),
+        cmocka_unit_test(test_error_restore),
         cmocka_unit_test(test_dtype_size),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -44,7 +44,7 @@ tide_result_t tide_cuda_mp_world_agree(tide_mp_world_t *w, tide_result_t local,
     mine.choice[AGREE_RAILS] = w->rails != NULL;
     tide_mp_world_info_t d;
     const tide_result_t res = tide_mp_boot_agree(&w->boot, &mine, timeout_ms, &d);
-    if (local != TIDE_SUCCESS) return local; /* reported where it failed */
+    if (local != TIDE_SUCCESS) return local; /* reported where it failed (mp_world.c) */
     TIDE_CHECK(res);
     if (d.failed >= 0)
         return TIDE_ERR((tide_result_t)d.failed_status,

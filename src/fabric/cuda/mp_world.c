@@ -129,13 +129,18 @@ tide_result_t tide_cuda_mp_world_create(int nodes, int gpus_per_node, int rank, 
     if (res == TIDE_SUCCESS) res = env_rails(nodes, w);
     if (res == TIDE_SUCCESS) res = tide_cuda_mp_env_flags(&w->flags);
     /* A rank whose part failed (a refused variable, no CUDA context) still joins: every rank
-     * then fails at once naming it, instead of waiting out the join deadline for it. */
+     * then fails at once naming it, instead of waiting out the join deadline for it.  It
+     * returns its own error, and its own message, whatever the join reports. */
     const tide_result_t local = res;
+    char held[TIDE_ERROR_BYTES] = "";
+    if (local != TIDE_SUCCESS) snprintf(held, sizeof(held), "%s", tide_get_last_error());
     res = tide_mp_boot_open(name, rank, n, tide_fabric_join_timeout_ms(), &w->boot);
     if (res == TIDE_SUCCESS)
         res = tide_cuda_mp_world_agree(w, local, tide_fabric_join_timeout_ms());
-    else if (local != TIDE_SUCCESS)
-        res = local; /* its own error, not the join's */
+    if (local != TIDE_SUCCESS) {
+        tide_error_restore(held);
+        res = local;
+    }
     if (res == TIDE_SUCCESS) res = tide_mp_watchdog_start(w);
     if (res != TIDE_SUCCESS) {
         world_free(w);
