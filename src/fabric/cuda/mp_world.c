@@ -134,9 +134,9 @@ tide_result_t tide_cuda_mp_world_create(int nodes, int gpus_per_node, int rank, 
     const tide_result_t local = res;
     char held[TIDE_ERROR_BYTES] = "";
     if (local != TIDE_SUCCESS) snprintf(held, sizeof(held), "%s", tide_get_last_error());
-    res = tide_mp_boot_open(name, rank, n, tide_fabric_join_timeout_ms(), &w->boot);
-    if (res == TIDE_SUCCESS)
-        res = tide_cuda_mp_world_agree(w, local, tide_fabric_join_timeout_ms());
+    const int64_t join_ms = tide_fabric_join_timeout_ms();
+    res = tide_mp_boot_open(name, rank, n, join_ms, &w->boot);
+    if (res == TIDE_SUCCESS) res = tide_cuda_mp_world_agree(w, local, join_ms);
     if (local != TIDE_SUCCESS) {
         tide_error_restore(held);
         res = local;
